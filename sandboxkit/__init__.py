@@ -1,0 +1,48 @@
+"""sandboxkit: run model-written programs in sandboxes and turn the results into RL rewards.
+
+``get_backend()`` gives a client for the configured provider (``SANDBOXKIT_BACKEND``: the local
+``subprocess`` backend by default, ``daytona`` or ``aviato``); everything else is shared above it.
+"""
+
+from .client import Sandbox, SandboxClient
+from .errors import (
+    AuthenticationError,
+    BackendError,
+    BackendMisconfiguredError,
+    BackendUnavailableError,
+    IsolationUnavailableError,
+    SandboxError,
+    SandboxLostError,
+    SandboxNotFoundError,
+    SandboxTimeoutError,
+    TransientBackendError,
+    UnknownBackendError,
+)
+from .protocol import Backend, ExecResult, SandboxInfo, SandboxSpec, SandboxStatus
+from .registry import available_backends, get_backend
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AuthenticationError",
+    "Backend",
+    "BackendError",
+    "BackendMisconfiguredError",
+    "BackendUnavailableError",
+    "ExecResult",
+    "IsolationUnavailableError",
+    "Sandbox",
+    "SandboxClient",
+    "SandboxError",
+    "SandboxInfo",
+    "SandboxLostError",
+    "SandboxNotFoundError",
+    "SandboxSpec",
+    "SandboxStatus",
+    "SandboxTimeoutError",
+    "TransientBackendError",
+    "UnknownBackendError",
+    "__version__",
+    "available_backends",
+    "get_backend",
+]

@@ -1,0 +1,284 @@
+"""The local backend: each sandbox is a private directory, each exec a confined process.
+
+Sandboxes need no account and no network, which makes this the default for offline training.
+Their state lives on disk (``<root>/<id>/sandbox.json``), so ``list`` and ``stop`` also see the
+sandboxes of other processes, including ones a crashed run left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from ..config import setting
+from ..errors import BackendMisconfiguredError, SandboxError, SandboxNotFoundError
+from ..local.cgroup import PidsCgroups
+from ..local.isolation import SANDBOX_BIN, IsolationReport, Tier, bwrap_binary, detect, interpreter
+from ..local.limits import Limits
+from ..local.supervisor import Confinement, run
+from ..protocol import DEFAULT_WORKDIR, ExecResult, SandboxInfo, SandboxSpec, SandboxStatus
+
+ENV_ALLOWLIST = ("LANG", "LC_ALL", "LC_CTYPE", "TZ")
+"""The only host variables a sandbox inherits; everything else it sees comes from the spec."""
+_META = "sandbox.json"
+_VIRTUAL_ROOTS = ("/workspace", "/tmp")
+
+
+def _default_root() -> Path:
+    return Path(tempfile.gettempdir()) / f"sandboxkit-{os.getuid()}"
+
+
+class SubprocessBackend:
+    """Local sandboxes, confined as well as this machine allows (see ``isolation``)."""
+
+    name = "subprocess"
+
+    def __init__(
+        self,
+        *,
+        root: str | os.PathLike[str] | None = None,
+        limits: Limits | None = None,
+        read_only_paths: Sequence[str] = (),
+        **limit_overrides: int,
+    ) -> None:
+        """``root`` holds the sandboxes (``SANDBOXKIT_LOCAL_ROOT``, else a per-user temp dir);
+        ``read_only_paths`` are extra host paths shown read-only inside namespaced sandboxes
+        (a virtualenv with numpy, say); keyword limits override :class:`Limits` fields."""
+        self.root = Path(root or setting("SANDBOXKIT_LOCAL_ROOT") or _default_root())
+        self.root.mkdir(mode=0o711, parents=True, exist_ok=True)
+        self.limits = limits or Limits.from_env(**limit_overrides)
+        cgroups = PidsCgroups.shared()
+        report = detect(has_cgroup=cgroups is not None)
+        if report.tier is not Tier.NAMESPACES and report.run_as != os.getuid():
+            # The unprivileged uid must be able to reach the sandboxes.
+            os.chmod(self.root, 0o711)
+        self._bin = self._python_links() if report.tier is not Tier.NAMESPACES else None
+        self.confinement = Confinement(
+            isolation=report,
+            limits=self.limits,
+            bwrap=bwrap_binary() if report.tier is Tier.NAMESPACES else None,
+            cgroups=cgroups,
+            read_only=tuple(read_only_paths),
+        )
+
+    @property
+    def isolation(self) -> IsolationReport:
+        return self.confinement.isolation
+
+    def _python_links(self) -> Path:
+        """``python``/``python3`` for sandboxes that see the host filesystem."""
+        bin_dir = self.root / "bin"
+        bin_dir.mkdir(mode=0o755, exist_ok=True)
+        for name in ("python", "python3"):
+            link = bin_dir / name
+            if not link.is_symlink() or os.readlink(link) != interpreter():
+                tmp = bin_dir / f".{name}.{uuid.uuid4().hex}"
+                tmp.symlink_to(interpreter())
+                tmp.replace(link)
+        return bin_dir
+
+    # -- sandbox directories ---------------------------------------------------------------
+
+    def _dir(self, sandbox_id: str) -> Path:
+        if not sandbox_id or "/" in sandbox_id or sandbox_id.startswith("."):
+            raise SandboxNotFoundError(f"no sandbox {sandbox_id!r}")
+        path = self.root / sandbox_id
+        if not (path / _META).is_file():
+            raise SandboxNotFoundError(f"no sandbox {sandbox_id!r} (stopped, or never created)")
+        return path
+
+    def _meta(self, path: Path) -> dict[str, Any]:
+        try:
+            meta: dict[str, Any] = json.loads((path / _META).read_text())
+        except (OSError, ValueError) as exc:
+            raise SandboxNotFoundError(f"no sandbox {path.name!r}") from exc
+        return meta
+
+    def _info(self, path: Path) -> SandboxInfo:
+        meta = self._meta(path)
+        return SandboxInfo(
+            id=path.name,
+            status=SandboxStatus.RUNNING,
+            tags=tuple(meta["tags"]),
+            started_at=datetime.fromisoformat(meta["started_at"]),
+        )
+
+    def _host_path(self, sandbox_dir: Path, path: str, workdir: str) -> Path:
+        """Map a sandbox path onto the host, refusing anything that resolves outside it."""
+        virtual = PurePosixPath(workdir) / path
+        parts = virtual.parts
+        if len(parts) < 2 or "/" + parts[1] not in _VIRTUAL_ROOTS or ".." in parts:
+            raise SandboxError(f"{path!r}: only /workspace and /tmp are writable in a sandbox")
+        base = sandbox_dir / parts[1]
+        host = base.joinpath(*parts[2:])
+        # The code may have planted symlinks: resolve and check containment.
+        resolved = host.resolve()
+        if resolved != base.resolve() and base.resolve() not in resolved.parents:
+            raise SandboxError(f"{path!r} resolves outside the sandbox")
+        return resolved
+
+    def _chown(self, path: Path) -> None:
+        uid = self.isolation.run_as
+        if uid != os.getuid():
+            os.chown(path, uid, uid)
+
+    # -- Backend protocol ------------------------------------------------------------------
+
+    async def create(self, spec: SandboxSpec) -> SandboxInfo:
+        workdir = PurePosixPath(spec.workdir)
+        if workdir.parts[:2] != ("/", "workspace"):
+            raise BackendMisconfiguredError(
+                f"workdir {spec.workdir!r}: the local backend's workdir is under /workspace"
+            )
+        sandbox_id = f"sbx-{uuid.uuid4().hex[:12]}"
+        path = self.root / sandbox_id
+        started = datetime.now(timezone.utc)
+        meta = {
+            "tags": list(spec.tags),
+            "env": dict(spec.env),
+            "workdir": spec.workdir,
+            "started_at": started.isoformat(),
+            "owner_pid": os.getpid(),
+        }
+        staging = self.root / f".{sandbox_id}"
+        (staging / "workspace").mkdir(parents=True, mode=0o700)
+        (staging / "tmp").mkdir(mode=0o700)
+        (staging / _META).write_text(json.dumps(meta))
+        self._host_path(staging, spec.workdir, DEFAULT_WORKDIR).mkdir(parents=True, exist_ok=True)
+        for sub in ("workspace", "tmp"):
+            for dirpath, _dirs, _files in os.walk(staging / sub):
+                self._chown(Path(dirpath))
+        self._chown(staging)
+        staging.rename(path)  # appears in ``list`` only once complete
+        return SandboxInfo(sandbox_id, SandboxStatus.RUNNING, tuple(spec.tags), started)
+
+    def _env(self, meta: Mapping[str, Any], extra: Mapping[str, str] | None, path: Path) -> dict[str, str]:
+        if self.isolation.tier is Tier.NAMESPACES:
+            home, tmp, bin_dir = "/workspace", "/tmp", SANDBOX_BIN
+        else:
+            home, tmp, bin_dir = str(path / "workspace"), str(path / "tmp"), str(self._bin)
+        env = {k: os.environ[k] for k in ENV_ALLOWLIST if k in os.environ}
+        env |= {
+            "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": home,
+            "TMPDIR": tmp,
+            "LANG": env.get("LANG", "C.UTF-8"),
+        }
+        env |= meta["env"]
+        env |= dict(extra or {})
+        return env
+
+    def _localize(self, path: Path, value: str) -> str:
+        """In tiers without a mount namespace, point /workspace and /tmp paths at the host dirs."""
+        for root in _VIRTUAL_ROOTS:
+            if value == root or value.startswith(root + "/"):
+                return str(path / root[1:]) + value[len(root) :]
+        return value
+
+    async def exec(
+        self,
+        sandbox_id: str,
+        argv: Sequence[str],
+        *,
+        timeout: float | None = None,
+        stdin: bytes | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> ExecResult:
+        if not argv:
+            raise ValueError("argv is empty")
+        path = self._dir(sandbox_id)
+        meta = self._meta(path)
+        cwd_host = self._host_path(path, cwd or ".", meta["workdir"])
+        if not cwd_host.is_dir():
+            raise SandboxError(f"cwd {cwd!r} is not a directory in the sandbox")
+        run_env = self._env(meta, env, path)
+        command = list(argv)
+        if self.isolation.tier is Tier.NAMESPACES:
+            cwd_arg = "/" + str(cwd_host.relative_to(path))
+        else:
+            cwd_arg = str(cwd_host)
+            command = [self._localize(path, a) for a in command]
+        return await run(
+            self.confinement,
+            command,
+            workspace=path / "workspace",
+            tmp=path / "tmp",
+            cwd=cwd_arg,
+            env=run_env,
+            timeout=timeout,
+            stdin=stdin,
+        )
+
+    async def write_file(self, sandbox_id: str, path: str, data: bytes) -> None:
+        sandbox_dir = self._dir(sandbox_id)
+        target = self._host_path(sandbox_dir, path, self._meta(sandbox_dir)["workdir"])
+        base = sandbox_dir / PurePosixPath(path if path.startswith("/") else "/workspace").parts[1]
+        missing = [p for p in [target.parent, *target.parent.parents] if not p.exists()]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        for created in missing:
+            if base in created.parents:
+                self._chown(created)
+        tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}")
+        tmp.write_bytes(data)
+        self._chown(tmp)
+        tmp.replace(target)
+
+    async def read_file(self, sandbox_id: str, path: str) -> bytes:
+        sandbox_dir = self._dir(sandbox_id)
+        target = self._host_path(sandbox_dir, path, self._meta(sandbox_dir)["workdir"])
+        try:
+            return target.read_bytes()
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{path}: no such file in sandbox {sandbox_id}") from None
+        except IsADirectoryError:
+            raise IsADirectoryError(f"{path}: is a directory in sandbox {sandbox_id}") from None
+
+    async def stop(self, sandbox_id: str, *, missing_ok: bool = True) -> None:
+        try:
+            path = self._dir(sandbox_id)
+        except SandboxNotFoundError:
+            if missing_ok:
+                return
+            raise
+        # Rename first so a concurrent exec or list sees it gone at once, then delete.
+        graveyard = self.root / f".stopped-{sandbox_id}-{uuid.uuid4().hex[:6]}"
+        try:
+            path.rename(graveyard)
+        except FileNotFoundError:
+            if missing_ok:
+                return
+            raise SandboxNotFoundError(f"no sandbox {sandbox_id!r}") from None
+        await asyncio.to_thread(shutil.rmtree, graveyard, True)
+
+    async def list(
+        self, *, tags: Sequence[str] = (), status: SandboxStatus | None = None
+    ) -> builtins.list[SandboxInfo]:
+        if status not in (None, SandboxStatus.RUNNING):
+            return []  # stopped sandboxes are deleted at once
+        wanted = set(tags)
+        found = []
+        for entry in sorted(self.root.iterdir()):
+            if entry.name.startswith(".") or not (entry / _META).is_file():
+                continue
+            with contextlib.suppress(SandboxNotFoundError):
+                info = self._info(entry)
+                if wanted <= set(info.tags):
+                    found.append(info)
+        return found
+
+    async def get(self, sandbox_id: str) -> SandboxInfo:
+        return self._info(self._dir(sandbox_id))
+
+    async def aclose(self) -> None:
+        """Nothing to release per client: sandboxes outlive it until stopped."""

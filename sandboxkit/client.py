@@ -1,0 +1,162 @@
+"""What ``get_backend`` returns: the user-facing client and sandbox handles over a backend.
+
+The async methods (prefixed ``a``) are the real ones; the sync methods are derived from them
+by :func:`sandboxkit.portal.blocking`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+from .portal import blocking
+from .protocol import Backend, ExecResult, SandboxInfo, SandboxSpec, SandboxStatus
+
+_SPEC_FIELDS = ("workdir", "cpu", "memory_mb", "disk_mb", "lifetime_seconds")
+
+
+def _as_bytes(data: bytes | str | None) -> bytes | None:
+    return data.encode() if isinstance(data, str) else data
+
+
+class Sandbox:
+    """A handle on one sandbox. Usable as a (sync or async) context manager that stops it."""
+
+    def __init__(self, backend: Backend, info: SandboxInfo) -> None:
+        self.backend = backend
+        self.id = info.id
+        self.tags = info.tags
+        self.started_at = info.started_at
+
+    def __repr__(self) -> str:
+        return f"<Sandbox {self.id} on {self.backend.name}>"
+
+    async def aexec(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float | None = None,
+        stdin: bytes | str | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> ExecResult:
+        """Run ``argv`` (a list, never a shell string) and return its result."""
+        if isinstance(argv, str):
+            raise TypeError("argv must be a list of strings, e.g. ['python', 'main.py']")
+        return await self.backend.exec(
+            self.id, list(argv), timeout=timeout, stdin=_as_bytes(stdin), cwd=cwd, env=env
+        )
+
+    async def awrite_file(self, path: str, data: bytes | str) -> None:
+        """Write ``data`` to ``path`` (relative paths are under the working directory)."""
+        await self.backend.write_file(self.id, path, _as_bytes(data) or b"")
+
+    async def aread_file(self, path: str) -> bytes:
+        return await self.backend.read_file(self.id, path)
+
+    async def astop(self, missing_ok: bool = True) -> None:
+        """Stop and delete the sandbox; a second stop is a no-op unless ``missing_ok`` is False."""
+        await self.backend.stop(self.id, missing_ok=missing_ok)
+
+    async def ainfo(self) -> SandboxInfo:
+        return await self.backend.get(self.id)
+
+    exec = blocking(aexec)
+    write_file = blocking(awrite_file)
+    read_file = blocking(aread_file)
+    stop = blocking(astop)
+    info = blocking(ainfo)
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> Sandbox:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.astop()
+
+
+class SandboxClient:
+    """The object :func:`sandboxkit.get_backend` returns: creates, finds and lists sandboxes."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+
+    @property
+    def name(self) -> str:
+        return self.backend.name
+
+    def __repr__(self) -> str:
+        return f"<SandboxClient {self.name}>"
+
+    def __getattr__(self, attr: str) -> Any:
+        # Backend-specific facts (``isolation`` of the local backend, ...) read through.
+        if attr.startswith("_"):
+            raise AttributeError(attr)
+        return getattr(self.backend, attr)
+
+    async def asandbox(
+        self,
+        *,
+        image: str | None = None,
+        env: Mapping[str, str] | None = None,
+        tags: Iterable[str] = (),
+        **options: Any,
+    ) -> Sandbox:
+        """Create a sandbox. ``workdir``, ``cpu``, ``memory_mb``, ``disk_mb`` and
+        ``lifetime_seconds`` fill the spec; any other keyword goes to the provider as is."""
+        known = {k: options.pop(k) for k in _SPEC_FIELDS if k in options}
+        spec = SandboxSpec(
+            image=image, env=dict(env or {}), tags=tuple(tags), options=options, **known
+        )
+        return Sandbox(self.backend, await self.backend.create(spec))
+
+    async def aget(self, sandbox_id: str) -> Sandbox:
+        """A handle on an existing sandbox; ``SandboxNotFoundError`` if there is none."""
+        return Sandbox(self.backend, await self.backend.get(sandbox_id))
+
+    async def alist(
+        self, *, tags: Iterable[str] = (), status: SandboxStatus | str | None = None
+    ) -> list[SandboxInfo]:
+        """Sandboxes carrying every tag in ``tags``, optionally in one status."""
+        wanted = SandboxStatus(status) if status is not None else None
+        return await self.backend.list(tags=tuple(tags), status=wanted)
+
+    async def astop(self, sandbox_id: str, missing_ok: bool = True) -> None:
+        """Stop a sandbox by id (one found by ``list``, say)."""
+        await self.backend.stop(sandbox_id, missing_ok=missing_ok)
+
+    async def aclose(self) -> None:
+        """Release the backend's connections (sandboxes are left as they are)."""
+        await self.backend.aclose()
+
+    sandbox = blocking(asandbox)
+    get = blocking(aget)
+    list = blocking(alist)
+    stop = blocking(astop)
+    close = blocking(aclose)
+
+    def __enter__(self) -> SandboxClient:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self) -> SandboxClient:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()

@@ -1,0 +1,47 @@
+"""Settings read from the environment, with a ``.env`` file in the working directory as backup.
+
+Real environment variables always win over ``.env``; the file is read once, lazily, when a
+backend is first asked for, so importing sandboxkit has no side effects.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from dotenv import load_dotenv
+
+BACKEND_VAR = "SANDBOXKIT_BACKEND"
+ISOLATION_VAR = "SANDBOXKIT_ISOLATION"
+DEFAULT_BACKEND = "subprocess"
+
+_dotenv_loaded = False
+
+
+def load_env_file(path: Path | None = None) -> None:
+    """Load ``.env`` from the working directory (once) without overriding the environment."""
+    global _dotenv_loaded
+    if path is None:
+        if _dotenv_loaded:
+            return
+        _dotenv_loaded = True
+        path = Path.cwd() / ".env"
+    if path.is_file():
+        load_dotenv(path, override=False)
+
+
+def setting(name: str, default: str | None = None) -> str | None:
+    """An environment setting; empty values count as unset."""
+    load_env_file()
+    value = os.environ.get(name, "").strip()
+    return value or default
+
+
+def float_setting(name: str, default: float) -> float:
+    raw = setting(name)
+    if raw is None:
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a number") from None

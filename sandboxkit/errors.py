@@ -1,0 +1,60 @@
+"""The exceptions sandboxkit raises; every backend maps its SDK's errors into these.
+
+Callers above the backends (pools, rewards) decide on retries and rewards by class alone:
+``TransientBackendError`` is worth retrying, ``SandboxLostError`` needs a new sandbox, and the
+rest are the caller's or the configuration's fault.
+"""
+
+from __future__ import annotations
+
+
+class SandboxError(Exception):
+    """Base class of every sandboxkit error."""
+
+
+class SandboxNotFoundError(SandboxError):
+    """The sandbox id is unknown to the backend, or the sandbox was already stopped."""
+
+
+class SandboxTimeoutError(SandboxError):
+    """A control-plane operation (create, upload, ...) did not finish in time.
+
+    An exec that runs past its own timeout is not an error: it returns an ``ExecResult`` with
+    ``timed_out=True``.
+    """
+
+
+class BackendError(SandboxError):
+    """A failure of the provider or of the local machinery rather than of the program run."""
+
+
+class TransientBackendError(BackendError):
+    """Rate limiting, 5xx answers, dropped connections: retrying later may succeed."""
+
+
+class SandboxLostError(BackendError):
+    """The sandbox died under a running call; the work must move to another sandbox."""
+
+
+class BackendUnavailableError(BackendError):
+    """The backend cannot be used here: its SDK is missing or the platform lacks a feature."""
+
+
+class BackendMisconfiguredError(BackendError):
+    """Missing or invalid credentials, endpoint or option; retrying cannot help."""
+
+
+class AuthenticationError(BackendMisconfiguredError):
+    """The provider refused the credentials (401/403)."""
+
+
+class UnknownBackendError(SandboxError, LookupError):
+    """No backend of that name is registered."""
+
+
+class IsolationUnavailableError(BackendUnavailableError):
+    """``SANDBOXKIT_ISOLATION=strict`` was asked for but namespaces cannot be had here."""
+
+
+INFRASTRUCTURE_ERRORS: tuple[type[BaseException], ...] = (BackendError, SandboxTimeoutError)
+"""Errors that say nothing about the program under test: rewards map them to ``None``."""

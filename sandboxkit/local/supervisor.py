@@ -1,0 +1,215 @@
+"""Run one untrusted command: start it blocked, confine it, release it, collect capped output.
+
+The command (bwrap's namespace init, or a shell stub in the weaker tiers) starts blocked on a
+pipe. While it waits, the host applies rlimits to it with ``prlimit(2)`` and moves it into a
+pids cgroup; then it is released. Everything it spawns inherits both. On exit or timeout the
+whole tree is killed: the pid namespace dies with its init, and the cgroup is emptied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import BackendError
+from ..protocol import ExecResult
+from .cgroup import PidsCgroups
+from .isolation import IsolationReport, Tier, bwrap_argv
+from .limits import Limits
+
+_KILL_GRACE = 2.0
+"""Seconds to wait for output pipes to close after the tree is killed."""
+
+
+@dataclass(frozen=True)
+class Confinement:
+    """Everything about how commands of one backend are confined."""
+
+    isolation: IsolationReport
+    limits: Limits
+    bwrap: str | None
+    cgroups: PidsCgroups | None
+    read_only: tuple[str, ...] = ()
+
+
+class _CappedReader:
+    """Drains a stream to EOF, keeping at most ``cap`` bytes."""
+
+    def __init__(self, stream: asyncio.StreamReader, cap: int) -> None:
+        self.stream = stream
+        self.cap = cap
+        self.chunks: list[bytes] = []
+        self.kept = 0
+        self.truncated = False
+
+    async def run(self) -> None:
+        while chunk := await self.stream.read(1 << 16):
+            room = self.cap - self.kept
+            if len(chunk) > room:
+                self.truncated = True
+                chunk = chunk[:room]
+            if chunk:
+                self.chunks.append(chunk)
+                self.kept += len(chunk)
+
+    def data(self) -> bytes:
+        return b"".join(self.chunks)
+
+
+async def _read_info(fd: int) -> int:
+    """The namespace init's host pid, from bwrap's ``--info-fd`` JSON."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", buffering=0)
+    )
+    data = b""
+    try:
+        while chunk := await reader.read(4096):
+            data += chunk
+            with contextlib.suppress(ValueError):
+                return int(json.loads(data)["child-pid"])
+    finally:
+        transport.close()
+    raise BackendError("bwrap exited before starting the command")
+
+
+async def _feed(stdin: asyncio.StreamWriter | None, data: bytes | None) -> None:
+    if stdin is None:
+        return
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        if data:
+            stdin.write(data)
+            await stdin.drain()
+        stdin.close()
+        await stdin.wait_closed()
+
+
+def _kill_session(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+async def run(
+    confinement: Confinement,
+    argv: Sequence[str],
+    *,
+    workspace: Path,
+    tmp: Path,
+    cwd: str,
+    env: dict[str, str],
+    timeout: float | None,
+    stdin: bytes | None,
+) -> ExecResult:
+    """Run ``argv`` confined; never raises for what the command itself does."""
+    tier = confinement.isolation.tier
+    limits = confinement.limits
+    block_r, block_w = os.pipe()
+    info_r = info_w = -1
+    kwargs: dict[str, object] = {}
+    if tier is Tier.NAMESPACES:
+        assert confinement.bwrap is not None
+        info_r, info_w = os.pipe()
+        command = bwrap_argv(
+            confinement.bwrap,
+            workspace=workspace,
+            tmp=tmp,
+            cwd=cwd,
+            env=env,
+            read_only=confinement.read_only,
+            info_fd=info_w,
+            block_fd=block_r,
+        ) + list(argv)
+        pass_fds = (info_w, block_r)
+    else:
+        # A shell stub waits for the go-ahead, closes the pipe and becomes the command.
+        stub = f'read -r _ <&{block_r}; exec {block_r}<&- "$@"'
+        command = ["/bin/sh", "-c", stub, "sh", *argv]
+        pass_fds = (block_r,)
+        kwargs = {"cwd": cwd, "env": env}
+        if confinement.isolation.run_as != os.getuid():
+            uid = confinement.isolation.run_as
+            kwargs |= {"user": uid, "group": uid, "extra_groups": []}
+    started = time.monotonic()
+    group: Path | None = None
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *command,
+            stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            pass_fds=pass_fds,
+            start_new_session=True,
+            **kwargs,  # type: ignore[arg-type]
+        )
+    except OSError as exc:
+        for fd in (block_r, block_w, info_r, info_w):
+            if fd >= 0:
+                os.close(fd)
+        raise BackendError(f"could not start {command[0]}: {exc}") from exc
+    os.close(block_r)
+    if info_w >= 0:
+        os.close(info_w)
+    assert proc.stdout is not None and proc.stderr is not None
+    out = _CappedReader(proc.stdout, limits.output_bytes)
+    err = _CappedReader(proc.stderr, limits.output_bytes)
+    readers = asyncio.gather(out.run(), err.run())
+    timed_out = False
+    try:
+        if tier is Tier.NAMESPACES:
+            fd, info_r = info_r, -1  # from here on owned and closed by the pipe transport
+            target = await _read_info(fd)
+        else:
+            target = proc.pid
+        if tier is not Tier.NONE:
+            try:
+                limits.apply(target, with_nproc=confinement.isolation.process_limit != "none")
+                if confinement.cgroups is not None:
+                    group = confinement.cgroups.new(limits.processes)
+                    confinement.cgroups.add(group, target)
+            except OSError as exc:
+                raise BackendError(f"could not confine the command: {exc}") from exc
+        os.write(block_w, b"\n")
+        feeder = asyncio.ensure_future(_feed(proc.stdin, stdin))
+        try:
+            await asyncio.wait_for(proc.wait(), timeout)
+        except asyncio.TimeoutError:
+            timed_out = True
+        feeder.cancel()
+    finally:
+        os.close(block_w)
+        if info_r >= 0:
+            os.close(info_r)
+        # Whatever the command left behind dies now: its session, its cgroup, and (for bwrap)
+        # its pid namespace, whose init is killed with the bwrap monitor.
+        _kill_session(proc.pid)
+        if group is not None:
+            PidsCgroups.kill_all(group)
+        with contextlib.suppress(ProcessLookupError):
+            await asyncio.wait_for(proc.wait(), _KILL_GRACE * 5)
+        try:
+            await asyncio.wait_for(asyncio.shield(readers), _KILL_GRACE)
+        except asyncio.TimeoutError:
+            # A descendant that escaped the kill still holds the pipe (rlimits tier only).
+            readers.cancel()
+    duration = time.monotonic() - started
+    code = proc.returncode if proc.returncode is not None else -signal.SIGKILL
+    if code < 0:
+        code = 128 - code  # as a shell reports death by signal, and as bwrap does
+    if timed_out and code == 0:
+        code = 128 + signal.SIGKILL
+    return ExecResult(
+        returncode=code,
+        stdout_bytes=out.data(),
+        stderr_bytes=err.data(),
+        timed_out=timed_out,
+        duration=duration,
+        truncated=out.truncated or err.truncated,
+    )

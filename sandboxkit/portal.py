@@ -1,0 +1,85 @@
+"""Run sandboxkit's async core from synchronous code.
+
+One event loop per process lives in a daemon thread; sync methods submit their coroutine to it
+and block. That works the same from a plain script, from many threads at once, and from inside
+a running event loop (a Jupyter cell), where ``asyncio.run`` would refuse.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import os
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+P = ParamSpec("P")
+R = TypeVar("R")
+S = TypeVar("S")
+
+
+class _Portal:
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.pid = os.getpid()
+        ready = threading.Event()
+        self.thread = threading.Thread(
+            target=self._serve, args=(ready,), name="sandboxkit-portal", daemon=True
+        )
+        self.thread.start()
+        ready.wait()
+
+    def _serve(self, ready: threading.Event) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.call_soon(ready.set)
+        self.loop.run_forever()
+
+    def call(self, coro: Coroutine[Any, Any, R]) -> R:
+        if threading.current_thread() is self.thread:
+            coro.close()
+            raise RuntimeError(
+                "a sandboxkit sync method was called on sandboxkit's own event loop; "
+                "await the async twin (the method prefixed with 'a') instead"
+            )
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result()
+        except (KeyboardInterrupt, concurrent.futures.CancelledError):
+            future.cancel()
+            raise
+
+
+_portal: _Portal | None = None
+_portal_lock = threading.Lock()
+
+
+def portal() -> _Portal:
+    """The process's portal, started on first use and restarted in a forked child."""
+    global _portal
+    with _portal_lock:
+        if _portal is None or _portal.pid != os.getpid():
+            _portal = _Portal()
+        return _portal
+
+
+def run_sync(coro: Coroutine[Any, Any, R]) -> R:
+    """Run a coroutine to completion from synchronous code, wherever that code runs."""
+    return portal().call(coro)
+
+
+def blocking(
+    method: Callable[Concatenate[S, P], Coroutine[Any, Any, R]],
+) -> Callable[Concatenate[S, P], R]:
+    """Derive the sync twin of an async method, so the two can never drift apart."""
+
+    @functools.wraps(method)
+    def wrapper(self: S, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return run_sync(method(self, *args, **kwargs))
+
+    name = method.__name__.removeprefix("a")
+    wrapper.__name__ = name
+    wrapper.__qualname__ = method.__qualname__.rsplit(".", 1)[0] + "." + name
+    wrapper.__doc__ = f"Blocking twin of :meth:`{method.__name__}`. " + (method.__doc__ or "")
+    return wrapper

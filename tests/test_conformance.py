@@ -1,0 +1,7 @@
+"""The backend contract, run on every backend in ``conftest.CONFORMANCE_BACKENDS``."""
+
+from sandboxkit.testing.conformance import BackendConformance
+
+
+class TestConformance(BackendConformance):
+    pass
