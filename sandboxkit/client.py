@@ -106,6 +106,7 @@ class SandboxClient:
 
     async def asandbox(
         self,
+        /,
         *,
         image: str | None = None,
         env: Mapping[str, str] | None = None,

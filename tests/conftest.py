@@ -6,7 +6,11 @@ that needs a server (an emulator) starts it through its own fixture.
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -22,7 +26,16 @@ def backend_client(request: pytest.FixtureRequest) -> Iterator[SandboxClient]:
 
 
 @pytest.fixture
-def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxClient]:
+def local_root() -> Iterator[Path]:
+    """A private sandbox root that an unprivileged uid can traverse (unlike pytest's tmp)."""
+    root = Path(tempfile.mkdtemp(prefix="sandboxkit-test-", dir="/tmp"))
+    os.chmod(root, 0o711)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def local(local_root: Path) -> Iterator[SandboxClient]:
     """The local backend on a private root, so tests can inspect what it leaves on disk."""
-    with get_backend("subprocess", root=tmp_path_factory.mktemp("sandboxes")) as client:
+    with get_backend("subprocess", root=local_root) as client:
         yield client

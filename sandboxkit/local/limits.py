@@ -54,5 +54,10 @@ class Limits:
         return limits
 
     def apply(self, pid: int, *, with_nproc: bool) -> None:
-        for which, value in self.rlimits(with_nproc=with_nproc).items():
-            resource.prlimit(pid, which, value)
+        """Lower ``pid``'s limits; never above its current hard limit (raising needs
+        CAP_SYS_RESOURCE, which even root may lack in a container)."""
+        for which, (soft, hard) in self.rlimits(with_nproc=with_nproc).items():
+            _, current = resource.prlimit(pid, which)
+            if current != resource.RLIM_INFINITY:
+                soft, hard = min(soft, current), min(hard, current)
+            resource.prlimit(pid, which, (soft, hard))

@@ -92,6 +92,59 @@ async def _feed(stdin: asyncio.StreamWriter | None, data: bytes | None) -> None:
         await stdin.wait_closed()
 
 
+_LAUNCH = """\
+import os, sys
+fd, uid = int(sys.argv[1]), int(sys.argv[2])
+os.read(fd, 1)
+os.close(fd)
+if uid >= 0:
+    os.setgroups([]); os.setgid(uid); os.setuid(uid)
+os.execvp(sys.argv[3], sys.argv[3:])
+"""
+
+
+def _launcher(confinement: Confinement, block_fd: int) -> list[str]:
+    """Without bwrap, a small launcher waits for the go-ahead, then becomes the command.
+
+    It drops to the unprivileged uid only after the host applied the limits: a root host may
+    lack CAP_SYS_RESOURCE, and then ``prlimit`` only works on processes of its own uid.
+    """
+    uid = confinement.isolation.run_as
+    drop = uid if uid != os.getuid() else -1
+    return [confinement.isolation.python, "-I", "-S", "-c", _LAUNCH, str(block_fd), str(drop)]
+
+
+async def _exit_of(pid: int) -> None:
+    """Returns when ``pid`` exits, even while its descendants keep its pipes open (asyncio's
+    ``Process.wait`` also waits for the pipes)."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    loop = asyncio.get_running_loop()
+    exited: asyncio.Future[None] = loop.create_future()
+
+    def on_exit() -> None:
+        if not exited.done():
+            exited.set_result(None)
+
+    loop.add_reader(pidfd, on_exit)
+    try:
+        await exited
+    finally:
+        loop.remove_reader(pidfd)
+        os.close(pidfd)
+
+
+async def _returncode(proc: asyncio.subprocess.Process) -> int:
+    """The exit status, as soon as the child watcher has reaped the process."""
+    for _ in range(1000):
+        if proc.returncode is not None:
+            return proc.returncode
+        await asyncio.sleep(0.002)
+    return -signal.SIGKILL
+
+
 def _kill_session(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
@@ -114,11 +167,13 @@ async def run(
     block_r, block_w = os.pipe()
     info_r = info_w = -1
     kwargs: dict[str, object] = {}
+    pass_fds: tuple[int, ...]
     if tier is Tier.NAMESPACES:
         assert confinement.bwrap is not None
         info_r, info_w = os.pipe()
         command = bwrap_argv(
             confinement.bwrap,
+            python=confinement.isolation.python,
             workspace=workspace,
             tmp=tmp,
             cwd=cwd,
@@ -128,15 +183,13 @@ async def run(
             block_fd=block_r,
         ) + list(argv)
         pass_fds = (info_w, block_r)
+        # bwrap's own processes (its namespace init among them) must not carry our
+        # environment: the sandbox can read their /proc/<pid>/environ.
+        kwargs = {"env": {"PATH": "/usr/bin:/bin"}}
     else:
-        # A shell stub waits for the go-ahead, closes the pipe and becomes the command.
-        stub = f'read -r _ <&{block_r}; exec {block_r}<&- "$@"'
-        command = ["/bin/sh", "-c", stub, "sh", *argv]
+        command = [*_launcher(confinement, block_r), *argv]
         pass_fds = (block_r,)
         kwargs = {"cwd": cwd, "env": env}
-        if confinement.isolation.run_as != os.getuid():
-            uid = confinement.isolation.run_as
-            kwargs |= {"user": uid, "group": uid, "extra_groups": []}
     started = time.monotonic()
     group: Path | None = None
     try:
@@ -162,6 +215,7 @@ async def run(
     err = _CappedReader(proc.stderr, limits.output_bytes)
     readers = asyncio.gather(out.run(), err.run())
     timed_out = False
+    code = -signal.SIGKILL
     try:
         if tier is Tier.NAMESPACES:
             fd, info_r = info_r, -1  # from here on owned and closed by the pipe transport
@@ -179,7 +233,7 @@ async def run(
         os.write(block_w, b"\n")
         feeder = asyncio.ensure_future(_feed(proc.stdin, stdin))
         try:
-            await asyncio.wait_for(proc.wait(), timeout)
+            await asyncio.wait_for(_exit_of(proc.pid), timeout)
         except asyncio.TimeoutError:
             timed_out = True
         feeder.cancel()
@@ -192,15 +246,13 @@ async def run(
         _kill_session(proc.pid)
         if group is not None:
             PidsCgroups.kill_all(group)
-        with contextlib.suppress(ProcessLookupError):
-            await asyncio.wait_for(proc.wait(), _KILL_GRACE * 5)
         try:
             await asyncio.wait_for(asyncio.shield(readers), _KILL_GRACE)
         except asyncio.TimeoutError:
             # A descendant that escaped the kill still holds the pipe (rlimits tier only).
             readers.cancel()
+        code = await _returncode(proc)
     duration = time.monotonic() - started
-    code = proc.returncode if proc.returncode is not None else -signal.SIGKILL
     if code < 0:
         code = 128 - code  # as a shell reports death by signal, and as bwrap does
     if timed_out and code == 0:

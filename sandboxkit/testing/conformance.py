@@ -107,7 +107,7 @@ class BackendConformance:
 
     def test_argv_must_be_a_list(self, sb: Sandbox) -> None:
         with pytest.raises(TypeError):
-            sb.exec("echo hi")  # type: ignore[arg-type]
+            sb.exec("echo hi")
 
     # -- files -----------------------------------------------------------------------------
 
@@ -222,4 +222,3 @@ class BackendConformance:
 
         with ThreadPoolExecutor(4) as pool:
             assert list(pool.map(work, range(4))) == ["0", "1", "4", "9"]
-

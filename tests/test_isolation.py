@@ -1,0 +1,101 @@
+"""Isolation tiers: detection, the strict and fallback modes, and limits as configured."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import sandboxkit
+from sandboxkit.errors import BackendMisconfiguredError, IsolationUnavailableError
+from sandboxkit.local import isolation
+from sandboxkit.local.isolation import Tier
+from sandboxkit.local.limits import Limits
+
+
+@pytest.fixture
+def no_namespaces(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bwrap that always fails, as on a machine without user namespaces."""
+    monkeypatch.setenv("SANDBOXKIT_BWRAP", "/bin/false")
+    monkeypatch.setattr(isolation, "_warned", False)
+
+
+def test_namespaces_are_used_when_available(local: sandboxkit.SandboxClient) -> None:
+    if isolation._probe_namespaces(isolation.bwrap_binary()) is not None:
+        pytest.skip("this machine has no user namespaces")
+    assert local.isolation.tier is Tier.NAMESPACES
+    with local.sandbox() as sb:
+        out = sb.exec(["python3", "-c", "import os; print(os.getcwd(), os.getpid())"], timeout=60)
+    cwd, pid = out.stdout.split()
+    assert cwd == "/workspace"
+    assert int(pid) < 10  # a fresh pid namespace
+
+
+def test_strict_refuses_without_namespaces(
+    no_namespaces: None, monkeypatch: pytest.MonkeyPatch, local_root: Path
+) -> None:
+    monkeypatch.setenv("SANDBOXKIT_ISOLATION", "strict")
+    with pytest.raises(IsolationUnavailableError, match="bwrap cannot create namespaces"):
+        sandboxkit.get_backend("subprocess", root=local_root)
+
+
+def test_auto_falls_back_to_rlimits_with_one_loud_warning(
+    no_namespaces: None, monkeypatch: pytest.MonkeyPatch, local_root: Path
+) -> None:
+    monkeypatch.setenv("SANDBOXKIT_ISOLATION", "auto")
+    with pytest.warns(RuntimeWarning, match="isolation tier 'rlimits'"):
+        client = sandboxkit.get_backend("subprocess", root=local_root)
+    assert client.isolation.tier is Tier.RLIMITS
+    with client.sandbox() as sb:
+        result = sb.exec(["python3", "-c", "import os; print(os.getuid())"], timeout=60)
+    assert result.ok
+    if os.geteuid() == 0:  # root's code would own the machine: it runs unprivileged
+        assert int(result.stdout) == client.isolation.run_as == isolation.NOBODY
+
+
+def test_none_tier_still_scrubs_the_environment(
+    monkeypatch: pytest.MonkeyPatch, local_root: Path
+) -> None:
+    monkeypatch.setenv("SANDBOXKIT_ISOLATION", "none")
+    monkeypatch.setenv("SANDBOXKIT_TEST_SECRET", "leak")
+    monkeypatch.setattr(isolation, "_warned", False)
+    with pytest.warns(RuntimeWarning):
+        client = sandboxkit.get_backend("subprocess", root=local_root)
+    with client.sandbox() as sb:
+        code = "import os; print(os.environ.get('SANDBOXKIT_TEST_SECRET'))"
+        assert sb.exec(["python3", "-c", code], timeout=60).stdout.strip() == "None"
+
+
+def test_bad_isolation_value(monkeypatch: pytest.MonkeyPatch, local_root: Path) -> None:
+    monkeypatch.setenv("SANDBOXKIT_ISOLATION", "paranoid")
+    with pytest.raises(BackendMisconfiguredError, match="paranoid"):
+        sandboxkit.get_backend("subprocess", root=local_root)
+
+
+def test_limits_from_environment_and_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SANDBOXKIT_LIMIT_MEMORY_MB", "300")
+    limits = Limits.from_env(cpu_seconds=7)
+    assert (limits.memory_mb, limits.cpu_seconds, limits.processes) == (300, 7, 128)
+    monkeypatch.setenv("SANDBOXKIT_LIMIT_OPEN_FILES", "many")
+    with pytest.raises(ValueError, match="SANDBOXKIT_LIMIT_OPEN_FILES"):
+        Limits.from_env()
+
+
+def test_limits_reach_the_code(local_root: Path) -> None:
+    client = sandboxkit.get_backend("subprocess", root=local_root, cpu_seconds=9, open_files=77)
+    code = (
+        "import resource as r; print(r.getrlimit(r.RLIMIT_CPU)[0], r.getrlimit(r.RLIMIT_NOFILE)[0])"
+    )
+    with client.sandbox() as sb:
+        assert sb.exec(["python3", "-c", code], timeout=60).stdout.split() == ["9", "77"]
+
+
+def test_paths_cannot_escape_the_sandbox(local: sandboxkit.SandboxClient) -> None:
+    with local.sandbox() as sb:
+        assert sb.exec(["ln", "-s", "/etc/hostname", "link"], timeout=60).ok
+        for path in ("../../etc/passwd", "/etc/passwd", "link"):
+            with pytest.raises(sandboxkit.SandboxError):
+                sb.read_file(path)
+        with pytest.raises(sandboxkit.SandboxError):
+            sb.write_file("link", "overwrite the host's file")
