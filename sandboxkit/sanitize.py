@@ -46,9 +46,7 @@ _LITERAL_ARGS: Mapping[str, tuple[Literal["code", "attribute"], slice]] = {
     "methodcaller": ("attribute", slice(0, 1)),
     "attrgetter": ("attribute", slice(0, None)),
 }
-"""Callables that take code or an attribute name as a string: literals are checked, the rest
-flagged."""
-_OPERATOR_GETTERS = frozenset({"methodcaller", "attrgetter"})
+"""Callables taking code or an attribute name as a string: literals are checked, others flagged."""
 
 
 class ProblemKind(str, enum.Enum):
@@ -63,6 +61,8 @@ class ProblemKind(str, enum.Enum):
 
 @dataclass(frozen=True)
 class Problem:
+    """One reason not to run a completion; rewards switch on ``kind``."""
+
     kind: ProblemKind
     reason: str
     """Human-readable, with the line when there is one."""
@@ -128,7 +128,7 @@ def function_body(completion: Completion) -> str:
     """
     body: list[str] = []
     for line in _clean(completion_text(completion)).split("\n"):
-        if line.strip() and line[0] not in " \t":
+        if line and line[0] not in " \t":
             break
         body.append(line)
     return "\n".join(body).rstrip()
@@ -205,15 +205,15 @@ def sanitize(
     """
     prefix, model = _program(completion, block, prompt)
     code = prefix + model
-    if not model.strip():
+    if not model:
         return Sanitized(code, Problem(ProblemKind.EMPTY, "the completion contains no code"))
     size = len(code.encode("utf-8", "surrogatepass"))
     if size > max_bytes:
         reason = f"the code is {size} bytes, over the limit of {max_bytes}"
         return Sanitized(code, Problem(ProblemKind.TOO_LARGE, reason))
-    tree = _parse(code)
-    if isinstance(tree, Problem):
-        return Sanitized(code, tree)
+    problems = find_banned(code, names=names, attributes=attributes, modules=modules)
+    if problems and problems[0].kind is not ProblemKind.BANNED:
+        return Sanitized(code, problems[0])
     first_line = prefix.count("\n") + 1
     hits = banned_substrings(model, substrings)
     if hits:
@@ -221,12 +221,8 @@ def sanitize(
         line = first_line + folded[: folded.find(hits[0].casefold())].count("\n")
         reason = f"line {line}: contains banned text {hits[0]!r}"
         return Sanitized(code, Problem(ProblemKind.BANNED, reason, line, hits[0]))
-    ban = _Ban(_strings(names), _strings(attributes), _strings(modules))
-    for line, construct, message in sorted(_scan(tree, ban), key=lambda found: found[0]):
-        if line >= first_line:
-            problem = Problem(ProblemKind.BANNED, f"line {line}: {message}", line, construct)
-            return Sanitized(code, problem)
-    return Sanitized(code)
+    own = [p for p in problems if (p.line or 0) >= first_line]
+    return Sanitized(code, own[0] if own else None)
 
 
 def _program(
@@ -247,7 +243,9 @@ def _program(
         return "", _tidy(text)
     chosen = [code for tag, code in blocks if _PYTHON_TAG.fullmatch(tag)]
     chosen = chosen or [code for tag, code in blocks if not tag]
-    return "", _tidy(chosen[0 if block == "first" else -1]) if chosen else ""
+    if not chosen:
+        return "", ""
+    return "", _tidy(chosen[0 if block == "first" else -1])
 
 
 def _fenced_blocks(text: str) -> list[tuple[str, str]]:
@@ -406,6 +404,6 @@ def _callee(node: ast.AST, renamed: Mapping[str, str]) -> str | None:
     so ``model.eval()`` is not ``eval``."""
     if isinstance(node, ast.Name):
         return renamed.get(node.id, node.id)
-    if isinstance(node, ast.Attribute) and node.attr in _OPERATOR_GETTERS:
+    if isinstance(node, ast.Attribute) and node.attr in ("methodcaller", "attrgetter"):
         return node.attr
     return None

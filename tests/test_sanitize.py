@@ -188,6 +188,7 @@ def test_tabs_are_kept() -> None:
                     "content": [
                         {"type": "text", "text": f"{F}python\nx = "},
                         {"type": "image", "image": "..."},
+                        {"type": "reasoning", "text": "draft()\n"},
                         {"type": "text", "text": f"1\n{F}"},
                     ],
                 }
@@ -197,7 +198,7 @@ def test_tabs_are_kept() -> None:
         ([{"role": "user", "content": "x = 1"}], ""),
         ([{"role": "assistant", "content": None}], ""),
         ([{"role": "assistant", "content": [{"type": "text", "text": 5}]}], ""),
-        (["not a message", {"role": "assistant", "content": "y = 2"}], "y = 2"),
+        ([{"role": "assistant", "content": "y = 2"}, "not a message"], "y = 2"),
         ([], ""),
     ],
     ids=[
@@ -238,9 +239,12 @@ PROMPT = 'def sort(xs: list[int]) -> list[int]:\n    """Sort xs without sorted()
         ),
         (
             "    @cache\n    def go(i):\n        return i\n    return go(0)\n@dec\ndef g(): pass",
-            None,
+            "    @cache\n    def go(i):\n        return i\n    return go(0)",
         ),
-        ("    # indented comment stays\n    return xs\n# column-0 comment ends it\nx = 1", None),
+        (
+            "    # indented comment stays\n    return xs\n# column-0 comment ends it\nx = 1",
+            "    # indented comment stays\n    return xs",
+        ),
         ("    return xs\n\n\nif __name__ == '__main__':\n    print(1)", "    return xs"),
         ("    return xs\r\n\r\nprint(1)\r\n", "    return xs"),
         ("\treturn xs\nprint(1)", "\treturn xs"),
@@ -263,11 +267,8 @@ PROMPT = 'def sort(xs: list[int]) -> list[int]:\n    """Sort xs without sorted()
         "empty",
     ],
 )
-def test_function_body(completion: str, expected: str | None) -> None:
-    body = function_body(completion)
-    if expected is None:  # everything up to the first column-0 line
-        expected = completion.split("\n@")[0].split("\n#")[0]
-    assert body == expected
+def test_function_body(completion: str, expected: str) -> None:
+    assert function_body(completion) == expected
 
 
 def test_body_assembles_with_prompt_and_runs() -> None:
@@ -357,6 +358,7 @@ def constructs(code: str, **ban: Any) -> set[str | None]:
         ("getattr(xs, ''.join(['s', 'o', 'r', 't']))()", "getattr"),
         ("name = 'sort'\ngetattr(xs, name)()", "getattr"),
         ("getattr(xs, *['sort'])()", "getattr"),
+        ("getattr(*[xs, 'sort'])()", "getattr"),
         ("g = getattr\ng(xs, 'sort')()", "getattr"),
         ("from operator import methodcaller as mc\nmc('so' + 'rt')(xs)", "methodcaller"),
         ("b = __import__('builtins')\nb.sorted(xs)", "__import__"),
@@ -467,6 +469,7 @@ def test_banned_modules(code: str, construct: str) -> None:
 def test_banned_submodule_is_matched_through_from_import() -> None:
     assert constructs("from os import path", modules=["os.path"]) == {"os.path"}
     assert find_banned("import os\nimport osmosis", modules=["os.path"]) == ()
+    assert find_banned("import osmosis\nfrom ossify import path", modules=["os"]) == ()
 
 
 def test_ast_problem_names_line_and_construct() -> None:
