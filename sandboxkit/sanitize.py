@@ -1,0 +1,409 @@
+"""Turn a model completion into a program to run, and flag constructs a task forbids.
+
+Rewards call :func:`sanitize` once per completion and map ``Sanitized.problem`` to an outcome
+before paying for a sandbox. Nothing here raises for what the model wrote: hostile or broken
+input comes back as a :class:`Problem`.
+
+The banned-construct checks are a *policy* check on source text, not a security boundary: they
+stop a model from collecting reward for ``sorted(xs)`` in a "write your own sort" task, while the
+sandbox is what contains the program. :func:`find_banned` documents what it cannot see.
+"""
+
+from __future__ import annotations
+
+import ast
+import enum
+import re
+import textwrap
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeAlias
+
+Completion: TypeAlias = "str | Sequence[Mapping[str, Any]]"
+"""What TRL passes a reward function: text, or chat messages (``{"role", "content"}``)."""
+
+DEFAULT_MAX_BYTES = 64 * 1024
+
+_FENCE = re.compile(r"[ \t]*(`{3,}|~{3,})(.*)")
+_PYTHON_TAG = re.compile(r"py(?:thon)?[0-9.]*")
+_END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end|>", "</s>")
+
+# What reaches an arbitrary name, attribute or module at run time, so hides what it reaches.
+_DYNAMIC_MODULES = {"builtins", "code", "codeop", "ctypes", "gc", "importlib", "inspect"}
+_DYNAMIC_MODULES |= {"marshal", "pickle", "_pickle", "pkgutil", "runpy", "shelve", "types"}
+_DYNAMIC_NAMES = {"__builtins__", "__import__", "__loader__", "__spec__", "globals", "locals"}
+_DYNAMIC_NAMES |= {"vars"}
+_DYNAMIC_ATTRS = {"__base__", "__bases__", "__builtins__", "__closure__", "__code__", "__dict__"}
+_DYNAMIC_ATTRS |= {"__getattribute__", "__globals__", "__import__", "__loader__", "__mro__"}
+_DYNAMIC_ATTRS |= {"__self__", "__subclasses__", "_getframe", "f_back", "f_builtins"}
+_DYNAMIC_ATTRS |= {"f_globals", "f_locals", "gi_frame", "tb_frame", "meta_path", "modules"}
+"""``print.__self__`` is the builtins module, ``sys.modules`` holds every module."""
+_LITERAL_ARGS: Mapping[str, tuple[Literal["code", "attribute"], slice]] = {
+    "eval": ("code", slice(0, 1)),
+    "exec": ("code", slice(0, 1)),
+    "compile": ("code", slice(0, 1)),
+    "getattr": ("attribute", slice(1, 2)),
+    "methodcaller": ("attribute", slice(0, 1)),
+    "attrgetter": ("attribute", slice(0, None)),
+}
+"""Callables taking code or an attribute name as a string: literals are checked, others flagged."""
+
+
+class ProblemKind(str, enum.Enum):
+    """Why a completion should not (or need not) be run."""
+
+    EMPTY = "empty"
+    TOO_LARGE = "too_large"
+    NUL_BYTES = "nul_bytes"
+    SYNTAX_ERROR = "syntax_error"
+    BANNED = "banned"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One reason not to run a completion; rewards switch on ``kind``."""
+
+    kind: ProblemKind
+    reason: str
+    """Human-readable, with the line when there is one."""
+    line: int | None = None
+    construct: str | None = None
+    """For ``BANNED``: the name, attribute, module or pattern that was found."""
+
+
+@dataclass(frozen=True)
+class Sanitized:
+    """The program to run (even when there is a problem, for logging) and what is wrong with it."""
+
+    code: str
+    problem: Problem | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+
+def completion_text(completion: Completion) -> str:
+    """The text of a completion; for chat messages, the last assistant message's text parts."""
+    if isinstance(completion, str):
+        return completion
+    for message in reversed(completion):
+        if isinstance(message, Mapping) and message.get("role") == "assistant":
+            content = message.get("content")
+            if isinstance(content, str):
+                return content
+            if isinstance(content, list):
+                return "".join(
+                    part["text"]
+                    for part in content
+                    if isinstance(part, Mapping)
+                    and part.get("type") == "text"
+                    and isinstance(part.get("text"), str)
+                )
+            return ""
+    return ""
+
+
+def extract_code(
+    completion: Completion, *, block: Literal["first", "last"] = "last", prompt: str | None = None
+) -> str:
+    """The program in a completion.
+
+    With fenced blocks (backticks or tildes), ``block`` picks among the Python-tagged ones
+    (``python``, ``py``, ``Python3``...), or among untagged ones if there are none; blocks in
+    other languages are never taken, so a completion fencing only ``bash`` yields ``""``. An
+    unterminated final fence (the model hit its token limit) counts as a block. Without fences
+    the whole text is the code. With ``prompt``, the completion instead continues a function
+    the prompt starts (HumanEval style): the result is ``prompt`` + :func:`function_body`.
+    """
+    return "".join(_program(completion, block, prompt))
+
+
+def function_body(completion: Completion) -> str:
+    """The indented continuation of a function: lines up to the first non-blank line at column 0.
+
+    That drops what models append after the body (tests, ``__main__`` blocks, new definitions,
+    column-0 comments). Like HumanEval's stop sequences, it also cuts a triple-quoted string
+    whose lines start at column 0.
+    """
+    body: list[str] = []
+    for line in _clean(completion_text(completion)).split("\n"):
+        if line and line[0] not in " \t":
+            break
+        body.append(line)
+    return "\n".join(body).rstrip()
+
+
+def banned_substrings(code: str, patterns: Collection[str]) -> tuple[str, ...]:
+    """The patterns occurring in ``code``, case-insensitively, in the order given.
+
+    Matches inside strings and comments too, and misses ``f = sorted``-style evasions; see
+    :func:`find_banned` for a check that understands the code.
+    """
+    folded = code.casefold()
+    return tuple(p for p in _strings(patterns) if p and p.casefold() in folded)
+
+
+def find_banned(
+    code: str,
+    *,
+    names: Collection[str] = (),
+    attributes: Collection[str] = (),
+    modules: Collection[str] = (),
+) -> tuple[Problem, ...]:
+    """Banned constructs in ``code``, by line; unparsable code gives one ``SYNTAX_ERROR`` problem.
+
+    ``names`` are variables/builtins (``sorted``): any reference is flagged, so ``f = sorted``,
+    a local ``def sorted`` and ``from m import sorted as s`` are too. ``attributes`` (``sort``)
+    cover ``xs.sort()``, ``list.sort(xs)``, ``getattr(xs, "sort")``, ``methodcaller("sort")``,
+    ``from m import sort`` and ``case list(sort=f)`` patterns. ``modules`` cover ``import m``,
+    ``import m.sub`` and ``from m import x``. Names and attributes are separate: banning
+    ``sorted`` does not ban ``.sort``.
+
+    When anything is banned, ways to reach an arbitrary name, attribute or module at run time
+    are flagged as well, since the check cannot follow them: ``eval``/``exec``/``compile`` of
+    anything but a string literal (literals are checked as code, so ``eval(input())`` is
+    flagged too), ``getattr`` with a computed name, ``__import__``, ``globals``/``locals``/
+    ``vars``, ``__builtins__``, imports of ``builtins``/``importlib``/``pickle``/``inspect``/
+    ``types``/``gc``/``ctypes``..., introspection attributes (``__globals__``, ``__self__``,
+    ``__dict__``, ``__subclasses__``, frame attributes, and ``.modules`` on any object), and
+    these callables referenced other than by a direct call (``g = getattr``).
+
+    Not caught: a program that writes a file and imports or runs it, one that starts a
+    process (``os.system("python -c ...")``, unless ``os``/``subprocess`` are banned), code
+    hidden in data the sandbox provides, and escape routes missing from the lists above.
+    """
+    tree = _parse(code)
+    if isinstance(tree, Problem):
+        return (tree,)
+    ban = _Ban(_strings(names), _strings(attributes), _strings(modules))
+    found = {
+        Problem(ProblemKind.BANNED, f"line {line}: {message}", line, construct): None
+        for line, construct, message in _scan(tree, ban)
+    }
+    return tuple(sorted(found, key=lambda p: p.line or 0))
+
+
+def sanitize(
+    completion: Completion,
+    *,
+    prompt: str | None = None,
+    block: Literal["first", "last"] = "last",
+    names: Collection[str] = (),
+    attributes: Collection[str] = (),
+    modules: Collection[str] = (),
+    substrings: Collection[str] = (),
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> Sanitized:
+    """Extract the program (see :func:`extract_code`) and report its first problem.
+
+    Checks run in order: empty, over ``max_bytes`` (UTF-8), NUL bytes, syntax, ``substrings``
+    (:func:`banned_substrings`), then ``names``/``attributes``/``modules`` (:func:`find_banned`).
+    With ``prompt`` only the model's part is held to the bans: a docstring saying "sorted(" is
+    the task author's. Syntax is judged by this interpreter's grammar, which may be older than
+    the sandbox's.
+    """
+    prefix, model = _program(completion, block, prompt)
+    code = prefix + model
+    if not model:
+        return Sanitized(code, Problem(ProblemKind.EMPTY, "the completion contains no code"))
+    size = len(code.encode("utf-8", "surrogatepass"))
+    if size > max_bytes:
+        reason = f"the code is {size} bytes, over the limit of {max_bytes}"
+        return Sanitized(code, Problem(ProblemKind.TOO_LARGE, reason))
+    problems = find_banned(code, names=names, attributes=attributes, modules=modules)
+    if problems and problems[0].kind is not ProblemKind.BANNED:
+        return Sanitized(code, problems[0])
+    first_line = prefix.count("\n") + 1
+    hits = banned_substrings(model, substrings)
+    if hits:
+        folded = model.casefold()
+        line = first_line + folded[: folded.find(hits[0].casefold())].count("\n")
+        reason = f"line {line}: contains banned text {hits[0]!r}"
+        return Sanitized(code, Problem(ProblemKind.BANNED, reason, line, hits[0]))
+    own = [p for p in problems if (p.line or 0) >= first_line]
+    return Sanitized(code, own[0] if own else None)
+
+
+def _program(
+    completion: Completion, block: Literal["first", "last"], prompt: str | None
+) -> tuple[str, str]:
+    """``(prefix, model_code)``: the prompt's part (body mode only) and the model's part."""
+    if block not in ("first", "last"):
+        raise ValueError(f"block must be 'first' or 'last', not {block!r}")
+    text = _clean(completion_text(completion))
+    if prompt is not None:
+        prompt = _newlines(prompt)
+        head = sep = ""
+        if prompt and not prompt.endswith("\n"):
+            head, sep, text = text.partition("\n")  # the first line finishes the prompt's last
+        return prompt, (head + sep + function_body(text)).rstrip()
+    blocks = _fenced_blocks(text)
+    if not blocks:
+        return "", _tidy(text)
+    chosen = [code for tag, code in blocks if _PYTHON_TAG.fullmatch(tag)]
+    chosen = chosen or [code for tag, code in blocks if not tag]
+    if not chosen:
+        return "", ""
+    return "", _tidy(chosen[0 if block == "first" else -1])
+
+
+def _fenced_blocks(text: str) -> list[tuple[str, str]]:
+    """``(lowercase language tag, content)`` of each fenced block, CommonMark-style: a block
+    closes at a fence of the same character at least as long, so ```` fences may nest ```."""
+    lines = text.split("\n")
+    blocks: list[tuple[str, str]] = []
+    fence = tag = ""
+    start = 0
+    for i, line in enumerate(lines):
+        match = _FENCE.fullmatch(line)
+        if match is None:
+            continue
+        marker, info = match.groups()
+        if not fence:
+            fence, tag, start = marker, (info.split() or [""])[0].lower(), i + 1
+        elif marker[0] == fence[0] and len(marker) >= len(fence) and not info.strip():
+            blocks.append((tag, "\n".join(lines[start:i])))
+            fence = ""
+    if fence:
+        blocks.append((tag, "\n".join(lines[start:])))
+    return blocks
+
+
+def _newlines(text: str) -> str:
+    """LF line ends (Python reads ``\\r`` and ``\\r\\n`` as newlines too) and no leading BOM."""
+    return text.replace("\r\n", "\n").replace("\r", "\n").removeprefix("\ufeff")
+
+
+def _clean(text: str) -> str:
+    """:func:`_newlines` and no trailing chat end-of-turn markers left in by the decoding."""
+    text = _newlines(text).rstrip()
+    while text.endswith(_END_TOKENS):
+        text = text[: text.rfind("<")].rstrip()
+    return text
+
+
+def _tidy(code: str) -> str:
+    """Without the common indentation (fences inside markdown lists) or surrounding blank lines."""
+    return textwrap.dedent(code).lstrip("\n").rstrip()
+
+
+def _strings(values: Collection[str]) -> tuple[str, ...]:
+    """A lone string is one value, not its characters: ``names="sorted"`` must not ban "s"."""
+    return tuple(dict.fromkeys((values,) if isinstance(values, str) else values))
+
+
+def _parse(code: str) -> ast.Module | Problem:
+    if "\0" in code:
+        line = code[: code.index("\0")].count("\n") + 1
+        return Problem(ProblemKind.NUL_BYTES, f"line {line}: the code contains NUL bytes", line)
+    try:
+        return ast.parse(code)
+    except SyntaxError as exc:
+        where = f"line {exc.lineno}: " if exc.lineno else ""
+        return Problem(ProblemKind.SYNTAX_ERROR, f"{where}{exc.msg}", exc.lineno)
+    except (ValueError, RecursionError, MemoryError) as exc:  # surrogates; nesting too deep
+        reason = f"cannot be parsed: {type(exc).__name__} {exc}".rstrip()
+        return Problem(ProblemKind.SYNTAX_ERROR, reason)
+
+
+@dataclass(frozen=True)
+class _Ban:
+    names: tuple[str, ...]
+    attributes: tuple[str, ...]
+    modules: tuple[str, ...]
+
+    def attribute(self, name: str) -> tuple[str, str] | None:
+        if name in self.attributes:
+            return name, f"uses banned attribute {name!r}"
+        if name in _DYNAMIC_ATTRS:
+            return name, f"uses {name!r}, which reaches other namespaces"
+        return None
+
+    def module(self, name: str) -> tuple[str, str] | None:
+        for banned in self.modules:
+            if name == banned or name.startswith(banned + "."):
+                return banned, f"imports {name!r} (banned module {banned!r})"
+        root = name.partition(".")[0]
+        if root in _DYNAMIC_MODULES:
+            return root, f"imports {name!r}, which reaches arbitrary code"
+        return None
+
+
+def _scan(tree: ast.AST, ban: _Ban) -> Iterator[tuple[int, str, str]]:
+    """``(line, construct, message)`` for each banned or unfollowable construct in ``tree``."""
+    if not (ban.names or ban.attributes or ban.modules):
+        return
+    nodes = list(ast.walk(tree))  # breadth-first: a call comes before its callee
+    renamed = {
+        alias.asname: alias.name
+        for node in nodes
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+        if alias.asname
+    }
+    called: set[int] = set()
+    for node in nodes:
+        line: int = getattr(node, "lineno", 0)
+        callee = _callee(node, renamed)
+        found: list[tuple[str, str] | None] = []
+        if isinstance(node, ast.Import):
+            found = [ban.module(alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if node.module and not node.level:
+                    found.append(ban.module(f"{node.module}.{alias.name}"))
+                if alias.name in ban.names:
+                    found.append((alias.name, f"imports banned name {alias.name!r}"))
+                found.append(ban.attribute(alias.name))
+        elif isinstance(node, ast.Name):
+            if node.id in ban.names:
+                found = [(node.id, f"uses banned name {node.id!r}")]
+            elif callee in ban.names:
+                found = [(callee, f"uses {node.id!r}, an alias of banned name {callee!r}")]
+            elif callee in _DYNAMIC_NAMES:
+                found = [(node.id, f"uses {node.id!r}, which reaches other namespaces")]
+        elif isinstance(node, ast.Attribute):
+            found = [ban.attribute(node.attr)]
+        elif isinstance(node, ast.MatchClass):  # `case list(sort=f)` is getattr(subject, "sort")
+            found = [ban.attribute(name) for name in node.kwd_attrs]
+        elif isinstance(node, ast.Call):
+            name = _callee(node.func, renamed)
+            if name is not None and name in _LITERAL_ARGS:
+                called.add(id(node.func))
+                found = list(_literal_args(node, name, ban))
+        if callee is not None and callee in _LITERAL_ARGS and id(node) not in called:
+            found.append((callee, f"uses {callee!r} other than by calling it"))
+        yield from ((line, *hit) for hit in found if hit)
+
+
+def _literal_args(call: ast.Call, name: str, ban: _Ban) -> Iterator[tuple[str, str]]:
+    """Check the string literals a code- or attribute-taking call gets; flag anything else."""
+    kind, where = _LITERAL_ARGS[name]
+    args = [a.value if isinstance(a, ast.Constant) else None for a in call.args[where]]
+    if not args or not all(isinstance(value, str) for value in args):
+        what = "computed code" if kind == "code" else "a computed attribute name"
+        yield name, f"passes {name!r} {what}, which cannot be checked"
+    for value in args:
+        if not isinstance(value, str):
+            continue
+        if kind == "attribute":
+            yield from filter(None, map(ban.attribute, value.split(".")))
+            continue
+        inner = _parse(value)
+        if isinstance(inner, Problem):
+            yield name, f"passes unparsable code to {name!r}"
+            continue
+        for _, construct, message in _scan(inner, ban):
+            yield construct, f"{message}, in the code passed to {name!r}"
+
+
+def _callee(node: ast.AST, renamed: Mapping[str, str]) -> str | None:
+    """The builtin-ish name ``node`` refers to: ``s`` after ``from m import sorted as s`` is
+    ``sorted``; only ``methodcaller``/``attrgetter`` are recognised as attributes (``operator.``),
+    so ``model.eval()`` is not ``eval``."""
+    if isinstance(node, ast.Name):
+        return renamed.get(node.id, node.id)
+    if isinstance(node, ast.Attribute) and node.attr in ("methodcaller", "attrgetter"):
+        return node.attr
+    return None

@@ -1,0 +1,661 @@
+"""Tests for extraction and banned-construct checks; completions are written as a hostile model
+would write them."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from sandboxkit.sanitize import (
+    DEFAULT_MAX_BYTES,
+    Problem,
+    ProblemKind,
+    Sanitized,
+    banned_substrings,
+    completion_text,
+    extract_code,
+    find_banned,
+    function_body,
+    sanitize,
+)
+
+F = "```"
+WIDE_SORTED = "".join(chr(ord(c) + 0xFEE0) for c in "sorted")  # NFKC-equal to sorted
+
+# --- extraction ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("completion", "expected"),
+    [
+        (f"Here:\n{F}python\nprint(1)\n{F}\nDone.", "print(1)"),
+        (f"{F}py\nprint(1)\n{F}", "print(1)"),
+        (f"{F}Python3\nprint(1)\n{F}", "print(1)"),
+        (f"{F}PYTHON\nprint(1)\n{F}", "print(1)"),
+        (f"{F}python3.11\nprint(1)\n{F}", "print(1)"),
+        (f"{F}python title='sol.py'\nprint(1)\n{F}", "print(1)"),
+        (f"{F}\nprint(1)\n{F}", "print(1)"),
+        ("~~~python\nprint(1)\n~~~", "print(1)"),
+        ("~~~\nprint(1)\n~~~", "print(1)"),
+        ("````python\nprint(1)\n````", "print(1)"),
+        (f"  {F}python\n  def f():\n      return 1\n  {F}", "def f():\n    return 1"),
+        (f"{F}python\n\n\nprint(1)\n\n   \n{F}", "print(1)"),
+    ],
+    ids=[
+        "python",
+        "py",
+        "Python3",
+        "upper",
+        "versioned",
+        "info-string",
+        "bare",
+        "tilde-python",
+        "tilde-bare",
+        "four-backticks",
+        "indented-fence-dedented",
+        "blank-lines-trimmed",
+    ],
+)
+def test_fence_flavours(completion: str, expected: str) -> None:
+    assert extract_code(completion) == expected
+
+
+TWO_PY = f"{F}python\nfirst()\n{F}\ntext\n{F}python\nsecond()\n{F}"
+
+
+@pytest.mark.parametrize(
+    ("completion", "block", "expected"),
+    [
+        (TWO_PY, "last", "second()"),
+        (TWO_PY, "first", "first()"),
+        # A python-tagged block wins over bare and other-language blocks wherever they are.
+        (f"{F}python\npy()\n{F}\n{F}\nbare()\n{F}", "last", "py()"),
+        (f"{F}\nbare()\n{F}\n{F}python\npy()\n{F}", "first", "py()"),
+        (f"{F}python\npy()\n{F}\n{F}bash\nls -l\n{F}", "last", "py()"),
+        (f"{F}bash\npip install x\n{F}\n{F}\nbare()\n{F}", "last", "bare()"),
+        (f"{F}\none()\n{F}\n{F}\ntwo()\n{F}", "first", "one()"),
+        (f"{F}\none()\n{F}\n{F}\ntwo()\n{F}", "last", "two()"),
+    ],
+)
+def test_block_selection(completion: str, block: Any, expected: str) -> None:
+    assert extract_code(completion, block=block) == expected
+
+
+def test_invalid_block_choice_is_a_caller_error() -> None:
+    with pytest.raises(ValueError, match="block"):
+        extract_code("x", block="middle")  # type: ignore[arg-type]
+
+
+def test_only_other_language_fences_yield_no_code() -> None:
+    completion = f"Run this:\n{F}bash\npython -c 'print(1)'\n{F}"
+    assert extract_code(completion) == ""
+    assert sanitize(completion).problem == Problem(
+        ProblemKind.EMPTY, "the completion contains no code"
+    )
+
+
+@pytest.mark.parametrize(
+    ("completion", "expected"),
+    [
+        (f"{F}python\ndef f(x):\n    return x +", "def f(x):\n    return x +"),
+        (f"{F}python\nfirst()\n{F}\n{F}python\nsecond(", "second("),
+        (f"{F}python\nx = 1\n<|im_end|>", "x = 1"),
+    ],
+    ids=["only-block", "after-closed-block", "end-token"],
+)
+def test_unterminated_final_fence_still_yields_code(completion: str, expected: str) -> None:
+    assert extract_code(completion) == expected
+
+
+def test_longer_fence_nests_a_shorter_one() -> None:
+    completion = f'````python\ndoc = """\n{F}python\nprint(1)\n{F}\n"""\n````'
+    assert extract_code(completion) == f'doc = """\n{F}python\nprint(1)\n{F}\n"""'
+
+
+def test_closing_fence_needs_the_same_character() -> None:
+    completion = f"~~~python\ns = 1\n{F}\nt = 2\n~~~"
+    assert extract_code(completion) == f"s = 1\n{F}\nt = 2"
+
+
+def test_fence_with_info_string_does_not_close_a_block() -> None:
+    completion = f"{F}python\na = 1\n{F}python\nb = 2\n{F}"
+    assert extract_code(completion) == f"a = 1\n{F}python\nb = 2"
+
+
+@pytest.mark.parametrize(
+    ("completion", "expected"),
+    [
+        ("\n\n  print(1)\n  print(2)\n\n", "print(1)\nprint(2)"),
+        ("import sys\nprint(sys.argv)", "import sys\nprint(sys.argv)"),
+        ("x = 1\n<|im_end|>\n", "x = 1"),
+        ("x = 1<|endoftext|>", "x = 1"),
+        ("x = 1 </s>  <|eot_id|>", "x = 1"),
+        ("\ufeffprint(1)", "print(1)"),
+        ("def f():\r\n    return 1\r\n", "def f():\n    return 1"),
+        ("a = 1\rb = 2", "a = 1\nb = 2"),
+        ("", ""),
+        ("   \n\t\n", ""),
+    ],
+    ids=[
+        "dedent-and-trim",
+        "unchanged",
+        "im-end",
+        "endoftext",
+        "several-tokens",
+        "bom",
+        "crlf",
+        "lone-cr",
+        "empty",
+        "whitespace",
+    ],
+)
+def test_plain_code(completion: str, expected: str) -> None:
+    assert extract_code(completion) == expected
+
+
+def test_crlf_inside_a_fence() -> None:
+    assert extract_code(f"{F}python\r\nx = 1\r\n{F}\r\n") == "x = 1"
+
+
+def test_tabs_are_kept() -> None:
+    code = "def f():\n\treturn 1"
+    assert extract_code(f"{F}python\n{code}\n{F}") == code
+    assert sanitize(code).ok
+
+
+# --- chat format ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("completion", "expected"),
+    [
+        ([{"role": "assistant", "content": "x = 1"}], "x = 1"),
+        (
+            [
+                {"role": "assistant", "content": "old = 1"},
+                {"role": "user", "content": "again"},
+                {"role": "assistant", "content": "new = 2"},
+                {"role": "tool", "content": "out = 3"},
+            ],
+            "new = 2",
+        ),
+        (
+            [
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "text", "text": f"{F}python\nx = "},
+                        {"type": "image", "image": "..."},
+                        {"type": "reasoning", "text": "draft()\n"},
+                        {"type": "text", "text": f"1\n{F}"},
+                    ],
+                }
+            ],
+            f"{F}python\nx = 1\n{F}",
+        ),
+        ([{"role": "user", "content": "x = 1"}], ""),
+        ([{"role": "assistant", "content": None}], ""),
+        ([{"role": "assistant", "content": [{"type": "text", "text": 5}]}], ""),
+        ([{"role": "assistant", "content": "y = 2"}, "not a message"], "y = 2"),
+        ([], ""),
+    ],
+    ids=[
+        "single",
+        "last-assistant",
+        "content-parts",
+        "no-assistant",
+        "none-content",
+        "bad-part",
+        "bad-message",
+        "empty-list",
+    ],
+)
+def test_completion_text(completion: Any, expected: str) -> None:
+    assert completion_text(completion) == expected
+
+
+def test_chat_completion_is_extracted_like_text() -> None:
+    completion = [{"role": "assistant", "content": f"Sure!\n{F}python\nprint(2)\n{F}"}]
+    assert extract_code(completion) == "print(2)"
+    assert sanitize(completion, names=["sorted"]) == Sanitized("print(2)")
+
+
+# --- function-body continuations --------------------------------------------------------
+
+PROMPT = 'def sort(xs: list[int]) -> list[int]:\n    """Sort xs without sorted()."""\n'
+
+
+@pytest.mark.parametrize(
+    ("completion", "expected"),
+    [
+        ("    return xs\n\nprint(sort([2, 1]))\n", "    return xs"),
+        (
+            "    out = []\n\n    for x in xs:\n        if x:\n\n            out.append(x)\n"
+            "    return out\ndef other():\n    pass\n",
+            "    out = []\n\n    for x in xs:\n        if x:\n\n            out.append(x)\n"
+            "    return out",
+        ),
+        (
+            "    @cache\n    def go(i):\n        return i\n    return go(0)\n@dec\ndef g(): pass",
+            "    @cache\n    def go(i):\n        return i\n    return go(0)",
+        ),
+        (
+            "    # indented comment stays\n    return xs\n# column-0 comment ends it\nx = 1",
+            "    # indented comment stays\n    return xs",
+        ),
+        ("    return xs\n\n\nif __name__ == '__main__':\n    print(1)", "    return xs"),
+        ("    return xs\r\n\r\nprint(1)\r\n", "    return xs"),
+        ("\treturn xs\nprint(1)", "\treturn xs"),
+        ("    return xs\n```\n\nExplanation: ...", "    return xs"),
+        ("    return xs<|endoftext|>", "    return xs"),
+        ("def other():\n    return 1\n", ""),
+        ("", ""),
+    ],
+    ids=[
+        "simple",
+        "nested-and-blank-lines",
+        "decorators",
+        "comments",
+        "main-block",
+        "crlf",
+        "tab-indent",
+        "closing-fence",
+        "end-token",
+        "no-body",
+        "empty",
+    ],
+)
+def test_function_body(completion: str, expected: str) -> None:
+    assert function_body(completion) == expected
+
+
+def test_body_assembles_with_prompt_and_runs() -> None:
+    completion = "    return [x for x in xs]\n\nassert sort([1]) == [1]\n"
+    code = extract_code(completion, prompt=PROMPT)
+    assert code == PROMPT + "    return [x for x in xs]"
+    namespace: dict[str, Any] = {}
+    exec(code, namespace)
+    assert namespace["sort"]([3, 4]) == [3, 4]
+
+
+def test_body_finishes_a_prompt_without_trailing_newline() -> None:
+    prompt = "def f(x):\n    return "
+    assert extract_code("x + 1\nprint(f(1))", prompt=prompt) == "def f(x):\n    return x + 1"
+    assert extract_code("\n    return x\nprint(1)", prompt="def f(x):") == (
+        "def f(x):\n    return x"
+    )
+
+
+def test_body_from_chat_completion_and_crlf_prompt() -> None:
+    completion = [{"role": "assistant", "content": "    return xs\r\nprint(1)"}]
+    prompt = PROMPT.replace("\n", "\r\n")
+    assert extract_code(completion, prompt=prompt) == PROMPT + "    return xs"
+
+
+def test_empty_body_is_an_empty_problem() -> None:
+    result = sanitize("print('no body')\n", prompt=PROMPT)
+    assert result.problem is not None
+    assert result.problem.kind is ProblemKind.EMPTY
+    assert result.code == PROMPT
+
+
+# --- substring check ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ("ys = sorted(xs)", ("sorted(",)),
+        ("xs.sort()", (".sort(",)),
+        ("ys = SORTED(xs); xs.Sort()", ("sorted(", ".sort(")),
+        ('print("sorted(")', ("sorted(",)),  # known: strings and comments match too
+        ("# sorted(xs)", ("sorted(",)),
+        ("sorted_list = xs", ()),
+        ("f = sorted\nf(xs)", ()),  # known: evaded by aliasing
+        (WIDE_SORTED + "(xs)", ()),  # known: evaded by NFKC-equal identifiers
+    ],
+)
+def test_banned_substrings(code: str, expected: tuple[str, ...]) -> None:
+    assert banned_substrings(code, ["sorted(", ".sort("]) == expected
+
+
+def test_banned_substrings_takes_one_string_and_ignores_empty_patterns() -> None:
+    assert banned_substrings("sorted(x)", "sorted(") == ("sorted(",)
+    assert banned_substrings("x = 1", ["", "y"]) == ()
+
+
+# --- AST check ------------------------------------------------------------------------------
+
+
+def constructs(code: str, **ban: Any) -> set[str | None]:
+    ban = ban or {"names": ["sorted"], "attributes": ["sort"]}
+    return {p.construct for p in find_banned(code, **ban)}
+
+
+@pytest.mark.parametrize(
+    ("code", "construct"),
+    [
+        ("ys = sorted(xs)", "sorted"),
+        ("f = sorted\nys = f(xs)", "sorted"),
+        ("ys = list(map(sorted, [xs]))", "sorted"),
+        ("from builtins import sorted as s\nys = s(xs)", "sorted"),
+        ("from helpers import sorted as s\nys = s(xs)", "sorted"),
+        (f"ys = [*{WIDE_SORTED}(xs)]", "sorted"),
+        ("ys = f'{sorted(xs)}'", "sorted"),
+        ("ys = (lambda f=sorted: f(xs))()", "sorted"),
+        ("xs.sort()", "sort"),
+        ("list.sort(xs)", "sort"),
+        ("m = xs.sort\nm()", "sort"),
+        ("getattr(xs, 'sort')()", "sort"),
+        ("getattr(xs, 'sort', None)()", "sort"),
+        ("from operator import methodcaller\nmethodcaller('sort')(xs)", "sort"),
+        ("import operator as op\nop.attrgetter('real', 'sort')(xs)()", "sort"),
+        ("from somewhere import sort", "sort"),
+        ("match xs:\n    case list(sort=f):\n        f()", "sort"),
+        ("getattr(xs, 'so' + 'rt')()", "getattr"),
+        ("getattr(xs, ''.join(['s', 'o', 'r', 't']))()", "getattr"),
+        ("name = 'sort'\ngetattr(xs, name)()", "getattr"),
+        ("getattr(xs, *['sort'])()", "getattr"),
+        ("getattr(*[xs, 'sort'])()", "getattr"),
+        ("g = getattr\ng(xs, 'sort')()", "getattr"),
+        ("from operator import methodcaller as mc\nmc('so' + 'rt')(xs)", "methodcaller"),
+        ("b = __import__('builtins')\nb.sorted(xs)", "__import__"),
+        ("import importlib\nimportlib.import_module('builtins').sorted(xs)", "importlib"),
+        ("from importlib import import_module\nimport_module('builtins')", "importlib"),
+        ("import importlib.util", "importlib"),
+        ("eval('sor' + 'ted(xs)')", "eval"),
+        ("eval(input())", "eval"),
+        ("e = eval\ne('1')", "eval"),
+        ("exec(bytes([120]).decode())", "exec"),
+        ("exec(compile(src, '<s>', 'exec'))", "compile"),
+        ("exec('ys = sorted(xs)')", "sorted"),
+        ("eval('xs.sort()')", "sort"),
+        ("compile('sorted(xs)', '', 'eval')", "sorted"),
+        ("exec('exec(\"sorted(xs)\")')", "sorted"),
+        ("exec('ys = (')", "exec"),
+        ("import builtins\nbuiltins.sorted(xs)", "builtins"),
+        ("from builtins import *", "builtins"),
+        ("__builtins__['sorted'](xs)", "__builtins__"),
+        ("__builtins__.sorted(xs)", "__builtins__"),
+        ("globals()['__builtins__']", "globals"),
+        ("g = globals\ng()", "globals"),
+        ("locals()", "locals"),
+        ("import builtins\nvars(builtins)['sorted'](xs)", "vars"),
+        ("import sys\nsys.modules['builtins'].sorted(xs)", "modules"),
+        ("import sys as s\ns.modules['builtins']", "modules"),
+        ("from sys import modules", "modules"),
+        ("import sys\nsys._getframe().f_builtins['sorted']", "f_builtins"),
+        ("print.__self__.sorted(xs)", "__self__"),
+        ("().__class__.__base__.__subclasses__()", "__subclasses__"),
+        ("f.__globals__['__builtins__']", "__globals__"),
+        ("type(xs).__dict__['sort'](xs)", "__dict__"),
+        ("object.__getattribute__(xs, 'sort')()", "__getattribute__"),
+        ("import pickle", "pickle"),
+        ("import gc\ngc.get_objects()", "gc"),
+        ("import ctypes", "ctypes"),
+        ("__loader__.load_module('builtins')", "__loader__"),
+    ],
+)
+def test_ast_check_flags(code: str, construct: str) -> None:
+    assert construct in constructs(code)
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "sorted_list = []\nis_sorted = True\nxs_sorted = sorted_list",
+        'print("sorted(")\n# sorted(xs)\n"""xs.sort()"""',
+        "def sort_items(xs):\n    return xs\nsort_items([1])",
+        "class Node:\n    def __init__(self):\n        self.sorted_ = 1",
+        "xs.sorted_copy = 1\nsort_key = len",
+        "getattr(xs, 'append')(1)",
+        "from operator import itemgetter, methodcaller\nmethodcaller('append', 1)",
+        "exec('print(1)')\neval('1 + 2')",
+        "import sys\ndata = sys.stdin.read()\nsys.setrecursionlimit(10**6)",
+        "import heapq, math, collections\nfrom functools import lru_cache",
+        "model.eval()\nre.compile('x')\nnp.argsort(xs)",
+        "if __name__ == '__main__':\n    print(xs.__class__.__name__)",
+        "def f(sorted=None):\n    return f(sorted=1)",
+        "match xs:\n    case list(append=f):\n        f(1)",
+    ],
+    ids=[
+        "similar-names",
+        "strings-and-comments",
+        "def-sort-prefix",
+        "attribute-prefix",
+        "attr-store-prefix",
+        "literal-getattr",
+        "literal-methodcaller",
+        "literal-exec-eval",
+        "sys-stdin",
+        "ordinary-imports",
+        "method-named-eval-compile",
+        "main-guard-and-class-name",
+        "keyword-named-sorted",
+        "match-other-attribute",
+    ],
+)
+def test_ast_check_has_no_false_positives(code: str) -> None:
+    assert find_banned(code, names=["sorted"], attributes=["sort"]) == ()
+
+
+def test_names_and_attributes_are_separate() -> None:
+    assert find_banned("xs.sort()", names=["sorted"]) == ()
+    assert find_banned("ys = sorted(xs)", attributes=["sort"]) == ()
+    assert constructs("xs.sorted()", attributes=["sorted"]) == {"sorted"}
+
+
+def test_nothing_banned_flags_nothing() -> None:
+    assert find_banned("import builtins\neval(input())\ngetattr(x, y)") == ()
+
+
+@pytest.mark.parametrize(
+    ("code", "construct"),
+    [
+        ("import subprocess", "subprocess"),
+        ("import os.path", "os"),
+        ("from os import path", "os"),
+        ("from os.path import join", "os"),
+        ("import subprocess as sp", "subprocess"),
+        ("exec('import os')", "os"),
+    ],
+)
+def test_banned_modules(code: str, construct: str) -> None:
+    assert constructs(code, modules=["os", "subprocess"]) == {construct}
+
+
+def test_banned_submodule_is_matched_through_from_import() -> None:
+    assert constructs("from os import path", modules=["os.path"]) == {"os.path"}
+    assert find_banned("import os\nimport osmosis", modules=["os.path"]) == ()
+    assert find_banned("import osmosis\nfrom ossify import path", modules=["os"]) == ()
+
+
+def test_ast_problem_names_line_and_construct() -> None:
+    code = "xs = [3, 1]\n\nys = sorted(xs)\n"
+    assert find_banned(code, names="sorted") == (
+        Problem(ProblemKind.BANNED, "line 3: uses banned name 'sorted'", 3, "sorted"),
+    )
+
+
+def test_ast_problems_are_ordered_by_line_and_deduplicated() -> None:
+    code = "a = sorted(x) or sorted(y)\nb = x.sort\nc = sorted"
+    problems = find_banned(code, names=["sorted"], attributes=["sort"])
+    assert [(p.line, p.construct) for p in problems] == [(1, "sorted"), (2, "sort"), (3, "sorted")]
+    assert all(p.kind is ProblemKind.BANNED for p in problems)
+
+
+def test_alias_reports_the_banned_name() -> None:
+    (import_problem, use_problem) = [
+        p
+        for p in find_banned("from m import sorted as s\ns(x)", names=["sorted"])
+        if p.construct == "sorted"
+    ]
+    assert import_problem.line == 1 and use_problem.line == 2
+    assert "'s'" in use_problem.reason
+
+
+# --- malformed code as outcomes -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "line"),
+    [
+        ("def f(:\n    pass", 1),
+        ("x = 1\nif x\n    y = 2", 2),
+        ("def f():\nreturn 1", 2),
+        ("if True:\n        x = 1\n\ty = 2", 3),
+    ],
+    ids=["bad-signature", "missing-colon", "indentation", "tab-error"],
+)
+def test_syntax_error_is_a_problem(code: str, line: int) -> None:
+    (problem,) = find_banned(code, names=["sorted"])
+    assert problem.kind is ProblemKind.SYNTAX_ERROR
+    assert problem.line == line
+    assert problem.reason.startswith(f"line {line}: ")
+    assert sanitize(code).problem == problem
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "x = '\ud800'",
+        "x = " + "-" * 100_000 + "1",
+        "x = y" + ".a" * 100_000,
+        "x = " + "(" * 1000 + ")" * 1000,
+    ],
+    ids=["lone-surrogate", "deep-unary", "deep-attribute", "deep-parens"],
+)
+def test_unparsable_input_never_raises(code: str) -> None:
+    result = sanitize(code, names=["sorted"], max_bytes=10**6)
+    assert result.problem is not None
+    assert result.problem.kind is ProblemKind.SYNTAX_ERROR
+
+
+@pytest.mark.parametrize(
+    "completion",
+    ["x = 1\0\n", f"{F}python\nx = 1\n\0y = 2\n{F}", [{"role": "assistant", "content": "\0"}]],
+    ids=["plain", "fenced", "chat"],
+)
+def test_nul_bytes(completion: Any) -> None:
+    problem = sanitize(completion).problem
+    assert problem is not None
+    assert problem.kind is ProblemKind.NUL_BYTES
+    assert find_banned(extract_code(completion), names=["x"]) == (problem,)
+
+
+def test_nul_byte_line() -> None:
+    assert sanitize("a = 1\nb = 2\0").problem == Problem(
+        ProblemKind.NUL_BYTES, "line 2: the code contains NUL bytes", 2
+    )
+
+
+@pytest.mark.parametrize(
+    "completion",
+    ["", "   \n\n", f"{F}python\n{F}", f"{F}python\n\n  \n{F}", [], "<|im_end|>"],
+    ids=["empty", "whitespace", "empty-block", "blank-block", "no-messages", "end-token"],
+)
+def test_empty(completion: Any) -> None:
+    problem = sanitize(completion).problem
+    assert problem is not None
+    assert problem.kind is ProblemKind.EMPTY
+
+
+def test_too_large_counts_utf8_bytes() -> None:
+    code = "s = '" + "é" * 30 + "'"  # 36 characters, 66 bytes
+    problem = sanitize(code, max_bytes=40).problem
+    assert problem == Problem(ProblemKind.TOO_LARGE, "the code is 66 bytes, over the limit of 40")
+    assert sanitize(code, max_bytes=66).ok
+
+
+def test_default_size_limit() -> None:
+    assert DEFAULT_MAX_BYTES == 64 * 1024
+    assert sanitize("x = 1\n" * 11_000).problem is not None  # 66,000 bytes
+    assert sanitize("x = 1\n" * 10_000).ok
+
+
+def test_adversarial_input_is_fast() -> None:
+    started = time.perf_counter()
+    sanitize(" " * 500_000 + "x", names=["sorted"])
+    sanitize("`" * 1_000_000, names=["sorted"])
+    sanitize("<|" * 500_000 + "|>", names=["sorted"])
+    sanitize("x = a" + ".modules" * 8_000, names=["sorted"], max_bytes=10**6)
+    sanitize("exec('" + "x;" * 30_000 + "')", names=["sorted"])
+    assert time.perf_counter() - started < 5
+
+
+# --- sanitize -------------------------------------------------------------------------------
+
+
+def test_sanitize_clean_completion() -> None:
+    completion = f"Sure:\n{F}python\ndef f(xs):\n    return xs[::-1]\n{F}"
+    result = sanitize(completion, names=["sorted"], attributes=["sort"], substrings=["sorted("])
+    assert result == Sanitized("def f(xs):\n    return xs[::-1]")
+    assert result.ok
+
+
+def test_sanitize_reports_substring_with_line() -> None:
+    result = sanitize("a = 1\n# we avoid SORTED(\n", substrings=["sorted(", ".sort("])
+    assert result.problem == Problem(
+        ProblemKind.BANNED, "line 2: contains banned text 'sorted('", 2, "sorted("
+    )
+
+
+def test_sanitize_reports_first_ast_finding() -> None:
+    result = sanitize("xs.sort()\nys = sorted(xs)", names=["sorted"], attributes=["sort"])
+    assert result.problem is not None
+    assert (result.problem.kind, result.problem.line, result.problem.construct) == (
+        ProblemKind.BANNED,
+        1,
+        "sort",
+    )
+    assert result.problem.reason == "line 1: uses banned attribute 'sort'"
+
+
+@pytest.mark.parametrize(
+    ("completion", "kind"),
+    [
+        ("", ProblemKind.EMPTY),
+        ("x = (\0", ProblemKind.NUL_BYTES),
+        ("x = (\nsorted(", ProblemKind.SYNTAX_ERROR),
+        ("y = sorted(x)", ProblemKind.BANNED),
+    ],
+)
+def test_sanitize_check_order(completion: str, kind: ProblemKind) -> None:
+    problem = sanitize(completion, names=["sorted"], substrings=["sorted("]).problem
+    assert problem is not None and problem.kind is kind
+
+
+def test_sanitize_size_is_checked_before_parsing() -> None:
+    problem = sanitize("x = (\0" * 100, max_bytes=50).problem
+    assert problem is not None and problem.kind is ProblemKind.TOO_LARGE
+
+
+def test_body_mode_holds_only_the_model_to_the_bans() -> None:
+    prompt = 'import sys\nmods = sys.modules\ndef f(xs):\n    """>>> f(xs) == sorted(xs)"""\n'
+    clean = sanitize(
+        "    return xs[::-1]\n", prompt=prompt, names=["sorted"], substrings=["sorted("]
+    )
+    assert clean.ok
+    assert clean.code == prompt + "    return xs[::-1]"
+    dirty = sanitize("    return sorted(xs)\n", prompt=prompt, names=["sorted"])
+    assert dirty.problem is not None and dirty.problem.line == 5
+    text = sanitize("    # sorted( is off\n    return xs", prompt=prompt, substrings=["sorted("])
+    assert text.problem is not None and text.problem.line == 5
+
+
+def test_body_mode_syntax_error_in_assembled_program() -> None:
+    problem = sanitize("    return (xs\n", prompt=PROMPT).problem
+    assert problem is not None and problem.kind is ProblemKind.SYNTAX_ERROR
+
+
+def test_problem_kinds_are_strings() -> None:
+    assert {k.value for k in ProblemKind} == {
+        "empty",
+        "too_large",
+        "nul_bytes",
+        "syntax_error",
+        "banned",
+    }
+    assert ProblemKind("banned") is ProblemKind.BANNED
