@@ -1,0 +1,306 @@
+"""Harnesses: turn (code, tests) into one sandbox run, and its result into an :class:`Outcome`.
+
+Every harness but :class:`ExecHarness` runs the trusted runner (``runner.py``) in the sandbox,
+which keeps the candidate out of the judging process (see its docstring for the threat model).
+The host decides the verdict from the runner's records only; expected values for function and
+stdin/stdout tests never enter the sandbox at all.
+
+Defended: early exit with status 0 (``sys.exit``, ``os._exit``, ``SystemExit``), lying
+``__eq__``/``__hash__`` and subclasses of builtins, printed fake results or verdicts,
+monkeypatching builtins, the harness or the test functions, reading or rewriting test files
+(there are none), killing the judge. Not defended: a candidate that special-cases the visible
+test inputs (a property of the dataset), guessing an expected value, and anything a test lets
+through by itself (``assert f(x)`` passes any truthy result).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..outcomes import Outcome, OutcomeKind
+from ..protocol import ExecResult
+from . import runner
+
+PYTHON = "python3"
+RUNNER_SOURCE = Path(runner.__file__).read_text()
+_START_SLACK = 15.0
+"""Seconds added to every run's deadline for interpreter start-up on a loaded machine."""
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    argv: list[str]
+    stdin: bytes
+    timeout: float
+
+
+class Harness(Protocol):
+    def request(self, code: str) -> RunRequest: ...
+
+    def judge(self, result: ExecResult) -> Outcome: ...
+
+
+def _frames(*objects: object) -> bytes:
+    return b"".join(runner.frame(o) for o in objects)
+
+
+def _runner_request(first: dict[str, Any], job: dict[str, Any], tests: int) -> RunRequest:
+    timeout = float(job["timeout"])
+    return RunRequest(
+        argv=[PYTHON, "-I", "-c", RUNNER_SOURCE],
+        stdin=_frames(first, job),
+        timeout=timeout * (tests + 2) + _START_SLACK,
+    )
+
+
+@dataclass
+class _Records:
+    load_error: str | None = None
+    load_timeout: bool = False
+    tests: dict[int, dict[str, Any]] = field(default_factory=dict)
+    done: bool = False
+
+
+def _records(result: ExecResult) -> _Records:
+    """The runner's records. Only the runner writes to this stream (see runner.py)."""
+    found = _Records()
+    for line in result.stdout.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(record, dict):
+            continue
+        if "load_error" in record:
+            found.load_error = str(record["load_error"])
+            found.load_timeout = bool(record.get("timeout"))
+        elif isinstance(record.get("test"), int):
+            found.tests[record["test"]] = record
+        elif record.get("done") is True:
+            found.done = True
+    return found
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:500] if lines else ""
+
+
+def _unfinished(result: ExecResult, records: _Records, total: int) -> Outcome | None:
+    """The outcome when the runner never got to judge: load failures and killed runs."""
+    if records.load_error is not None:
+        kind = OutcomeKind.TIMEOUT if records.load_timeout else OutcomeKind.ERROR
+        return Outcome(kind, 0, total, records.load_error, result.duration)
+    if not records.done and not records.tests:
+        if result.timed_out:
+            return Outcome(OutcomeKind.TIMEOUT, 0, total, "timed out", result.duration)
+        detail = _last_line(result.stderr) or f"the test runner exited with {result.returncode}"
+        return Outcome(OutcomeKind.ERROR, 0, total, detail, result.duration)
+    return None
+
+
+@dataclass(frozen=True)
+class ExecHarness:
+    """Pass when the program runs to completion with exit status 0 (no tests)."""
+
+    timeout: float = 10.0
+
+    def request(self, code: str) -> RunRequest:
+        return RunRequest(
+            [
+                PYTHON,
+                "-c",
+                "import sys; exec(compile(sys.stdin.read(), "
+                "'<candidate>', 'exec'), {'__name__': '__main__'})",
+            ],
+            code.encode(),
+            self.timeout,
+        )
+
+    def judge(self, result: ExecResult) -> Outcome:
+        if result.timed_out:
+            return Outcome(OutcomeKind.TIMEOUT, 0, 0, "timed out", result.duration)
+        if result.returncode != 0:
+            return Outcome(OutcomeKind.ERROR, 0, 0, _last_line(result.stderr), result.duration)
+        return Outcome(OutcomeKind.PASSED, 0, 0, "", result.duration)
+
+
+@dataclass(frozen=True)
+class AssertTests:
+    """MBPP/HumanEval-style test snippets run after the code; each snippet counts on its own.
+
+    Snippets run in the judge process with the candidate's functions as proxies (their
+    results cross as plain data), after ``setup`` (imports the tests need).
+    """
+
+    tests: Sequence[str]
+    setup: str = ""
+    timeout: float = 5.0
+    """Per test (and for loading the code)."""
+
+    def request(self, code: str) -> RunRequest:
+        job = {"kind": "asserts", "timeout": self.timeout, "tests": list(self.tests)}
+        return _runner_request({"code": code, "setup": self.setup}, job, len(self.tests))
+
+    def judge(self, result: ExecResult) -> Outcome:
+        total = len(self.tests)
+        records = _records(result)
+        early = _unfinished(result, records, total)
+        if early is not None:
+            return early
+        statuses = [records.tests.get(i, {}).get("status", "missing") for i in range(total)]
+        passed = statuses.count("passed")
+        failures = [
+            records.tests[i] for i, s in enumerate(statuses) if s != "passed" and i in records.tests
+        ]
+        detail = str(failures[0].get("detail", failures[0]["status"])) if failures else ""
+        if passed == total:
+            kind = OutcomeKind.PASSED
+        elif passed == 0 and statuses and all(s == "timeout" for s in statuses):
+            kind = OutcomeKind.TIMEOUT
+        elif passed == 0 and result.timed_out:
+            kind = OutcomeKind.TIMEOUT
+        else:
+            kind = OutcomeKind.FAILED
+        if not detail and passed < total:
+            detail = "the test runner was stopped before the end"
+        return Outcome(kind, passed, total, detail, result.duration)
+
+
+def strict_equal(a: Any, b: Any) -> bool:
+    """Equal in type and value, recursively: ``1 != 1.0 != True``, ``[1] != (1,)``."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(strict_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(strict_equal(a[k], b[k]) for k in a)
+    if isinstance(a, (set, frozenset)):
+        return a == b and all(type(x) is type(next(y for y in b if y == x)) for x in a)
+    return bool(a == b)
+
+
+@dataclass(frozen=True)
+class FunctionTests:
+    """Call ``func_name`` on each argument tuple; compare with ``expected`` on the host.
+
+    Daytona's rule applies in :meth:`judge`: a load error or any timeout makes the whole
+    outcome an error/timeout; otherwise each call passes when its result is strictly equal to
+    the expected one (an exception fails that call only).
+    """
+
+    func_name: str
+    args: Sequence[tuple[Any, ...]]
+    expected: Sequence[Any]
+    timeout: float = 5.0
+
+    def request(self, code: str) -> RunRequest:
+        calls = [[self.func_name, runner.encode(tuple(a))] for a in self.args]
+        job = {"kind": "calls", "timeout": self.timeout, "calls": calls}
+        return _runner_request({"code": code, "setup": ""}, job, len(calls))
+
+    def judge(self, result: ExecResult) -> Outcome:
+        total = len(self.args)
+        records = _records(result)
+        early = _unfinished(result, records, total)
+        if early is not None:
+            return early
+        passed = 0
+        detail = ""
+        for i, expected in enumerate(self.expected):
+            record = records.tests.get(i, {"status": "missing"})
+            status = record.get("status")
+            if status == "timeout" or (status == "missing" and result.timed_out):
+                return Outcome(OutcomeKind.TIMEOUT, passed, total, "timed out", result.duration)
+            if status == "returned":
+                try:
+                    ok = strict_equal(runner.decode(record.get("value")), expected)
+                except runner.CodecError as exc:
+                    ok, detail = False, detail or str(exc)
+                passed += ok
+                if not ok and not detail:
+                    detail = f"test {i}: wrong result"
+            elif not detail:
+                detail = f"test {i}: {record.get('detail', status)}"
+        kind = OutcomeKind.PASSED if passed == total else OutcomeKind.FAILED
+        return Outcome(kind, passed, total, detail, result.duration)
+
+
+@dataclass(frozen=True)
+class FunctionTask:
+    """A Daytona-style task: the prompt the model continues, the function it must write, test
+    inputs as expressions (each evaluated, on the host, to one argument; ``random`` is a
+    seeded generator there), and a trusted reference implementation."""
+
+    prompt: str
+    func_name: str
+    tests: Sequence[str]
+    reference: Callable[..., Any]
+    banned_patterns: Sequence[str] = ()
+    seed: int = 0
+
+    def harness(self, timeout: float = 5.0) -> FunctionTests:
+        rng = random.Random(self.seed)
+        args = [
+            (eval(expr, {"random": rng, "__builtins__": __builtins__}),)  # noqa: S307
+            for expr in self.tests
+        ]
+        expected = [self.reference(*copy.deepcopy(a)) for a in args]
+        return FunctionTests(self.func_name, args, expected, timeout)
+
+
+def _normalize_output(text: str) -> list[list[str]]:
+    return [line.split() for line in text.strip().splitlines() if line.strip()]
+
+
+@dataclass(frozen=True)
+class StdioTests:
+    """Competitive-programming tests: the code is a program reading stdin; its stdout must
+    match the expected output up to whitespace (line ends, runs of spaces, blank lines)."""
+
+    cases: Sequence[tuple[str, str]]
+    """(input, expected output) pairs; expected outputs stay on the host."""
+    timeout: float = 5.0
+    output_cap: int = 1 << 20
+
+    def request(self, code: str) -> RunRequest:
+        job = {
+            "kind": "stdio",
+            "timeout": self.timeout,
+            "inputs": [i for i, _ in self.cases],
+            "output_cap": self.output_cap,
+        }
+        first = {"code": code, "setup": "", "kind": "stdio"}
+        return _runner_request(first, job, len(self.cases))
+
+    def judge(self, result: ExecResult) -> Outcome:
+        total = len(self.cases)
+        records = _records(result)
+        early = _unfinished(result, records, total)
+        if early is not None:
+            return early
+        passed, timeouts, detail = 0, 0, ""
+        for i, (_, expected) in enumerate(self.cases):
+            record = records.tests.get(i, {"status": "missing"})
+            if record.get("status") == "timeout":
+                timeouts += 1
+                detail = detail or f"test {i}: timed out"
+            elif record.get("status") == "exited" and _normalize_output(
+                str(record.get("stdout", ""))
+            ) == _normalize_output(expected):
+                passed += 1
+            else:
+                detail = detail or f"test {i}: wrong output"
+        if passed == total:
+            kind = OutcomeKind.PASSED
+        elif passed == 0 and timeouts == total:
+            kind = OutcomeKind.TIMEOUT
+        else:
+            kind = OutcomeKind.FAILED
+        return Outcome(kind, passed, total, detail, result.duration)

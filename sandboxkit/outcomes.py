@@ -1,0 +1,43 @@
+"""What one evaluation of model-written code came to, before it becomes a reward."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class OutcomeKind(str, enum.Enum):
+    PASSED = "passed"
+    """Every test passed (or, for a bare run, exit status 0)."""
+    FAILED = "failed"
+    """It ran; some tests failed (``passed`` of ``total``)."""
+    ERROR = "error"
+    """The code did not load or crashed as a whole (``detail`` holds the exception line)."""
+    TIMEOUT = "timeout"
+    BANNED = "banned"
+    """A banned construct was found before running (``detail`` says which)."""
+    EMPTY = "empty"
+    """Nothing to run: no code, oversized code, NUL bytes."""
+    INFRA = "infra"
+    """The sandbox provider failed; says nothing about the code."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    kind: OutcomeKind
+    passed: int = 0
+    total: int = 0
+    detail: str = ""
+    duration: float = 0.0
+    """Seconds spent in the sandbox (0 when the code never ran)."""
+
+    @property
+    def fraction(self) -> float:
+        """Share of tests passed; a run without tests counts as passed or not."""
+        if self.total:
+            return self.passed / self.total
+        return 1.0 if self.kind is OutcomeKind.PASSED else 0.0
+
+    @property
+    def ran(self) -> bool:
+        return self.kind in (OutcomeKind.PASSED, OutcomeKind.FAILED)
