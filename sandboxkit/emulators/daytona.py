@@ -39,6 +39,7 @@ import socketio  # type: ignore[import-untyped]
 from aiohttp import BodyPartReader, MultipartWriter, web
 
 from ..errors import SandboxError, SandboxNotFoundError
+from ..local.isolation import IsolationReport, Tier
 from ..protocol import ExecResult, SandboxSpec
 from ..registry import get_backend
 from .faults import Faults
@@ -156,6 +157,7 @@ class DaytonaEmulator:
         self._sio: Any = None
         self._root: str | None = None
         self._local: Any = None
+        self._background: set[asyncio.Task[Any]] = set()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -169,6 +171,12 @@ class DaytonaEmulator:
     def toolbox_url(self) -> str:
         return f"http://{self.host}:{self.port}/toolbox"
 
+    @property
+    def isolation(self) -> IsolationReport:
+        """How the local sandboxes behind the emulated ones are confined."""
+        report: IsolationReport = self._local.isolation
+        return report
+
     def live_sandboxes(self) -> int:
         """Sandboxes being created or running (each holds a local sandbox)."""
         return sum(sb.state in _LIVE_STATES for sb in list(self._sandboxes.values()))
@@ -178,10 +186,10 @@ class DaytonaEmulator:
     async def start(self) -> None:
         self._root = tempfile.mkdtemp(prefix="daytona-emulator-")
         self._local = get_backend("subprocess", root=self._root, output_bytes=RESULT_CAP)
-        if self._local.isolation.tier.value != "namespaces":
+        if self.isolation.tier is not Tier.NAMESPACES:
             warnings.warn(
                 "the Daytona emulator runs shell commands that name /workspace and /tmp, which "
-                f"only the local namespaces tier provides (here: {self._local.isolation.reason})",
+                f"only the local namespaces tier provides (here: {self.isolation.reason})",
                 RuntimeWarning,
                 stacklevel=2,
             )
@@ -189,6 +197,8 @@ class DaytonaEmulator:
         self._routes(app)
         self._sio = socketio.AsyncServer(async_mode="aiohttp", logger=False, engineio_logger=False)
         self._sio.on("connect", self._socket_connect)
+        # Engine.IO pings from background tasks it never cancels: keep them to cancel on close.
+        self._sio.eio.start_background_task = self._background_task
         self._sio.attach(app, socketio_path="api/socket.io")
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
         await self._runner.setup()
@@ -199,6 +209,9 @@ class DaytonaEmulator:
     async def aclose(self) -> None:
         if self._sio is not None:
             await self._sio.shutdown()
+        for task in list(self._background):
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -293,6 +306,14 @@ class DaytonaEmulator:
             request.transport.abort()
         return response
 
+    def _background_task(
+        self, target: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any
+    ) -> asyncio.Task[Any]:
+        task = asyncio.ensure_future(target(*args, **kwargs))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
     async def _socket_connect(self, sid: str, environ: object, auth: object) -> bool:
         token = auth.get("token") if isinstance(auth, dict) else None
         return not self.api_key or token == self.api_key
@@ -310,7 +331,9 @@ class DaytonaEmulator:
         sandbox_id = request.match_info["sandbox_id"]
         sb = self._sandboxes.get(sandbox_id)
         if sb is None:
-            raise _Reply(404, f"sandbox {sandbox_id} not found", code="NOT_FOUND", source=PROXY_SOURCE)
+            raise _Reply(
+                404, f"sandbox {sandbox_id} not found", code="NOT_FOUND", source=PROXY_SOURCE
+            )
         if sb.state != "started" or sb.local_id is None:
             raise _Reply(
                 502,
@@ -499,7 +522,9 @@ class DaytonaEmulator:
             try:
                 await self._local.backend.write_file(sb.local_id, path, data)
             except (SandboxError, OSError) as exc:
-                raise _Reply(400, str(exc), code="INVALID_FILE_PATH", source=DAEMON_SOURCE) from None
+                raise _Reply(
+                    400, str(exc), code="INVALID_FILE_PATH", source=DAEMON_SOURCE
+                ) from None
         return web.json_response({})
 
     async def _download(self, request: web.Request) -> web.Response:
