@@ -13,9 +13,11 @@ Choices where Daytona and the protocol differ:
   ``/tmp/.sandboxkit/<exec id>/``, then prints the exit status and both files in base64. One
   round trip per exec (two with stdin, which is uploaded first); needs ``sh``, ``head``,
   ``cat`` and ``base64``, which every mainstream image has.
-- **Timeouts**: Daytona takes whole seconds, so the limit is rounded up and the daemon kills
-  the command. Its 408 answer becomes ``ExecResult(timed_out=True, returncode=137)`` carrying
-  whatever output the wrapper's files hold by then (two more round trips, on timeouts only).
+- **Timeouts**: a watchdog in the wrapper kills the command at ``timeout`` (sub-second, with
+  the output so far) -> ``ExecResult(timed_out=True, returncode=137)``. Daytona's own limit
+  (whole seconds, rounded up, plus a grace) is the backstop for a command whose children keep
+  its pipes open: its 408 answer gives the same result, with what the wrapper's files hold
+  (two more round trips, in that case only).
 - **workdir** is stored as a label and created by the first exec (with ``sudo -n`` where the
   sandbox user cannot); relative paths and ``cwd`` are resolved against it on this side.
 - **Leaks**: sandboxes get ``auto_stop_interval`` (default 15 idle minutes) and
@@ -92,6 +94,7 @@ SCRATCH_DIR = "/tmp/.sandboxkit"
 UNLIMITED_EXEC_SECONDS = 24 * 3600
 """Sent for ``timeout=None``: the daemon would otherwise apply its 10 s default."""
 TIMEOUT_RETURNCODE = 137
+TIMEOUT_GRACE_SECONDS = 5
 _SDK_ERRORS = (DaytonaError, aiohttp.ClientError, ConnectionError, asyncio.TimeoutError)
 _ENCODED = "b32-"
 _PLAIN_VALUE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,61}[A-Za-z0-9])?")
@@ -149,11 +152,28 @@ _NO_CWD = "SBXK-CWD"
 
 
 def wrap_command(
-    argv: Sequence[str], *, workdir: str, cwd: str, scratch: str, has_stdin: bool, cap: int
+    argv: Sequence[str],
+    *,
+    workdir: str,
+    cwd: str,
+    scratch: str,
+    has_stdin: bool,
+    cap: int,
+    timeout: float | None,
 ) -> str:
-    """The shell command that runs ``argv`` and reports status, stdout and stderr apart."""
+    """The shell command that runs ``argv`` and reports status, stdout and stderr apart.
+
+    A watchdog kills the command after ``timeout`` seconds and leaves a mark, so a timeout
+    ends the wrapper normally, with the output so far, and with sub-second precision.
+    """
     q = shlex.quote
     stdin = '"$d/stdin"' if has_stdin else "/dev/null"
+    watchdog = ":"
+    if timeout is not None:
+        watchdog = (
+            f'( sleep {timeout:.3f}; kill -9 "$p" 2>/dev/null && : >"$d/t" ) '
+            "</dev/null >/dev/null 2>&1 3>&- & k=$!"
+        )
     script = f"""d={q(scratch)} w={q(workdir)}
 if [ ! -d "$w" ] && ! mkdir -p "$w" 2>/dev/null; then
   sudo -n sh -c 'mkdir -p "$1" && chown "$2" "$1"' sh "$w" "$(id -u):$(id -g)" >/dev/null 2>&1 \\
@@ -161,11 +181,15 @@ if [ ! -d "$w" ] && ! mkdir -p "$w" 2>/dev/null; then
 fi
 cd {q(cwd)} 2>/dev/null || {{ echo {_NO_CWD}; exit 125; }}
 mkdir -p "$d" || exit 125
+k=
 c() {{ head -c {cap + 1} >"$1"; cat >/dev/null; }}
-{{ {{ ( exec {shlex.join(argv)} ) <{stdin} 3>&-; echo $? >"$d/s"; }} 2>&1 >&3 | c "$d/e"; }} 3>&1 \\
-  | c "$d/o"
+{{ {{ ( exec {shlex.join(argv)} ) <{stdin} 3>&- & p=$!
+    {watchdog}
+    wait "$p" 2>/dev/null; echo $? >"$d/s"; [ -z "$k" ] || kill "$k" 2>/dev/null
+  }} 2>&1 >&3 | c "$d/e"; }} 3>&1 | c "$d/o"
 read s <"$d/s" || s=255
-echo {_MARK} "$s"; base64 <"$d/o"; echo .; base64 <"$d/e"
+t=0; [ ! -e "$d/t" ] || t=1
+echo {_MARK} "$s" "$t"; base64 <"$d/o"; echo .; base64 <"$d/e"
 rm -rf "$d"
 exit "$s"
 """
@@ -524,8 +548,12 @@ class DaytonaBackend:
             scratch=scratch,
             has_stdin=bool(stdin),
             cap=self.output_cap,
+            timeout=timeout,
         )
-        seconds = max(1, math.ceil(timeout)) if timeout is not None else UNLIMITED_EXEC_SECONDS
+        # The daemon's own limit (whole seconds) is the backstop for a wrapper that hangs.
+        seconds = UNLIMITED_EXEC_SECONDS
+        if timeout is not None:
+            seconds = math.ceil(timeout) + TIMEOUT_GRACE_SECONDS
         try:
             response = await sb.process.exec(command, env=dict(env or {}), timeout=seconds)
         except _SDK_ERRORS as exc:
@@ -560,9 +588,9 @@ class DaytonaBackend:
                 f"cannot create workdir {workdir!r} in the Daytona sandbox: its user may not "
                 "write there and has no sudo; choose a workdir under the user's home"
             )
-        mark, _, code = head.partition(" ")
+        fields = head.split(" ")
         lines = rest.split("\n")
-        if mark != _MARK or not code.lstrip("-").isdigit() or "." not in lines:
+        if len(fields) != 3 or fields[0] != _MARK or not fields[1].isdigit() or "." not in lines:
             raise BackendError(f"unexpected answer from the exec wrapper: {text[:300]!r}")
         split = lines.index(".")
         try:
@@ -570,7 +598,9 @@ class DaytonaBackend:
             stderr = base64.b64decode("".join(lines[split + 1 :]))
         except binascii.Error as exc:
             raise BackendError(f"corrupt output from the exec wrapper: {exc}") from None
-        return self._result(int(code), stdout, stderr, started=started)
+        timed_out = fields[2] == "1"
+        code = TIMEOUT_RETURNCODE if timed_out else int(fields[1])
+        return self._result(code, stdout, stderr, started=started, timed_out=timed_out)
 
     async def _salvage(self, sb: AsyncSandbox, scratch: str) -> tuple[bytes, bytes]:
         """What a timed-out command wrote before it was killed; then remove its files."""
