@@ -16,11 +16,18 @@ import pytest
 
 from sandboxkit import SandboxClient, get_backend
 
-CONFORMANCE_BACKENDS = ["subprocess"]
+pytest_plugins = ["sandboxkit.testing.daytona"]
+
+CONFORMANCE_BACKENDS = ["subprocess", "daytona"]
+EMULATED_CLIENTS = {"daytona": "daytona_client"}
+"""Backends served by an emulator, and the fixture giving a client on it."""
 
 
 @pytest.fixture(params=CONFORMANCE_BACKENDS)
 def backend_client(request: pytest.FixtureRequest) -> Iterator[SandboxClient]:
+    if request.param in EMULATED_CLIENTS:
+        yield request.getfixturevalue(EMULATED_CLIENTS[request.param])
+        return
     with get_backend(request.param) as client:
         yield client
 

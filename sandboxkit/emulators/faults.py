@@ -23,6 +23,8 @@ class Faults:
     max_sandboxes: int | None = None
     """Live sandboxes allowed at once; creation beyond it is refused as rate limiting."""
     seed: int | None = None
+    operations: frozenset[str] | None = None
+    """Operations (``create``, ``exec``, ...) that errors and drops hit; None: all of them."""
     rng: random.Random = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -42,6 +44,9 @@ class Faults:
         if self.error_rate and self.rng.random() < self.error_rate:
             return "rate_limited" if self.rng.random() < 0.5 else "server_error"
         return None
+
+    def applies_to(self, operation: str) -> bool:
+        return self.operations is None or operation in self.operations
 
     def drop(self) -> bool:
         return bool(self.drop_rate) and self.rng.random() < self.drop_rate

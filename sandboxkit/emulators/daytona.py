@@ -1,0 +1,602 @@
+"""A local Daytona: the part of Daytona's HTTP API that the ``daytona`` SDK uses, on loopback.
+
+The real SDK talks to it unchanged, so the Daytona backend is tested without network or
+account. It serves the control plane under ``{url}`` (``/sandbox`` create, get, list with label
+filter and cursor paging, delete; the Socket.IO gateway the SDK opens for state events) and the
+toolbox under ``toolboxProxyUrl/{sandboxId}/...`` (``process/execute``, ``process/code-run``,
+``files/bulk-upload``, ``files/bulk-download`` and the code-interpreter WebSocket).
+
+Each emulated sandbox is one sandbox of the local ``subprocess`` backend, so commands inherit
+its isolation; shell commands name absolute paths (``/workspace``, ``/tmp``) that only exist
+inside its namespaces tier. Sandboxes answer ``started`` at once, so the SDK never waits.
+
+Differences from Daytona worth knowing: the interpreter runs each cell in a fresh process (no
+shared context); ``result`` of an exec interleaves stdout and stderr as one pipe would; a
+dropped connection is cut *after* the request was handled (the worst case for a client).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import uuid
+import warnings
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from types import TracebackType
+from typing import Any
+from urllib.parse import quote
+
+import socketio  # type: ignore[import-untyped]
+from aiohttp import BodyPartReader, MultipartWriter, web
+
+from ..errors import SandboxError, SandboxNotFoundError
+from ..local.isolation import IsolationReport, Tier
+from ..protocol import ExecResult, SandboxSpec
+from ..registry import get_backend
+from .faults import Faults
+
+API_SOURCE = "DAYTONA_API"
+DAEMON_SOURCE = "DAYTONA_DAEMON"
+PROXY_SOURCE = "DAYTONA_PROXY"
+EXEC_DEFAULT_TIMEOUT = 10
+"""Seconds, when an exec request names none (the daemon's documented default)."""
+INTERPRETER_DEFAULT_TIMEOUT = 600
+RESULT_CAP = 16 * 1024 * 1024
+"""Output kept per stream of an emulated command; above the backends' own caps."""
+INTERPRETER_TIMEOUT_CLOSE = 4008
+_LIVE_STATES = ("creating", "started")
+_ERROR_MARK = "\x00sandboxkit-interpreter-error\x00"
+_INTERPRETER = f"""
+import json, sys, traceback
+source = sys.stdin.read()
+try:
+    exec(compile(source, "<cell>", "exec"), {{"__name__": "__main__"}})
+except BaseException as exc:
+    sys.stdout.flush()
+    info = {{"name": type(exc).__name__, "value": str(exc), "traceback": traceback.format_exc()}}
+    sys.stderr.write({_ERROR_MARK!r} + json.dumps(info))
+"""
+
+
+class _Reply(Exception):
+    """Ends a request early with a Daytona-shaped error answer."""
+
+    def __init__(self, status: int, message: str, *, code: str, source: str = API_SOURCE) -> None:
+        super().__init__(message)
+        body = {"statusCode": status, "message": message, "code": code, "source": source}
+        self.response = web.json_response(body, status=status)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+@dataclass
+class _Sandbox:
+    id: str
+    name: str
+    labels: dict[str, str]
+    env: dict[str, str]
+    request: Mapping[str, Any]
+    state: str = "creating"
+    local_id: str | None = None
+    error_reason: str | None = None
+    created_at: str = field(default_factory=_now)
+
+    def dto(self, organization_id: str, toolbox_url: str) -> dict[str, Any]:
+        body = self.request
+
+        def number(key: str, default: int) -> int:
+            value = body.get(key)
+            return int(value) if value is not None else default
+
+        return {
+            "id": self.id,
+            "organizationId": organization_id,
+            "name": self.name,
+            "snapshot": body.get("snapshot") or "daytona-emulator",
+            "user": body.get("user") or "daytona",
+            "env": self.env,
+            "labels": self.labels,
+            "public": bool(body.get("public")),
+            "networkBlockAll": bool(body.get("networkBlockAll")),
+            "kvm": False,
+            "target": body.get("target") or "local",
+            "cpu": number("cpu", 1),
+            "gpu": number("gpu", 0),
+            "memory": number("memory", 1),
+            "disk": number("disk", 3),
+            "state": self.state,
+            "errorReason": self.error_reason,
+            "autoStopInterval": number("autoStopInterval", 15),
+            "autoArchiveInterval": number("autoArchiveInterval", 10080),
+            "autoDeleteInterval": number("autoDeleteInterval", -1),
+            "createdAt": self.created_at,
+            "updatedAt": self.created_at,
+            "toolboxProxyUrl": toolbox_url,
+        }
+
+
+class DaytonaEmulator:
+    """One emulated Daytona organization.
+
+    Start it in the running loop (``async with DaytonaEmulator() as emu``) or on a thread of
+    its own (``with DaytonaEmulator() as emu``, for sync tests); ``url`` is the API URL to give
+    the SDK (``DAYTONA_API_URL``). Stopping it stops every sandbox it made.
+    """
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        faults: Faults | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        page_size: int = 100,
+        organization_id: str = "emulated-org",
+    ) -> None:
+        """``api_key``: require ``Authorization: Bearer <api_key>`` (None accepts any);
+        ``page_size``: the largest page ``GET /sandbox`` answers."""
+        self.api_key = api_key
+        self.faults = faults or Faults()
+        self.host = host
+        self.port = port
+        self.page_size = page_size
+        self.organization_id = organization_id
+        self._sandboxes: dict[str, _Sandbox] = {}
+        self._runner: web.AppRunner | None = None
+        self._sio: Any = None
+        self._root: str | None = None
+        self._local: Any = None
+        self._background: set[asyncio.Task[Any]] = set()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- what tests look at --------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}/api"
+
+    @property
+    def toolbox_url(self) -> str:
+        return f"http://{self.host}:{self.port}/toolbox"
+
+    @property
+    def isolation(self) -> IsolationReport:
+        """How the local sandboxes behind the emulated ones are confined."""
+        report: IsolationReport = self._local.isolation
+        return report
+
+    def live_sandboxes(self) -> int:
+        """Sandboxes being created or running (each holds a local sandbox)."""
+        return sum(sb.state in _LIVE_STATES for sb in list(self._sandboxes.values()))
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._root = tempfile.mkdtemp(prefix="daytona-emulator-")
+        self._local = get_backend("subprocess", root=self._root, output_bytes=RESULT_CAP)
+        if self.isolation.tier is not Tier.NAMESPACES:
+            warnings.warn(
+                "the Daytona emulator runs shell commands that name /workspace and /tmp, which "
+                f"only the local namespaces tier provides (here: {self.isolation.reason})",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        app = web.Application(middlewares=[self._middleware], client_max_size=1 << 30)
+        self._routes(app)
+        self._sio = socketio.AsyncServer(async_mode="aiohttp", logger=False, engineio_logger=False)
+        self._sio.on("connect", self._socket_connect)
+        # Engine.IO pings from background tasks it never cancels: keep them to cancel on close.
+        self._sio.eio.start_background_task = self._background_task
+        self._sio.attach(app, socketio_path="api/socket.io")
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+
+    async def aclose(self) -> None:
+        if self._sio is not None:
+            await self._sio.shutdown()
+        for task in list(self._background):
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        for sb in list(self._sandboxes.values()):
+            await self._release(sb)
+        self._sandboxes.clear()
+        if self._local is not None:
+            await self._local.aclose()
+        if self._root is not None:
+            shutil.rmtree(self._root, ignore_errors=True)
+            self._root = None
+
+    async def __aenter__(self) -> DaytonaEmulator:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    def start_in_thread(self) -> DaytonaEmulator:
+        """Serve from a daemon thread with its own event loop (for synchronous callers)."""
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        self._thread = threading.Thread(
+            target=loop.run_forever, name="daytona-emulator", daemon=True
+        )
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self.start(), loop).result(timeout=120)
+        return self
+
+    def close(self) -> None:
+        """Stop a server started with :meth:`start_in_thread`."""
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        asyncio.run_coroutine_threadsafe(self.aclose(), loop).result(timeout=120)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=30)
+        loop.close()
+        self._loop = self._thread = None
+
+    def __enter__(self) -> DaytonaEmulator:
+        return self.start_in_thread()
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    def _routes(self, app: web.Application) -> None:
+        api, box = "/api/sandbox", "/toolbox/{sandbox_id}"
+        add = app.router.add_route
+        add("POST", api, self._create, name="create")
+        add("GET", api, self._list, name="list")
+        add("GET", api + "/{sandbox_id}", self._get, name="get")
+        add("DELETE", api + "/{sandbox_id}", self._delete, name="delete")
+        add("GET", api + "/{sandbox_id}/toolbox-proxy-url", self._proxy_url, name="proxy_url")
+        add("POST", box + "/process/execute", self._execute, name="exec")
+        add("POST", box + "/process/code-run", self._code_run, name="code_run")
+        add("POST", box + "/files/bulk-upload", self._upload, name="upload")
+        add("POST", box + "/files/bulk-download", self._download, name="download")
+        add("GET", box + "/process/interpreter/execute", self._interpreter, name="interpreter")
+
+    @web.middleware
+    async def _middleware(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        operation = request.match_info.route.name
+        if operation is None:  # the Socket.IO gateway authenticates on its own
+            return await handler(request)
+        if self.api_key and request.headers.get("Authorization") != f"Bearer {self.api_key}":
+            return _Reply(401, "Invalid API key", code="UNAUTHORIZED").response
+        await self.faults.delay(create=operation == "create")
+        drop = False
+        if self.faults.applies_to(operation):
+            error = self.faults.transient_error()
+            if error == "rate_limited":
+                return _Reply(429, "Too many requests", code="TOO_MANY_REQUESTS").response
+            if error == "server_error":
+                return _Reply(503, "Service unavailable", code="SERVICE_UNAVAILABLE").response
+            drop = self.faults.drop()
+        try:
+            response = await handler(request)
+        except _Reply as reply:
+            response = reply.response
+        if drop and request.transport is not None and operation != "interpreter":
+            # The work is done, the answer is lost: the client sees the connection reset.
+            request.transport.abort()
+        return response
+
+    def _background_task(
+        self, target: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any
+    ) -> asyncio.Task[Any]:
+        task = asyncio.ensure_future(target(*args, **kwargs))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    async def _socket_connect(self, sid: str, environ: object, auth: object) -> bool:
+        token = auth.get("token") if isinstance(auth, dict) else None
+        return not self.api_key or token == self.api_key
+
+    def _lookup(self, key: str) -> _Sandbox:
+        sb = self._sandboxes.get(key) or next(
+            (s for s in self._sandboxes.values() if s.name == key), None
+        )
+        if sb is None:
+            raise _Reply(404, f"Sandbox with ID or name {key} not found", code="NOT_FOUND")
+        return sb
+
+    def _running(self, request: web.Request) -> _Sandbox:
+        """The sandbox a toolbox call is for, which must be running."""
+        sandbox_id = request.match_info["sandbox_id"]
+        sb = self._sandboxes.get(sandbox_id)
+        if sb is None:
+            raise _Reply(
+                404, f"sandbox {sandbox_id} not found", code="NOT_FOUND", source=PROXY_SOURCE
+            )
+        if sb.state != "started" or sb.local_id is None:
+            raise _Reply(
+                502,
+                f"sandbox {sandbox_id} is not reachable (state {sb.state})",
+                code="SANDBOX_UNREACHABLE",
+                source=PROXY_SOURCE,
+            )
+        return sb
+
+    def _dto(self, sb: _Sandbox) -> dict[str, Any]:
+        return sb.dto(self.organization_id, self.toolbox_url)
+
+    async def _release(self, sb: _Sandbox) -> None:
+        local_id, sb.local_id = sb.local_id, None
+        if local_id is not None:
+            await self._local.backend.stop(local_id)
+
+    # -- control plane -------------------------------------------------------------------------
+
+    async def _create(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        if self.faults.at_capacity(self.live_sandboxes()):
+            raise _Reply(
+                429,
+                f"Sandbox limit reached: at most {self.faults.max_sandboxes} running sandboxes",
+                code="SANDBOX_LIMIT_EXCEEDED",
+            )
+        sandbox_id = str(uuid.uuid4())
+        env = {str(k): str(v) for k, v in (body.get("env") or {}).items()}
+        labels = {str(k): str(v) for k, v in (body.get("labels") or {}).items()}
+        sb = _Sandbox(sandbox_id, body.get("name") or sandbox_id, labels, env, body)
+        self._sandboxes[sandbox_id] = sb  # counted against the cap while it is made
+        try:
+            info = await self._local.backend.create(SandboxSpec(env=env))
+        except BaseException:
+            del self._sandboxes[sandbox_id]
+            raise
+        if sandbox_id not in self._sandboxes:  # deleted while being made
+            await self._local.backend.stop(info.id)
+            raise _Reply(404, f"sandbox {sandbox_id} was deleted", code="NOT_FOUND")
+        sb.local_id, sb.state = info.id, "started"
+        return web.json_response(self._dto(sb))
+
+    async def _list(self, request: web.Request) -> web.Response:
+        query = request.query
+        try:
+            labels = json.loads(query.get("labels") or "{}")
+            cursor = int(query.get("cursor") or 0)
+            limit = min(int(query.get("limit") or self.page_size), self.page_size)
+        except ValueError as exc:
+            raise _Reply(400, f"bad query: {exc}", code="BAD_REQUEST") from None
+        states = set(query.getall("states", []))
+        found = [
+            sb
+            for sb in list(self._sandboxes.values())
+            if labels.items() <= sb.labels.items() and (not states or sb.state in states)
+        ]
+        page = found[cursor : cursor + max(limit, 1)]
+        more = cursor + len(page) < len(found)
+        body = {
+            "items": [self._dto(sb) for sb in page],
+            "nextCursor": str(cursor + len(page)) if more else None,
+        }
+        return web.json_response(body)
+
+    async def _get(self, request: web.Request) -> web.Response:
+        return web.json_response(self._dto(self._lookup(request.match_info["sandbox_id"])))
+
+    async def _delete(self, request: web.Request) -> web.Response:
+        sb = self._lookup(request.match_info["sandbox_id"])
+        self._sandboxes.pop(sb.id, None)
+        await self._release(sb)
+        sb.state = "destroyed"
+        return web.json_response(self._dto(sb))
+
+    async def _proxy_url(self, request: web.Request) -> web.Response:
+        self._lookup(request.match_info["sandbox_id"])
+        return web.json_response({"url": self.toolbox_url})
+
+    # -- toolbox -------------------------------------------------------------------------------
+
+    async def _run(
+        self,
+        sb: _Sandbox,
+        argv: Sequence[str],
+        *,
+        timeout: float | None,
+        stdin: bytes | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> ExecResult:
+        """Run a command in the sandbox's local twin; the ``die_rate`` fault kills both."""
+        assert sb.local_id is not None
+        run = asyncio.ensure_future(
+            self._local.backend.exec(
+                sb.local_id, argv, timeout=timeout, stdin=stdin, cwd=cwd, env=env
+            )
+        )
+        if self.faults.dies():
+            await asyncio.wait({run}, timeout=0.05)
+            run.cancel()
+            with contextlib.suppress(BaseException):
+                await run
+            sb.state, sb.error_reason = "error", "the sandbox died (emulated fault)"
+            await self._release(sb)
+            raise _Reply(
+                502,
+                f"sandbox {sb.id} stopped responding",
+                code="SANDBOX_UNREACHABLE",
+                source=PROXY_SOURCE,
+            )
+        try:
+            result: ExecResult = await run
+        except SandboxNotFoundError:
+            raise _Reply(404, f"sandbox {sb.id} not found", code="NOT_FOUND") from None
+        except SandboxError as exc:
+            raise _Reply(400, str(exc), code="BAD_REQUEST", source=DAEMON_SOURCE) from None
+        return result
+
+    @staticmethod
+    def _timeout(value: object, default: int) -> float | None:
+        if value is None:
+            return default
+        if not isinstance(value, (int, float)) or value < 0:
+            raise _Reply(400, f"invalid timeout {value!r}", code="BAD_REQUEST")
+        return float(value) or None
+
+    @staticmethod
+    def _timed_out() -> _Reply:
+        return _Reply(
+            408, "command execution timeout", code="PROCESS_EXECUTION_TIMEOUT", source=DAEMON_SOURCE
+        )
+
+    async def _execute(self, request: web.Request) -> web.Response:
+        sb = self._running(request)
+        body = await request.json()
+        # The daemon runs the command with a shell; one pipe carries stdout and stderr.
+        result = await self._run(
+            sb,
+            ["sh", "-c", "exec 2>&1\n" + str(body.get("command", ""))],
+            timeout=self._timeout(body.get("timeout"), EXEC_DEFAULT_TIMEOUT),
+            cwd=body.get("cwd"),
+            env=body.get("envs"),
+        )
+        if result.timed_out:
+            raise self._timed_out()
+        return web.json_response({"exitCode": result.returncode, "result": result.stdout})
+
+    async def _code_run(self, request: web.Request) -> web.Response:
+        sb = self._running(request)
+        body = await request.json()
+        if body.get("language", "python") != "python":
+            raise _Reply(400, "the emulator runs python only", code="BAD_REQUEST")
+        result = await self._run(
+            sb,
+            ["sh", "-c", 'exec 2>&1; exec python3 - "$@"', "sh", *map(str, body.get("argv") or [])],
+            timeout=self._timeout(body.get("timeout"), EXEC_DEFAULT_TIMEOUT),
+            stdin=str(body.get("code", "")).encode(),
+            env=body.get("envs"),
+        )
+        if result.timed_out:
+            raise self._timed_out()
+        artifacts = {"stdout": result.stdout, "charts": []}
+        body = {"exitCode": result.returncode, "result": result.stdout, "artifacts": artifacts}
+        return web.json_response(body)
+
+    async def _upload(self, request: web.Request) -> web.Response:
+        sb = self._running(request)
+        reader = await request.multipart()
+        paths: dict[str, str] = {}
+        files: dict[str, tuple[bytes, str | None]] = {}
+        while (part := await reader.next()) is not None:
+            assert isinstance(part, BodyPartReader)
+            match = re.fullmatch(r"files\[(\d+)\]\.(path|file)", part.name or "")
+            if match is None:
+                continue
+            if match[2] == "path":
+                paths[match[1]] = await part.text()
+            else:
+                files[match[1]] = (bytes(await part.read()), part.filename)
+        assert sb.local_id is not None
+        for index, (data, filename) in files.items():
+            path = paths.get(index) or filename
+            if not path:
+                raise _Reply(400, f"file {index} has no path", code="BAD_REQUEST")
+            try:
+                await self._local.backend.write_file(sb.local_id, path, data)
+            except (SandboxError, OSError) as exc:
+                raise _Reply(
+                    400, str(exc), code="INVALID_FILE_PATH", source=DAEMON_SOURCE
+                ) from None
+        return web.json_response({})
+
+    async def _download(self, request: web.Request) -> web.Response:
+        sb = self._running(request)
+        body = await request.json()
+        writer = MultipartWriter("form-data")
+        assert sb.local_id is not None
+        for path in body.get("paths") or []:
+            try:
+                data = await self._local.backend.read_file(sb.local_id, path)
+                name, content_type = "file", "application/octet-stream"
+            except (FileNotFoundError, IsADirectoryError, SandboxError) as exc:
+                missing = isinstance(exc, FileNotFoundError)
+                status, code = (404, "FILE_NOT_FOUND") if missing else (400, "INVALID_FILE_PATH")
+                error = {"message": str(exc), "statusCode": status, "code": code}
+                data = json.dumps(error | {"source": DAEMON_SOURCE}).encode()
+                name, content_type = "error", "application/json"
+            # The SDK matches parts to requests by the exact path: send it losslessly.
+            disposition = f"form-data; name=\"{name}\"; filename*=utf-8''{quote(path, safe='')}"
+            writer.append(data, {"Content-Type": content_type, "Content-Disposition": disposition})
+        return web.Response(body=writer)
+
+    async def _interpreter(self, request: web.Request) -> web.WebSocketResponse:
+        sb = self._running(request)
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        try:
+            message = await ws.receive_json(timeout=60)
+        except (TypeError, ValueError, asyncio.TimeoutError):
+            await ws.close(code=1003, message=b"expected a JSON request")
+            return ws
+        try:
+            result = await self._run(
+                sb,
+                ["python3", "-c", _INTERPRETER],
+                timeout=self._timeout(message.get("timeout"), INTERPRETER_DEFAULT_TIMEOUT),
+                stdin=str(message.get("code", "")).encode(),
+                env=message.get("envs"),
+            )
+        except _Reply as reply:
+            await ws.close(code=1011, message=str(reply).encode()[:120])
+            return ws
+        if result.timed_out:
+            await ws.close(code=INTERPRETER_TIMEOUT_CLOSE, message=b"execution timed out")
+            return ws
+        stderr, _, error = result.stderr.partition(_ERROR_MARK)
+        for kind, text in (("stdout", result.stdout), ("stderr", stderr)):
+            if text:
+                await ws.send_json({"type": kind, "text": text})
+        if error:
+            await ws.send_json({"type": "error", **json.loads(error)})
+        await ws.close()
+        return ws
+
+
+def serve_forever(
+    *, host: str = "127.0.0.1", port: int = 0, api_key: str | None = None, faults: Faults | None
+) -> int:
+    """Serve until SIGINT or SIGTERM (``sandboxkit emulate daytona``), then stop every sandbox.
+
+    Prints ``DAYTONA_API_URL=...`` once the server accepts connections.
+    """
+
+    async def main() -> int:
+        stopping = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stopping.set)
+        async with DaytonaEmulator(host=host, port=port, api_key=api_key, faults=faults) as emu:
+            print(f"DAYTONA_API_URL={emu.url}", flush=True)
+            await stopping.wait()
+        print("daytona emulator stopped", file=sys.stderr, flush=True)
+        return 0
+
+    return asyncio.run(main())
