@@ -12,11 +12,15 @@ import pytest
 
 from sandboxkit import SandboxClient, get_backend
 
-CONFORMANCE_BACKENDS = ["subprocess"]
+pytest_plugins = ["sandboxkit.testing.aviato"]
+
+CONFORMANCE_BACKENDS = ["subprocess", "aviato"]
 
 
 @pytest.fixture(params=CONFORMANCE_BACKENDS)
 def backend_client(request: pytest.FixtureRequest) -> Iterator[SandboxClient]:
+    if request.param == "aviato":
+        request.getfixturevalue("aviato_env")
     with get_backend(request.param) as client:
         yield client
 
