@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import concurrent.futures
 import contextlib
 import posixpath
 import time
@@ -61,6 +62,7 @@ from ..errors import (
     SandboxTimeoutError,
     TransientBackendError,
 )
+from ..portal import portal
 from ..protocol import DEFAULT_WORKDIR, ExecResult, SandboxInfo, SandboxSpec, SandboxStatus
 
 T = TypeVar("T")
@@ -209,7 +211,6 @@ class AviatoBackend:
         self._poll_budget = poll_retry_budget_seconds
         self._data_plane_mode = data_plane_mode
         self._handles: dict[str, cwsandbox.Sandbox] = {}
-        self._background: set[asyncio.Task[None]] = set()
         if not signal_handlers:
             with contextlib.suppress(RuntimeError):  # already installed by the host program
                 cwsandbox.disable_signal_handlers()
@@ -224,22 +225,26 @@ class AviatoBackend:
 
     # -- handles ----------------------------------------------------------------------------
 
-    async def _handle(self, sandbox_id: str) -> cwsandbox.Sandbox:
-        """The cached handle of a running sandbox, else one found by id."""
-        sb = self._handles.get(sandbox_id)
-        if sb is not None:
-            return sb
+    async def _find(self, sandbox_id: str) -> cwsandbox.Sandbox:
+        """A fresh handle from the service; a stopped sandbox is not found."""
         sb = await _call(
             cwsandbox.Sandbox.from_id(
                 sandbox_id, timeout_seconds=self._request_timeout, **self._connection()
             ),
             sandbox_id,
         )
-        if _STATUS.get(sb.status or _CW.UNSPECIFIED) in (
-            SandboxStatus.STOPPED,
-            SandboxStatus.FAILED,
-        ):
+        if _STATUS.get(sb.status or _CW.UNSPECIFIED) is SandboxStatus.STOPPED:
             raise SandboxNotFoundError(f"sandbox {sandbox_id} is {sb.status}")
+        return sb
+
+    async def _handle(self, sandbox_id: str) -> cwsandbox.Sandbox:
+        """The cached handle of a running sandbox, else one found by id."""
+        sb = self._handles.get(sandbox_id)
+        if sb is not None:
+            return sb
+        sb = await self._find(sandbox_id)
+        if sb.status is _CW.FAILED:
+            raise SandboxNotFoundError(f"sandbox {sandbox_id} has failed")
         return self._handles.setdefault(sandbox_id, sb)
 
     async def _op(self, sandbox_id: str, awaitable: Awaitable[T]) -> T:
@@ -292,12 +297,14 @@ class AviatoBackend:
             sb = cwsandbox.Sandbox(**options)
         except (TypeError, ValueError) as exc:
             raise BackendMisconfiguredError(f"Aviato sandbox options: {exc}") from exc
-        start = asyncio.ensure_future(self._start(sb))
+        # The start runs on sandboxkit's own loop, so a caller that gives up (or whose loop
+        # ends) cannot cut it short after the service made the sandbox; what it still makes
+        # then is deleted.
+        start = asyncio.run_coroutine_threadsafe(self._start(sb), portal().loop)
         try:
-            await asyncio.shield(start)
+            await asyncio.shield(asyncio.wrap_future(start))
         except asyncio.CancelledError:
-            # The caller gave up: whatever the start still makes must not outlive it.
-            self._spawn(self._discard_after(start, sb))
+            start.add_done_callback(lambda done: self._discard_unowned(done, sb))
             raise
         assert sb.sandbox_id is not None
         self._handles[sb.sandbox_id] = sb
@@ -324,16 +331,12 @@ class AviatoBackend:
                     return
                 await asyncio.sleep(0.5 * 2**attempt)
 
-    async def _discard_after(self, start: asyncio.Future[None], sb: cwsandbox.Sandbox) -> None:
-        with contextlib.suppress(BaseException):
-            await start
-        if sb.sandbox_id is not None:
-            await self._discard(sb)
-
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.ensure_future(coro)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+    def _discard_unowned(
+        self, start: concurrent.futures.Future[None], sb: cwsandbox.Sandbox
+    ) -> None:
+        """After an abandoned create: a start that failed has cleaned up already."""
+        if not start.cancelled() and start.exception() is None:
+            asyncio.run_coroutine_threadsafe(self._discard(sb), portal().loop)
 
     async def exec(
         self,
@@ -425,8 +428,7 @@ class AviatoBackend:
         return [info for info in infos if status is None or info.status is status]
 
     async def get(self, sandbox_id: str) -> SandboxInfo:
-        self._handles.pop(sandbox_id, None)  # ask the service, not the cache
-        return self._info(await self._handle(sandbox_id))
+        return self._info(await self._find(sandbox_id))
 
     async def aclose(self) -> None:
         """Release the cached handles' channels; the sandboxes themselves keep running."""

@@ -283,8 +283,10 @@ class AviatoServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
         request_iterator: AsyncIterator[pb.ExecStreamRequest],
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> AsyncIterator[pb.ExecStreamResponse]:
-        await self._enter(context)
+        # Read the request before refusing it: the client reports a call ended while it was
+        # still sending as INTERNAL, whatever the status.
         first = await anext(request_iterator, None)
+        await self._enter(context)
         if first is None or not first.HasField("init"):
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "first message must be init")
         init = first.init
@@ -445,6 +447,18 @@ class AviatoEmulator:
         """Sandboxes created and not yet deleted (or lost)."""
         assert self._server is not None, "the emulator is not running"
         return self._server.servicer.live_count()
+
+    def describe(self, sandbox_id: str) -> pb.Sandbox:
+        """A copy of what the API reports for a sandbox, deleted ones included."""
+        assert self._server is not None, "the emulator is not running"
+        copy = pb.Sandbox()
+        copy.CopyFrom(self._server.servicer.sandboxes[sandbox_id].proto)
+        return copy
+
+    def sandbox_ids(self) -> list[str]:
+        """Every sandbox the emulator has made, deleted ones included."""
+        assert self._server is not None, "the emulator is not running"
+        return list(self._server.servicer.sandboxes)
 
     def _call(self, coro: Any) -> Any:
         assert self._loop is not None
