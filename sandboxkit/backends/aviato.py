@@ -167,7 +167,7 @@ async def _call(awaitable: Awaitable[T], sandbox_id: str | None = None) -> T:
         raise translate(exc, sandbox_id) from exc
 
 
-def _wrap(argv: Sequence[str], cwd: str, env: Mapping[str, str] | None) -> list[str]:
+def wrap_command(argv: Sequence[str], cwd: str, env: Mapping[str, str] | None) -> list[str]:
     """The command line that runs ``argv`` in ``cwd`` with ``env`` added."""
     assignments = []
     for key, value in (env or {}).items():
@@ -351,7 +351,7 @@ class AviatoBackend:
         if not argv:
             raise ValueError("argv is empty")
         sb = await self._handle(sandbox_id)
-        command = _wrap(argv, posixpath.join(self._workdir(sb), cwd or "."), env)
+        command = wrap_command(argv, posixpath.join(self._workdir(sb), cwd or "."), env)
         started = time.monotonic()
         process = sb.exec(command, timeout_seconds=timeout, stdin=bool(stdin))
         if stdin and process.stdin is not None:
