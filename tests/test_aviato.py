@@ -31,6 +31,7 @@ import cwsandbox
 
 from sandboxkit import (
     AuthenticationError,
+    BackendMisconfiguredError,
     SandboxClient,
     SandboxLostError,
     SandboxNotFoundError,
@@ -139,6 +140,14 @@ def test_spec_reaches_the_service(client: SandboxClient, emulator: AviatoEmulato
         assert sb.exec(["pwd"], timeout=60).stdout == "/workspace/proj\n"
         sb.write_file("rel.txt", "x")
         assert sb.read_file("/workspace/proj/rel.txt") == b"x"
+
+
+def test_refused_spec_is_a_configuration_error(
+    client: SandboxClient, emulator: AviatoEmulator
+) -> None:
+    with pytest.raises(BackendMisconfiguredError):
+        client.sandbox(workdir="/srv/app")  # the emulator's local sandboxes live in /workspace
+    assert emulator.sandbox_ids() == []
 
 
 def test_output_is_capped(client: SandboxClient) -> None:

@@ -43,6 +43,7 @@ import asyncio
 import builtins
 import concurrent.futures
 import contextlib
+import logging
 import posixpath
 import time
 from collections.abc import Awaitable, Mapping, Sequence
@@ -66,6 +67,7 @@ from ..portal import portal
 from ..protocol import DEFAULT_WORKDIR, ExecResult, SandboxInfo, SandboxSpec, SandboxStatus
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 API_KEY_VARS = ("CWSANDBOX_API_KEY", "AVIATO_API_KEY")
 BASE_URL_VAR = "CWSANDBOX_BASE_URL"
@@ -80,7 +82,7 @@ _STATUS = {
     _CW.PREPARING: SandboxStatus.PENDING,
     _CW.PENDING: SandboxStatus.PENDING,
     _CW.UNSPECIFIED: SandboxStatus.PENDING,
-    _CW.PAUSED: SandboxStatus.STOPPED,
+    _CW.PAUSED: SandboxStatus.PENDING,  # it may resume
     _CW.TERMINATING: SandboxStatus.STOPPED,
     _CW.COMPLETED: SandboxStatus.STOPPED,
     _CW.TERMINATED: SandboxStatus.STOPPED,
@@ -151,6 +153,8 @@ def translate(exc: BaseException, sandbox_id: str | None = None) -> BaseExceptio
             return SandboxNotFoundError(message)
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             return SandboxTimeoutError(message)
+        if code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION):
+            return BackendMisconfiguredError(message)
         if code in _TRANSIENT_CODES:
             return TransientBackendError(message)
         return BackendError(message)
@@ -326,8 +330,11 @@ class AviatoBackend:
             try:
                 await sb.stop(missing_ok=True, graceful_shutdown_seconds=0)
                 return
-            except Exception:
+            except Exception as exc:
                 if attempt + 1 == attempts:
+                    logger.warning(
+                        "could not delete sandbox %s, which may leak: %s", sb.sandbox_id, exc
+                    )
                     return
                 await asyncio.sleep(0.5 * 2**attempt)
 

@@ -160,10 +160,8 @@ class AviatoServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
         sb.proto.status.state = state  # type: ignore[assignment]
         sb.proto.status.exit_code = exit_code
         sb.proto.status.end_time.CopyFrom(_now())
-        current = asyncio.current_task()
         for task in list(sb.execs):
-            if task is not current:
-                task.cancel()
+            task.cancel()
         await self.local.stop(sb.id, missing_ok=True)
 
     async def close(self) -> None:
@@ -185,7 +183,6 @@ class AviatoServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
                 context,
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"sandbox quota of {self.faults.max_sandboxes} reached",
-                reason="CWSANDBOX_QUOTA_EXCEEDED",
             )
         containers = list(request.sandbox.spec.containers)
         if not containers:
