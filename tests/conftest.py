@@ -16,18 +16,17 @@ import pytest
 
 from sandboxkit import SandboxClient, get_backend
 
-pytest_plugins = ["sandboxkit.testing.daytona"]
+pytest_plugins = ["sandboxkit.testing.daytona", "sandboxkit.testing.aviato"]
 
-CONFORMANCE_BACKENDS = ["subprocess", "daytona"]
-EMULATED_CLIENTS = {"daytona": "daytona_client"}
-"""Backends served by an emulator, and the fixture giving a client on it."""
+CONFORMANCE_BACKENDS = ["subprocess", "daytona", "aviato"]
+EMULATOR_ENVS = {"daytona": "daytona_env", "aviato": "aviato_env"}
+"""Backends served by an emulator, and the fixture that starts it and points the env at it."""
 
 
 @pytest.fixture(params=CONFORMANCE_BACKENDS)
 def backend_client(request: pytest.FixtureRequest) -> Iterator[SandboxClient]:
-    if request.param in EMULATED_CLIENTS:
-        yield request.getfixturevalue(EMULATED_CLIENTS[request.param])
-        return
+    if request.param in EMULATOR_ENVS:
+        request.getfixturevalue(EMULATOR_ENVS[request.param])
     with get_backend(request.param) as client:
         yield client
 

@@ -1,0 +1,514 @@
+"""A local stand-in for CoreWeave Sandbox (Aviato), so the real ``cwsandbox`` client runs offline.
+
+It serves, over plaintext gRPC on loopback, the ``coreweave.sandbox.v1.SandboxService`` RPCs the
+client uses, built on the protos the client ships. Each emulated sandbox is one sandbox of the
+local ``subprocess`` backend, in a private root that is removed when the emulator stops.
+
+Choices that keep the client fast and its behaviour realistic:
+
+- Sandboxes are RUNNING as soon as CreateSandbox answers, so the client's status poll returns
+  at once instead of sleeping 0.2-2 s.
+- Deleted sandboxes stay queryable as COMPLETED (exit code 0); a second delete is NOT_FOUND
+  unless ``allow_missing``.
+- ConnectSandbox (the direct mTLS data plane) is UNIMPLEMENTED, so the client uses the gateway.
+- StreamExec gathers stdin until the client closes it, then runs the command; the client's
+  deadline is the command's, and a cancelled stream kills the command.
+- File errors carry the AIP-193 ``ErrorInfo`` reasons the client maps to typed errors.
+
+Faults (:class:`~sandboxkit.emulators.faults.Faults`) apply to every RPC: latency, transient
+errors (RESOURCE_EXHAUSTED or UNAVAILABLE), dropped calls (UNAVAILABLE without any effect), and
+``die_rate``: the sandbox dies during an exec and the stream ends without an exit status.
+``max_sandboxes`` refuses creation beyond that many live sandboxes with RESOURCE_EXHAUSTED.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import tempfile
+import threading
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn
+
+import grpc
+from cwsandbox._proto import sandbox_pb2 as pb
+from cwsandbox._proto import sandbox_pb2_grpc as pb_grpc
+from google.protobuf import timestamp_pb2
+from google.rpc import error_details_pb2, status_pb2
+
+from ..errors import BackendMisconfiguredError, SandboxError, SandboxNotFoundError
+from ..protocol import DEFAULT_WORKDIR, Backend, SandboxSpec
+from ..registry import get_backend
+from .faults import Faults
+
+ERROR_DOMAIN = "cwsandbox.com"
+"""The ``ErrorInfo`` domain the client trusts for reason-specific errors."""
+MAX_MESSAGE_BYTES = 100 * 1024 * 1024
+"""The client's gRPC message limit; unary file calls carry up to 32 MiB."""
+OUTPUT_BYTES = 16 * 1024 * 1024
+"""Output kept per stream by the emulator. The real service streams everything; keeping more
+than a backend's cap lets the backend, not the emulator, decide what is truncated."""
+CHUNK_BYTES = 64 * 1024
+PAGE_SIZE = 100
+_TERMINAL = frozenset({pb.STATE_COMPLETED, pb.STATE_FAILED, pb.STATE_TERMINATED})
+
+
+def _now() -> timestamp_pb2.Timestamp:
+    stamp = timestamp_pb2.Timestamp()
+    stamp.GetCurrentTime()
+    return stamp
+
+
+async def _abort(
+    context: grpc.aio.ServicerContext[Any, Any],
+    code: grpc.StatusCode,
+    message: str,
+    *,
+    reason: str | None = None,
+    metadata: Mapping[str, str] | None = None,
+) -> NoReturn:
+    """End the call with ``code``, adding an ``ErrorInfo`` when there is a ``reason``."""
+    trailing: tuple[tuple[str, bytes], ...] = ()
+    if reason is not None:
+        info = error_details_pb2.ErrorInfo(
+            reason=reason, domain=ERROR_DOMAIN, metadata=dict(metadata or {})
+        )
+        status = status_pb2.Status(code=code.value[0], message=message)
+        status.details.add().Pack(info)
+        trailing = (("grpc-status-details-bin", status.SerializeToString()),)
+    await context.abort(code, message, trailing_metadata=trailing)
+    raise AssertionError("unreachable: abort raises")  # pragma: no cover
+
+
+@dataclass
+class _Emulated:
+    """One sandbox as the API reports it, and the local sandbox that backs it."""
+
+    proto: pb.Sandbox
+    execs: set[asyncio.Task[Any]] = field(default_factory=set)
+
+    @property
+    def id(self) -> str:
+        return str(self.proto.sandbox_id)
+
+    @property
+    def live(self) -> bool:
+        return self.proto.status.state not in _TERMINAL
+
+
+class AviatoServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
+    """The RPCs, over one local backend. Methods the client does not use stay UNIMPLEMENTED."""
+
+    def __init__(
+        self,
+        local: Backend,
+        *,
+        api_key: str | None = None,
+        faults: Faults | None = None,
+        page_size: int = PAGE_SIZE,
+    ) -> None:
+        self.local = local
+        self.api_key = api_key
+        self.faults = faults or Faults()
+        self.page_size = page_size
+        self.sandboxes: dict[str, _Emulated] = {}
+        self._by_request: dict[str, str] = {}
+        self._reserved = 0
+
+    def live_count(self) -> int:
+        return sum(1 for sb in self.sandboxes.values() if sb.live)
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    async def _enter(
+        self, context: grpc.aio.ServicerContext[Any, Any], *, create: bool = False
+    ) -> None:
+        """Authenticate, then apply latency and injected failures."""
+        if self.api_key is not None:
+            metadata = dict(context.invocation_metadata() or ())
+            if metadata.get("authorization") != f"Bearer {self.api_key}":
+                await _abort(context, grpc.StatusCode.UNAUTHENTICATED, "invalid API key")
+        await self.faults.delay(create=create)
+        if self.faults.drop():
+            await _abort(context, grpc.StatusCode.UNAVAILABLE, "connection dropped (injected)")
+        kind = self.faults.transient_error()
+        if kind == "rate_limited":
+            await _abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, "rate limited (injected)")
+        if kind == "server_error":
+            await _abort(context, grpc.StatusCode.UNAVAILABLE, "server error (injected)")
+
+    async def _running(
+        self, sandbox_id: str, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> _Emulated:
+        sb = self.sandboxes.get(sandbox_id)
+        if sb is None or not sb.live:
+            await _abort(
+                context,
+                grpc.StatusCode.NOT_FOUND,
+                f"sandbox {sandbox_id!r} not found or not running",
+                reason="CWSANDBOX_SANDBOX_NOT_FOUND",
+            )
+        return sb
+
+    async def _end(self, sb: _Emulated, state: int, exit_code: int) -> None:
+        """Move a sandbox to a terminal state: its commands die and its local sandbox goes."""
+        sb.proto.status.state = state  # type: ignore[assignment]
+        sb.proto.status.exit_code = exit_code
+        sb.proto.status.end_time.CopyFrom(_now())
+        for task in list(sb.execs):
+            task.cancel()
+        await self.local.stop(sb.id, missing_ok=True)
+
+    async def close(self) -> None:
+        """Stop every local sandbox (the emulator is going away)."""
+        for sb in list(self.sandboxes.values()):
+            if sb.live:
+                await self._end(sb, pb.STATE_TERMINATED, 137)
+
+    # -- control plane ----------------------------------------------------------------------
+
+    async def CreateSandbox(
+        self, request: pb.CreateSandboxRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.Sandbox:
+        await self._enter(context, create=True)
+        if request.request_id and request.request_id in self._by_request:
+            return self.sandboxes[self._by_request[request.request_id]].proto
+        if self.faults.at_capacity(self.live_count() + self._reserved):
+            await _abort(
+                context,
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"sandbox quota of {self.faults.max_sandboxes} reached",
+            )
+        containers = list(request.sandbox.spec.containers)
+        if not containers:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "a container is required")
+        main = next((c for c in containers if c.primary), containers[0])
+        spec = SandboxSpec(
+            env=dict(main.environment_variables),
+            tags=tuple(request.sandbox.spec.tags),
+            workdir=main.working_dir or DEFAULT_WORKDIR,
+        )
+        self._reserved += 1
+        try:
+            info = await self.local.create(spec)
+        except BackendMisconfiguredError as exc:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        finally:
+            self._reserved -= 1
+        proto = pb.Sandbox()
+        proto.CopyFrom(request.sandbox)
+        proto.sandbox_id = info.id
+        now = _now()
+        proto.status.state = pb.STATE_RUNNING
+        proto.status.create_time.CopyFrom(now)
+        proto.status.start_time.CopyFrom(now)
+        self.sandboxes[info.id] = _Emulated(proto)
+        if request.request_id:
+            self._by_request[request.request_id] = info.id
+        return proto
+
+    async def GetSandbox(
+        self, request: pb.GetSandboxRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.Sandbox:
+        await self._enter(context)
+        sb = self.sandboxes.get(request.sandbox_id)
+        if sb is None:
+            await _abort(
+                context,
+                grpc.StatusCode.NOT_FOUND,
+                f"sandbox {request.sandbox_id!r} not found",
+                reason="CWSANDBOX_SANDBOX_NOT_FOUND",
+            )
+        return sb.proto
+
+    async def ListSandboxes(
+        self, request: pb.ListSandboxesRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ListSandboxesResponse:
+        await self._enter(context)
+        wanted = set(request.tags)
+        state = request.state
+        show_terminated = request.show_terminated or state in _TERMINAL
+        matches = [
+            sb.proto
+            for sb in self.sandboxes.values()
+            if wanted <= set(sb.proto.spec.tags)
+            and (state == pb.STATE_UNSPECIFIED or sb.proto.status.state == state)
+            and (show_terminated or sb.live)
+        ]
+        try:
+            start = int(request.page_token or 0)
+        except ValueError:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "bad page token")
+        size = request.page_size or self.page_size
+        page = matches[start : start + size]
+        more = start + size < len(matches)
+        return pb.ListSandboxesResponse(
+            sandboxes=page, next_page_token=str(start + size) if more else ""
+        )
+
+    async def DeleteSandbox(
+        self, request: pb.DeleteSandboxRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.DeleteSandboxResponse:
+        await self._enter(context)
+        sb = self.sandboxes.get(request.sandbox_id)
+        if sb is None or not sb.live:
+            if request.allow_missing:
+                return pb.DeleteSandboxResponse()
+            await _abort(
+                context,
+                grpc.StatusCode.NOT_FOUND,
+                f"sandbox {request.sandbox_id!r} not found",
+                reason="CWSANDBOX_SANDBOX_NOT_FOUND",
+            )
+        await self._end(sb, pb.STATE_COMPLETED, 0)
+        return pb.DeleteSandboxResponse(sandbox=sb.proto)
+
+    async def ConnectSandbox(
+        self, request: pb.ConnectSandboxRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> NoReturn:
+        await _abort(context, grpc.StatusCode.UNIMPLEMENTED, "direct data plane not emulated")
+
+    # -- data plane -------------------------------------------------------------------------
+
+    async def StreamExec(
+        self,
+        request_iterator: AsyncIterator[pb.ExecStreamRequest],
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> AsyncIterator[pb.ExecStreamResponse]:
+        # Read the request before refusing it: the client reports a call ended while it was
+        # still sending as INTERNAL, whatever the status.
+        first = await anext(request_iterator, None)
+        await self._enter(context)
+        if first is None or not first.HasField("init"):
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "first message must be init")
+        init = first.init
+        if init.tty:
+            await _abort(context, grpc.StatusCode.UNIMPLEMENTED, "tty exec is not emulated")
+        if not init.command:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "command is empty")
+        sb = await self._running(init.sandbox_id, context)
+        yield pb.ExecStreamResponse(ready=pb.ExecStreamReady(ready_time=_now()))
+        stdin = bytearray()
+        async for message in request_iterator:
+            if message.HasField("close"):
+                break
+            stdin += message.stdin
+        if self.faults.dies():
+            await self._end(sb, pb.STATE_FAILED, 137)
+            return  # the stream ends with no exit status, as when the sandbox's node is lost
+        run = asyncio.ensure_future(
+            self.local.exec(
+                sb.id,
+                list(init.command),
+                timeout=context.time_remaining(),
+                stdin=bytes(stdin) or None,
+                env=dict(init.env),
+            )
+        )
+        sb.execs.add(run)
+        try:
+            result = await asyncio.shield(run)
+        except SandboxNotFoundError:
+            await self._running(sb.id, context)  # it was stopped: NOT_FOUND
+            raise
+        except asyncio.CancelledError:
+            if not run.cancelled():
+                raise  # the client went away: the finally clause kills the command
+            return  # the sandbox was stopped under the command: no exit status
+        except SandboxError as exc:
+            await _abort(context, grpc.StatusCode.INTERNAL, str(exc))
+        finally:
+            sb.execs.discard(run)
+            if not run.done():
+                run.cancel()
+                with contextlib.suppress(BaseException):
+                    await run
+        for stream, data in (
+            (pb.ExecStreamOutput.STREAM_STDOUT, result.stdout_bytes),
+            (pb.ExecStreamOutput.STREAM_STDERR, result.stderr_bytes),
+        ):
+            for offset in range(0, len(data), CHUNK_BYTES):
+                chunk = data[offset : offset + CHUNK_BYTES]
+                yield pb.ExecStreamResponse(output=pb.ExecStreamOutput(stream=stream, data=chunk))
+        yield pb.ExecStreamResponse(
+            exit=pb.ExecStreamExit(exit_code=result.returncode, completed_time=_now())
+        )
+
+    async def WriteFile(
+        self, request: pb.WriteFileRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.WriteFileResponse:
+        await self._enter(context)
+        sb = await self._running(request.sandbox_id, context)
+        try:
+            await self.local.write_file(sb.id, request.path, request.content)
+        except (OSError, SandboxError) as exc:
+            await self._file_error(context, request.path, exc)
+        return pb.WriteFileResponse()
+
+    async def ReadFile(
+        self, request: pb.ReadFileRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ReadFileResponse:
+        await self._enter(context)
+        sb = await self._running(request.sandbox_id, context)
+        try:
+            data = await self.local.read_file(sb.id, request.path)
+        except (OSError, SandboxError) as exc:
+            await self._file_error(context, request.path, exc)
+        return pb.ReadFileResponse(content=data)
+
+    async def _file_error(
+        self, context: grpc.aio.ServicerContext[Any, Any], path: str, exc: BaseException
+    ) -> NoReturn:
+        if isinstance(exc, FileNotFoundError):
+            code, reason = grpc.StatusCode.NOT_FOUND, "CWSANDBOX_FILE_NOT_FOUND"
+        elif isinstance(exc, IsADirectoryError):
+            code, reason = grpc.StatusCode.FAILED_PRECONDITION, "CWSANDBOX_FILE_IS_DIRECTORY"
+        elif isinstance(exc, (PermissionError, SandboxError)):
+            code, reason = grpc.StatusCode.PERMISSION_DENIED, "CWSANDBOX_FILE_PERMISSION_DENIED"
+        else:
+            code, reason = grpc.StatusCode.INTERNAL, "CWSANDBOX_FILE_IO_FAILED"
+        await _abort(context, code, str(exc), reason=reason, metadata={"filepath": path})
+
+
+class _Server:
+    """One emulator: a gRPC server, its servicer and the local root behind it."""
+
+    def __init__(self, *, api_key: str | None, faults: Faults | None, page_size: int) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="sandboxkit-aviato-"))
+        os.chmod(self.root, 0o711)  # an unprivileged sandbox uid must reach its directory
+        local = get_backend("subprocess", root=self.root, output_bytes=OUTPUT_BYTES).backend
+        self.servicer = AviatoServicer(local, api_key=api_key, faults=faults, page_size=page_size)
+        self.server: grpc.aio.Server | None = None
+        self.url = ""
+
+    async def start(self, host: str, port: int) -> str:
+        self.server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ]
+        )
+        pb_grpc.add_SandboxServiceServicer_to_server(self.servicer, self.server)
+        bound = self.server.add_insecure_port(f"{host}:{port}")
+        if bound == 0:
+            raise OSError(f"cannot listen on {host}:{port}")
+        await self.server.start()
+        self.url = f"http://{host}:{bound}"
+        return self.url
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            await self.server.stop(grace=1.0)
+        await self.servicer.close()
+        await asyncio.to_thread(shutil.rmtree, self.root, True)
+
+
+class AviatoEmulator:
+    """An emulator on its own thread and event loop, for tests and benchmarks.
+
+    Use as a context manager (or ``start()``/``stop()``); point the client at ``url`` with
+    ``api_key``. ``faults`` may be changed while it runs.
+    """
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        api_key: str | None = None,
+        faults: Faults | None = None,
+        page_size: int = PAGE_SIZE,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.api_key = api_key
+        self.faults = faults or Faults()
+        self.page_size = page_size
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._server: _Server | None = None
+        self.url = ""
+
+    @property
+    def root(self) -> Path:
+        """Where the emulated sandboxes' local sandboxes live."""
+        assert self._server is not None, "the emulator is not running"
+        return self._server.root
+
+    def live_sandboxes(self) -> int:
+        """Sandboxes created and not yet deleted (or lost)."""
+        assert self._server is not None, "the emulator is not running"
+        return self._server.servicer.live_count()
+
+    def describe(self, sandbox_id: str) -> pb.Sandbox:
+        """A copy of what the API reports for a sandbox, deleted ones included."""
+        assert self._server is not None, "the emulator is not running"
+        copy = pb.Sandbox()
+        copy.CopyFrom(self._server.servicer.sandboxes[sandbox_id].proto)
+        return copy
+
+    def sandbox_ids(self) -> list[str]:
+        """Every sandbox the emulator has made, deleted ones included."""
+        assert self._server is not None, "the emulator is not running"
+        return list(self._server.servicer.sandboxes)
+
+    def _call(self, coro: Any) -> Any:
+        assert self._loop is not None
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def start(self) -> AviatoEmulator:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="sandboxkit-aviato-emulator", daemon=True
+        )
+        self._thread.start()
+        self._server = _Server(api_key=self.api_key, faults=self.faults, page_size=self.page_size)
+        self.url = self._call(self._server.start(self.host, self.port))
+        return self
+
+    def stop(self) -> None:
+        if self._loop is None or self._thread is None:
+            return
+        if self._server is not None:
+            self._call(self._server.stop())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        self._loop.close()
+        self._loop = self._thread = None
+
+    def __enter__(self) -> AviatoEmulator:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+def serve_forever(
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    api_key: str | None = None,
+    faults: Faults | None = None,
+) -> int:
+    """Serve until SIGINT/SIGTERM (``sandboxkit emulate aviato``); prints the URL to use."""
+
+    async def main() -> None:
+        server = _Server(api_key=api_key, faults=faults, page_size=PAGE_SIZE)
+        url = await server.start(host, port)
+        done = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, done.set)
+        print(f"CWSANDBOX_BASE_URL={url}", flush=True)
+        try:
+            await done.wait()
+        finally:
+            await server.stop()
+
+    asyncio.run(main())
+    return 0

@@ -1,0 +1,36 @@
+"""Pytest fixtures that run the real ``cwsandbox`` client against a local Aviato emulator.
+
+Load them with ``pytest_plugins = ["sandboxkit.testing.aviato"]``. ``aviato_emulator`` is one
+emulator for the whole session, with a random API key; ``aviato_env`` points the environment
+(``CWSANDBOX_BASE_URL``, ``CWSANDBOX_API_KEY``) at it for one test, so ``get_backend("aviato")``
+needs no options. Tests that inject faults should start their own
+:class:`~sandboxkit.emulators.aviato.AviatoEmulator` rather than change the shared one.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from ..emulators.aviato import AviatoEmulator
+
+
+@pytest.fixture(scope="session")
+def aviato_emulator() -> Iterator[AviatoEmulator]:
+    pytest.importorskip("cwsandbox", reason="the Aviato emulator needs cwsandbox (Python >= 3.11)")
+    from ..emulators.aviato import AviatoEmulator
+
+    with AviatoEmulator(api_key=f"test-key-{uuid.uuid4().hex}") as emulator:
+        yield emulator
+
+
+@pytest.fixture
+def aviato_env(aviato_emulator: AviatoEmulator, monkeypatch: pytest.MonkeyPatch) -> AviatoEmulator:
+    monkeypatch.setenv("CWSANDBOX_BASE_URL", aviato_emulator.url)
+    monkeypatch.setenv("CWSANDBOX_API_KEY", aviato_emulator.api_key or "")
+    monkeypatch.delenv("AVIATO_API_KEY", raising=False)
+    return aviato_emulator
