@@ -14,7 +14,8 @@ from tenacity import (
     RetryCallState,
     retry_if_exception_type,
     stop_after_attempt,
-    wait_exponential_jitter,
+    wait_exponential,
+    wait_random,
 )
 
 from .errors import SandboxTimeoutError, TransientBackendError
@@ -44,7 +45,7 @@ def retrying(
 
     return AsyncRetrying(
         stop=stop_after_attempt(max(1, attempts)),
-        wait=wait_exponential_jitter(initial=backoff, max=max_backoff, jitter=backoff),
+        wait=wait_exponential(multiplier=backoff, max=max_backoff) + wait_random(0, backoff),
         retry=retry_if_exception_type(on),
         reraise=True,
         before_sleep=_before_sleep,

@@ -31,11 +31,13 @@ class FaultyBackend:
       before the inner call and half after it (the work is done, the answer is lost);
     - ``drop_rate``: the same calls lose their answer after the inner call (a cut connection);
     - ``die_rate``: an exec's sandbox is stopped while the command runs and the exec raises
-      ``SandboxLostError``;
+      ``SandboxLostError``, as do the other execs that were running in it;
     - ``max_sandboxes``: creation beyond that many live sandboxes (of this wrapper) is refused
       with ``TransientBackendError``, as by a rate limit.
 
-    ``calls`` counts calls per method, ``injected`` the faults injected per kind.
+    ``calls`` counts calls per method, ``injected`` the faults injected per kind (such as
+    ``"server_error after create"``, ``"died"``), and
+    ``peak`` the most create/exec/file calls of a kind that were in flight at once.
     """
 
     def __init__(self, inner: Backend, faults: Faults | None = None) -> None:
@@ -44,6 +46,8 @@ class FaultyBackend:
         self.name = inner.name
         self.calls: Counter[str] = Counter()
         self.injected: Counter[str] = Counter()
+        self.peak: Counter[str] = Counter()
+        self._in_flight: Counter[str] = Counter()
         self._live: set[str] = set()
 
     def __repr__(self) -> str:
@@ -64,22 +68,27 @@ class FaultyBackend:
     ) -> T:
         """One faulty call: latency, then an error before or after the inner call, or none."""
         self.calls[what] += 1
-        await self.faults.delay(create=create)
-        error = self.faults.transient_error()
-        after = error is not None and self.faults.rng.random() < 0.5
-        if error is not None and not after:
-            raise self._fail(error, what)
-        result = await call()
-        if error is not None:
-            raise self._fail(error, f"{what}, after it ran")
-        if self.faults.drop():
-            raise self._fail("dropped", f"{what}, after it ran")
-        return result
+        self._in_flight[what] += 1
+        self.peak[what] = max(self.peak[what], self._in_flight[what])
+        try:
+            await self.faults.delay(create=create)
+            error = self.faults.transient_error()
+            after = error is not None and self.faults.rng.random() < 0.5
+            if error is not None and not after:
+                raise self._fail(f"{error} before {what}", what)
+            result = await call()
+            if error is not None:
+                raise self._fail(f"{error} after {what}", what)
+            if self.faults.drop():
+                raise self._fail(f"dropped after {what}", what)
+            return result
+        finally:
+            self._in_flight[what] -= 1
 
     async def create(self, spec: SandboxSpec) -> SandboxInfo:
         if self.faults.at_capacity(len(self._live)):
             self.calls["create"] += 1
-            raise self._fail("at_capacity", "create")
+            raise self._fail("at capacity", "create")
 
         async def create() -> SandboxInfo:
             info = await self.inner.create(spec)
@@ -98,11 +107,18 @@ class FaultyBackend:
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
     ) -> ExecResult:
-        def run() -> Awaitable[ExecResult]:
+        async def run() -> ExecResult:
+            live = sandbox_id in self._live
             command = self.inner.exec(
                 sandbox_id, argv, timeout=timeout, stdin=stdin, cwd=cwd, env=env
             )
-            return self._die_during(sandbox_id, command) if self.faults.dies() else command
+            if self.faults.dies():
+                return await self._die_during(sandbox_id, command)
+            result = await command
+            if live and sandbox_id not in self._live:
+                # Its sandbox died under it (another exec's fault): the result is not real.
+                raise SandboxLostError(f"sandbox {sandbox_id} was stopped during exec")
+            return result
 
         return await self._call("exec", run)
 
