@@ -62,7 +62,7 @@ async def square(sandbox: Sandbox, n: int) -> int:
     """An evaluation: upload, run, parse. Files are per ``n``, as leases may share a sandbox."""
     await sandbox.awrite_file(f"n{n}.txt", str(n))
     code = f"print(int(open('n{n}.txt').read()) ** 2)"
-    result = await sandbox.aexec(["python3", "-c", code])
+    result = await sandbox.aexec(["python3", "-c", code], timeout=60)
     assert result.ok, result.stderr
     return int(result.stdout)
 
@@ -280,3 +280,15 @@ def test_closed_pool_refuses_work(pool_factory: type[SandboxPool]) -> None:
 def test_validates_arguments(local: SandboxClient) -> None:
     with pytest.raises(ValueError):
         SandboxPool(local, size=0)
+
+
+@pytest.mark.parametrize("progress", [True, None])
+def test_progress_bar_only_when_asked_or_on_a_terminal(
+    pool_factory: type[SandboxPool], capsys: pytest.CaptureFixture[str], progress: bool | None
+) -> None:
+    pool_factory(size=3, progress=progress).start()
+    err = capsys.readouterr().err
+    if progress:
+        assert "sandboxes" in err and "3/3" in err
+    else:
+        assert err == ""  # pytest's stderr is no terminal
