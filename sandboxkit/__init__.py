@@ -18,8 +18,11 @@ from .errors import (
     TransientBackendError,
     UnknownBackendError,
 )
+from .pool import PoolStats, SandboxPool
 from .protocol import Backend, ExecResult, SandboxInfo, SandboxSpec, SandboxStatus
 from .registry import available_backends, get_backend
+from .session import Session
+from .wait import await_first, spawn, wait, wait_async
 
 __version__ = "0.1.0"
 
@@ -31,18 +34,25 @@ __all__ = [
     "BackendUnavailableError",
     "ExecResult",
     "IsolationUnavailableError",
+    "PoolStats",
     "Sandbox",
     "SandboxClient",
     "SandboxError",
     "SandboxInfo",
     "SandboxLostError",
     "SandboxNotFoundError",
+    "SandboxPool",
     "SandboxSpec",
     "SandboxStatus",
     "SandboxTimeoutError",
+    "Session",
     "TransientBackendError",
     "UnknownBackendError",
     "__version__",
     "available_backends",
+    "await_first",
     "get_backend",
+    "spawn",
+    "wait",
+    "wait_async",
 ]

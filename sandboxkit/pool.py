@@ -1,0 +1,382 @@
+"""A pool of warm sandboxes shared by every evaluation of a training run.
+
+Creating a sandbox costs far more than running a test in one, so a reward function keeps one
+pool for the whole run and calls :meth:`SandboxPool.arun` per evaluation. The pool hides the
+provider's flakiness from training: transient errors are retried with backoff, dead sandboxes
+are replaced, worn ones recycled, and what cannot be recovered surfaces as an infrastructure
+error (which rewards turn into ``None``) rather than as a crash or a leaked sandbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import sys
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from types import TracebackType
+from typing import Any, TypeVar
+
+from tenacity import RetryCallState
+from tqdm import tqdm
+
+from .client import Sandbox, SandboxClient
+from .errors import INFRASTRUCTURE_ERRORS, SandboxLostError, SandboxNotFoundError
+from .portal import blocking
+from .protocol import SandboxStatus
+from .retry import TRANSIENT_ERRORS, retrying
+from .session import Session
+
+logger = logging.getLogger("sandboxkit.pool")
+
+T = TypeVar("T")
+_ALIVE = (SandboxStatus.RUNNING, SandboxStatus.PENDING)
+
+
+@dataclasses.dataclass
+class PoolStats:
+    """Counters a training loop can log; ``pool.stats`` returns a fresh snapshot."""
+
+    created: int = 0
+    """Sandboxes created, replacements and recycling included."""
+    replaced: int = 0
+    """Sandboxes replaced because they died or failed a health check."""
+    recycled: int = 0
+    """Sandboxes replaced after ``max_uses`` leases."""
+    retries: int = 0
+    """Evaluation attempts that failed and were tried again."""
+    failures: int = 0
+    """Evaluations that raised an infrastructure error once the retry budget was spent."""
+    size: int = 0
+    """Sandboxes ready for leases now."""
+    in_use: int = 0
+    """Leases held now."""
+    leases: int = 0
+    """Leases handed out so far."""
+
+
+@dataclasses.dataclass(eq=False)
+class _Slot:
+    sandbox: Sandbox
+    checked: float
+    """``time.monotonic()`` when the sandbox was last known to be alive."""
+    leases: int = 0
+    uses: int = 0
+    retired: bool = False
+
+
+class SandboxPool:
+    """``size`` sandboxes, each leased to up to ``per_sandbox`` evaluations at once.
+
+    - ``max_concurrency`` caps leases over the whole pool (default ``size * per_sandbox``);
+    - ``retries``: how many times an evaluation is tried again after a transient error or the
+      loss of its sandbox (on a replacement), waiting ``backoff`` seconds, doubling, jittered;
+    - ``max_uses``: leases after which a sandbox is replaced, bounding what state one program
+      can leave for the next;
+    - ``health_check_after``: a sandbox idle for longer is checked (a cheap ``get``) before
+      its next lease, since providers stop idle sandboxes on their own;
+    - ``session``: the :class:`Session` whose sandboxes these are (default: one of its own,
+      created from ``client`` and closed with the pool);
+    - ``tags``, ``image``, ``env`` and other keywords go to every sandbox created;
+    - ``progress``: show a progress bar while starting (None: when stderr is a terminal).
+
+    The pool's state lives on one event loop: the loop it is first used from (the sandboxkit
+    portal for the sync methods). Calls from another running loop are run on that one; once
+    that loop is closed, the pool moves to the next loop that uses it.
+    """
+
+    def __init__(
+        self,
+        client: SandboxClient | str | None = None,
+        *,
+        size: int = 8,
+        per_sandbox: int = 1,
+        max_uses: int = 200,
+        max_concurrency: int | None = None,
+        retries: int = 3,
+        backoff: float = 0.5,
+        health_check_after: float = 30.0,
+        session: Session | None = None,
+        tags: Iterable[str] = (),
+        image: str | None = None,
+        env: Mapping[str, str] | None = None,
+        progress: bool | None = None,
+        **sandbox_options: Any,
+    ) -> None:
+        if min(size, per_sandbox, max_uses, max_concurrency or 1) < 1 or retries < 0:
+            raise ValueError("size, per_sandbox, max_uses and max_concurrency must be >= 1")
+        if session is not None and client is not None:
+            raise ValueError("pass a client or a session, not both")
+        self.session = session or Session(client)
+        self._owns_session = session is None
+        self.size = size
+        self.per_sandbox = per_sandbox
+        self.max_uses = max_uses
+        self.max_concurrency = max_concurrency or size * per_sandbox
+        self.retries = retries
+        self.backoff = backoff
+        self.health_check_after = health_check_after
+        self.progress = progress
+        self._sandbox_options: dict[str, Any] = {
+            "tags": tuple(tags),
+            "image": image,
+            "env": env,
+            **sandbox_options,
+        }
+        self._stats = PoolStats()
+        self._slots: list[_Slot] = []
+        self._retiring: list[_Slot] = []
+        """Slots that take no new leases; stopped when their last lease ends."""
+        self._creating = 0
+        self._create_error: Exception | None = None
+        self._in_use = 0
+        self._closed = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._changed: asyncio.Event | None = None
+
+    def __repr__(self) -> str:
+        return f"<SandboxPool {self.session.run_tag} {self.stats}>"
+
+    @property
+    def stats(self) -> PoolStats:
+        return dataclasses.replace(self._stats, size=len(self._slots), in_use=self._in_use)
+
+    # -- the home event loop ---------------------------------------------------------------
+
+    async def _at_home(self, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """Run ``make()`` on the pool's loop, adopting the current loop if it has none."""
+        loop = asyncio.get_running_loop()
+        home = self._loop
+        if home is not None and home is not loop and home.is_running():
+            return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(make(), home))
+        if home is not loop:
+            if home is not None:
+                logger.debug("pool moves to a new event loop; its old one stopped")
+            self._loop, self._changed, self._creating, self._in_use = loop, None, 0, 0
+            self._tasks.clear()
+            for slot in self._slots:
+                slot.leases = 0
+        return await make()
+
+    def _wake(self) -> None:
+        """Tell every waiting lease that a sandbox, a lease or an error became available."""
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+
+    async def _wait_for_change(self) -> None:
+        if self._changed is None:
+            self._changed = asyncio.Event()
+        await self._changed.wait()
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # -- creating and stopping sandboxes ---------------------------------------------------
+
+    def _fill(self) -> list[asyncio.Task[None]]:
+        """Start creating what the pool lacks to reach ``size``."""
+        if self._closed:
+            return []
+        missing = self.size - len(self._slots) - self._creating
+        self._creating += max(0, missing)
+        return [self._spawn(self._add_sandbox()) for _ in range(missing)]
+
+    async def _add_sandbox(self) -> None:
+        try:
+            sandbox: Sandbox = await retrying(attempts=self.retries + 1, backoff=self.backoff)(
+                self.session.asandbox, **self._sandbox_options
+            )
+        except Exception as exc:
+            self._create_error = exc
+            logger.info("could not create a sandbox: %r", exc)
+        else:
+            self._slots.append(_Slot(sandbox, checked=time.monotonic()))
+            self._stats.created += 1
+            logger.debug("created %s", sandbox.id)
+        finally:
+            self._creating -= 1
+            self._wake()
+
+    def _retire(self, slot: _Slot, *, lost: bool) -> None:
+        """Take a slot out of service and start creating its successor."""
+        if slot.retired:
+            return
+        slot.retired = True
+        self._slots.remove(slot)
+        self._retiring.append(slot)
+        if lost:
+            self._stats.replaced += 1
+        else:
+            self._stats.recycled += 1
+        self._fill()
+
+    async def _stop(self, slot: _Slot) -> None:
+        try:
+            await self.session.astop_sandbox(slot.sandbox)
+        except Exception as exc:  # the session stops it again when it closes
+            logger.warning("could not stop %s: %r", slot.sandbox.id, exc)
+            return
+        if slot in self._retiring:
+            self._retiring.remove(slot)
+
+    async def astart(self) -> None:
+        """Create the pool's sandboxes now, concurrently, rather than on first use.
+
+        Raises the last creation error only if no sandbox at all could be created.
+        """
+        await self._at_home(self._start)
+
+    async def _start(self) -> None:
+        creating = self._fill()
+        show = sys.stderr.isatty() if self.progress is None else self.progress
+        with tqdm(total=len(creating), desc="sandboxes", unit="sb", disable=not show) as bar:
+            for done in asyncio.as_completed(creating):
+                await done
+                bar.update(1)
+        if not self._slots and self._create_error is not None:
+            raise self._create_error
+
+    # -- leases ----------------------------------------------------------------------------
+
+    def _pick(self) -> _Slot | None:
+        if self._in_use >= self.max_concurrency:
+            return None
+        free = [s for s in self._slots if s.leases < self.per_sandbox]
+        return min(free, key=lambda s: s.leases, default=None)
+
+    async def _lease(self) -> _Slot:
+        while (slot := self._pick()) is None:
+            if self._closed:
+                raise RuntimeError("the pool is closed")
+            if not self._slots and not self._creating and self._create_error is not None:
+                error, self._create_error = self._create_error, None
+                raise error
+            self._fill()
+            await self._wait_for_change()
+        if self._closed:
+            raise RuntimeError("the pool is closed")
+        slot.leases += 1
+        slot.uses += 1
+        self._in_use += 1
+        self._stats.leases += 1
+        if slot.uses >= self.max_uses:
+            logger.debug("recycling %s after %d uses", slot.sandbox.id, slot.uses)
+            self._retire(slot, lost=False)
+        return slot
+
+    def _release(self, slot: _Slot) -> None:
+        slot.leases -= 1
+        self._in_use -= 1
+        if slot.retired and slot.leases == 0:
+            self._spawn(self._stop(slot))
+        self._wake()
+
+    async def _lease_healthy(self) -> _Slot:
+        """A lease on a sandbox known to be alive, replacing dead ones found on the way."""
+        while True:
+            slot = await self._lease()
+            if time.monotonic() - slot.checked < self.health_check_after:
+                return slot
+            try:
+                alive = (await slot.sandbox.ainfo()).status in _ALIVE
+            except SandboxNotFoundError:
+                alive = False
+            except BaseException:
+                self._release(slot)
+                raise
+            if alive:
+                slot.checked = time.monotonic()
+                return slot
+            logger.info("%s failed its health check; replacing it", slot.sandbox.id)
+            self._retire(slot, lost=True)
+            self._release(slot)
+
+    # -- running evaluations ---------------------------------------------------------------
+
+    async def arun(self, fn: Callable[[Sandbox], Awaitable[T]]) -> T:
+        """``await fn(sandbox)`` on a leased sandbox, retried as the pool's settings say.
+
+        Errors ``fn`` raises that say nothing about the infrastructure propagate at once;
+        infrastructure errors (``sandboxkit.errors.INFRASTRUCTURE_ERRORS``) propagate once the
+        retry budget is spent.
+        """
+        return await self._at_home(lambda: self._run(fn))
+
+    async def _run(self, fn: Callable[[Sandbox], Awaitable[T]]) -> T:
+        def count_retry(state: RetryCallState) -> None:
+            self._stats.retries += 1
+
+        policy = retrying(
+            attempts=self.retries + 1,
+            backoff=self.backoff,
+            on=(*TRANSIENT_ERRORS, SandboxLostError),
+            logger=logger,
+            before_sleep=count_retry,
+        )
+        try:
+            return await policy(self._attempt, fn)
+        except INFRASTRUCTURE_ERRORS as exc:
+            self._stats.failures += 1
+            logger.info("evaluation failed after %d retries: %r", self.retries, exc)
+            raise
+
+    async def _attempt(self, fn: Callable[[Sandbox], Awaitable[T]]) -> T:
+        slot = await self._lease_healthy()
+        try:
+            return await fn(slot.sandbox)
+        except (SandboxLostError, SandboxNotFoundError) as exc:
+            logger.info("%s was lost (%r); replacing it", slot.sandbox.id, exc)
+            self._retire(slot, lost=True)
+            if isinstance(exc, SandboxNotFoundError):
+                raise SandboxLostError(f"sandbox {slot.sandbox.id} disappeared: {exc}") from exc
+            raise
+        finally:
+            self._release(slot)
+
+    # -- closing ---------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Stop every sandbox of the pool (and its own session); later leases raise."""
+        await self._at_home(self._close)
+
+    async def _close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._wake()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        slots = [*self._slots, *self._retiring]
+        await asyncio.gather(*(self._stop(slot) for slot in slots))
+        self._slots.clear()
+        if self._owns_session:
+            await self.session.aclose()
+        logger.debug("closed: %s", self._stats)
+
+    start = blocking(astart)
+    run = blocking(arun)
+    close = blocking(aclose)
+
+    def __enter__(self) -> SandboxPool:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self) -> SandboxPool:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()

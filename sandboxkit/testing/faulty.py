@@ -1,0 +1,165 @@
+"""A backend that misbehaves on purpose, wrapping a real one.
+
+Retries, sandbox replacement and cleanup only run when a provider fails, which real providers do
+rarely and never on demand. ``FaultyBackend`` makes any backend fail as often as a
+:class:`~sandboxkit.emulators.faults.Faults` says, while the sandboxes stay real: a sandbox that
+"dies" is really stopped, and a create that "fails" after the fact really leaves a sandbox behind
+(as a provider does when its answer is lost), which is what leak tests need.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TypeVar
+
+from ..emulators.faults import Faults
+from ..errors import SandboxLostError, TransientBackendError
+from ..protocol import Backend, ExecResult, SandboxInfo, SandboxSpec, SandboxStatus
+
+T = TypeVar("T")
+
+
+class FaultyBackend:
+    """``inner`` with the faults of ``faults`` injected, counting every call.
+
+    - ``latency_ms`` / ``create_latency_ms`` delay every call / creation;
+    - ``error_rate``: create, exec and file calls raise ``TransientBackendError``, half of them
+      before the inner call and half after it (the work is done, the answer is lost);
+    - ``drop_rate``: the same calls lose their answer after the inner call (a cut connection);
+    - ``die_rate``: an exec's sandbox is stopped while the command runs and the exec raises
+      ``SandboxLostError``, as do the other execs that were running in it;
+    - ``max_sandboxes``: creation beyond that many live sandboxes (of this wrapper) is refused
+      with ``TransientBackendError``, as by a rate limit.
+
+    ``calls`` counts calls per method, ``injected`` the faults injected per kind (such as
+    ``"server_error after create"``, ``"died"``), and
+    ``peak`` the most create/exec/file calls of a kind that were in flight at once.
+    """
+
+    def __init__(self, inner: Backend, faults: Faults | None = None) -> None:
+        self.inner = inner
+        self.faults = faults or Faults()
+        self.name = inner.name
+        self.calls: Counter[str] = Counter()
+        self.injected: Counter[str] = Counter()
+        self.peak: Counter[str] = Counter()
+        self._in_flight: Counter[str] = Counter()
+        self._live: set[str] = set()
+
+    def __repr__(self) -> str:
+        return f"<FaultyBackend over {self.inner.name}: {self.faults}>"
+
+    def __getattr__(self, attr: str) -> object:
+        # Backend-specific facts (``root``, ``isolation`` of the local backend) read through.
+        if attr.startswith("_"):
+            raise AttributeError(attr)
+        return getattr(self.inner, attr)
+
+    def _fail(self, kind: str, what: str) -> TransientBackendError:
+        self.injected[kind] += 1
+        return TransientBackendError(f"injected fault ({kind}) in {what}")
+
+    async def _call(
+        self, what: str, call: Callable[[], Awaitable[T]], *, create: bool = False
+    ) -> T:
+        """One faulty call: latency, then an error before or after the inner call, or none."""
+        self.calls[what] += 1
+        self._in_flight[what] += 1
+        self.peak[what] = max(self.peak[what], self._in_flight[what])
+        try:
+            await self.faults.delay(create=create)
+            error = self.faults.transient_error()
+            after = error is not None and self.faults.rng.random() < 0.5
+            if error is not None and not after:
+                raise self._fail(f"{error} before {what}", what)
+            result = await call()
+            if error is not None:
+                raise self._fail(f"{error} after {what}", what)
+            if self.faults.drop():
+                raise self._fail(f"dropped after {what}", what)
+            return result
+        finally:
+            self._in_flight[what] -= 1
+
+    async def create(self, spec: SandboxSpec) -> SandboxInfo:
+        if self.faults.at_capacity(len(self._live)):
+            self.calls["create"] += 1
+            raise self._fail("at capacity", "create")
+
+        async def create() -> SandboxInfo:
+            info = await self.inner.create(spec)
+            self._live.add(info.id)
+            return info
+
+        return await self._call("create", create, create=True)
+
+    async def exec(
+        self,
+        sandbox_id: str,
+        argv: Sequence[str],
+        *,
+        timeout: float | None = None,
+        stdin: bytes | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> ExecResult:
+        async def run() -> ExecResult:
+            live = sandbox_id in self._live
+            command = self.inner.exec(
+                sandbox_id, argv, timeout=timeout, stdin=stdin, cwd=cwd, env=env
+            )
+            if self.faults.dies():
+                return await self._die_during(sandbox_id, command)
+            result = await command
+            if live and sandbox_id not in self._live:
+                # Its sandbox died under it (another exec's fault): the result is not real.
+                raise SandboxLostError(f"sandbox {sandbox_id} was stopped during exec")
+            return result
+
+        return await self._call("exec", run)
+
+    async def _die_during(self, sandbox_id: str, command: Awaitable[ExecResult]) -> ExecResult:
+        """Start the command, then stop its sandbox under it.
+
+        The command is left to end by itself (it lost its files, and its own timeout bounds
+        it) rather than cancelled: cancelling the local backend's exec while it is spawning can
+        orphan the sandboxed process, which is the backend's bug to fix, not a fault to inject.
+        """
+        self.injected["died"] += 1
+        task = asyncio.ensure_future(command)
+        await asyncio.sleep(self.faults.rng.uniform(0.0, 0.05))
+        await self.stop(sandbox_id)
+        with contextlib.suppress(Exception):
+            await task
+        raise SandboxLostError(f"injected fault: sandbox {sandbox_id} died during exec")
+
+    async def write_file(self, sandbox_id: str, path: str, data: bytes) -> None:
+        await self._call("write_file", lambda: self.inner.write_file(sandbox_id, path, data))
+
+    async def read_file(self, sandbox_id: str, path: str) -> bytes:
+        return await self._call("read_file", lambda: self.inner.read_file(sandbox_id, path))
+
+    async def stop(self, sandbox_id: str, *, missing_ok: bool = True) -> None:
+        self.calls["stop"] += 1
+        await self.faults.delay()
+        await self.inner.stop(sandbox_id, missing_ok=missing_ok)
+        self._live.discard(sandbox_id)
+
+    async def list(
+        self, *, tags: Sequence[str] = (), status: SandboxStatus | None = None
+    ) -> builtins.list[SandboxInfo]:
+        self.calls["list"] += 1
+        await self.faults.delay()
+        return await self.inner.list(tags=tags, status=status)
+
+    async def get(self, sandbox_id: str) -> SandboxInfo:
+        self.calls["get"] += 1
+        await self.faults.delay()
+        return await self.inner.get(sandbox_id)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()

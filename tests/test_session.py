@@ -1,0 +1,204 @@
+"""Session cleanup however a run ends: context exit, cancellation, signals, SIGKILL + reap."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from sandboxkit import SandboxClient, Session
+from sandboxkit.emulators.faults import Faults
+from sandboxkit.testing.faulty import FaultyBackend
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def sandbox_dirs(root: Path) -> list[str]:
+    return [p.name for p in root.iterdir() if "sbx-" in p.name]
+
+
+def test_context_exit_stops_everything_it_created(local: SandboxClient, local_root: Path) -> None:
+    outsider = local.sandbox(tags=["outsider"])
+    with Session(local, tags=["model=tiny", "step=3"]) as session:
+        made = [session.sandbox() for _ in range(3)]
+        listed = local.list(tags=[session.run_tag, "model=tiny", "step=3"])
+        assert {i.id for i in listed} == {sb.id for sb in made}
+        assert session.count(status="running") == 3
+    assert local.list(tags=[session.run_tag]) == []
+    assert sandbox_dirs(local_root) == [outsider.id]
+    outsider.stop()
+
+
+def test_async_context_and_extra_tags(local: SandboxClient) -> None:
+    async def main() -> str:
+        async with Session(local, handle_signals=False) as session:
+            sandbox = await session.asandbox(tags=["env=python"])
+            assert "env=python" in sandbox.tags and session.run_tag in sandbox.tags
+            return session.run_tag
+
+    run_tag = asyncio.run(main())
+    assert local.list(tags=[run_tag]) == []
+
+
+def test_sessions_of_one_run_are_counted_together(local: SandboxClient) -> None:
+    run_id = uuid.uuid4().hex
+    with Session(local, run_id=run_id) as rank0, Session(local, run_id=run_id) as rank1:
+        rank0.sandbox()
+        rank1.sandbox()
+        rank1.sandbox()
+        assert rank0.count() == rank1.count(status="running") == 3
+        assert rank0.count(status="pending") == 0
+        rank0.close()  # closes only its own sandboxes
+        assert rank1.count() == 2
+    assert rank1.count() == 0
+
+
+def test_cancelled_creation_leaks_nothing(local: SandboxClient, local_root: Path) -> None:
+    faulty = FaultyBackend(local.backend, Faults(create_latency_ms=300))
+    session = Session(SandboxClient(faulty), handle_signals=False)
+
+    async def main() -> None:
+        creating = asyncio.ensure_future(session.asandbox())
+        while faulty.calls["create"] == 0:
+            await asyncio.sleep(0.01)
+        creating.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await creating
+        # The create finishes, then its sandbox is stopped: before close, not reaped by it.
+        deadline = time.monotonic() + 30
+        while faulty.calls["stop"] == 0 or sandbox_dirs(local_root):
+            assert time.monotonic() < deadline, "the abandoned sandbox was not stopped"
+            await asyncio.sleep(0.01)
+
+    asyncio.run(main())
+    assert faulty.calls["create"] == 1
+    assert local.list(tags=[session.run_tag]) == []
+    session.close()
+
+
+def test_closes_when_sandboxes_the_provider_made_despite_an_error(
+    local: SandboxClient, local_root: Path
+) -> None:
+    faulty = FaultyBackend(local.backend, Faults(error_rate=1.0, seed=5))
+    session = Session(SandboxClient(faulty), handle_signals=False)
+    for _ in range(6):
+        with pytest.raises(Exception, match="injected fault"):
+            session.sandbox()
+    made = sum(n for kind, n in faulty.injected.items() if kind.endswith("after create"))
+    assert made > 0 and len(local.list(tags=[session.run_tag])) == made
+    session.close()
+    assert sandbox_dirs(local_root) == []
+
+
+def test_signal_handlers_are_installed_and_restored(local: SandboxClient) -> None:
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    session = Session(local)
+    assert all(signal.getsignal(s) != h for s, h in before.items())
+    session.close()
+    assert {s: signal.getsignal(s) for s in before} == before
+
+
+def test_reap_requires_a_tag(local: SandboxClient) -> None:
+    with Session(local) as session, pytest.raises(ValueError, match="tag"):
+        session.reap()
+
+
+def test_reap_by_tag_and_age(local: SandboxClient) -> None:
+    tag = f"run=old-{uuid.uuid4().hex}"
+    made = {local.sandbox(tags=[tag, "step=1"]).id for _ in range(2)}
+    other = local.sandbox(tags=[f"run=other-{uuid.uuid4().hex}"])
+    with Session(local) as janitor:
+        assert janitor.reap(tags=[tag], older_than=timedelta(hours=1)) == []
+        assert {i.id for i in janitor.reap(tags=[tag], older_than=0, dry_run=True)} == made
+        assert {i.id for i in local.list(tags=[tag])} == made
+        assert {i.id for i in janitor.reap(tags=[tag, "step=1"], older_than=0.0)} == made
+    assert local.list(tags=[tag]) == []
+    assert local.get(other.id).id == other.id
+    other.stop()
+
+
+CHILD = """
+import os, signal, sys, time
+from sandboxkit import Session, get_backend
+
+if os.environ.get("USER_HANDLER"):
+    def handler(signum, frame):
+        print("user handler ran", flush=True)
+        sys.exit(7)
+    signal.signal(signal.SIGTERM, handler)
+session = Session(get_backend("subprocess", root=sys.argv[1]), tags=[sys.argv[2]])
+for _ in range(3):
+    session.sandbox()
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+def start_child(root: Path, tag: str, **env: str) -> subprocess.Popen[str]:
+    child = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(CHILD), str(root), tag],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO), **env},
+    )
+    assert child.stdout is not None
+    assert child.stdout.readline() == "ready\n"
+    return child
+
+
+@pytest.mark.parametrize("user_handler", [False, True])
+def test_sigterm_stops_the_sandboxes_then_chains(
+    local: SandboxClient, local_root: Path, user_handler: bool
+) -> None:
+    tag = f"run={uuid.uuid4().hex}"
+    child = start_child(local_root, tag, **({"USER_HANDLER": "1"} if user_handler else {}))
+    assert len(local.list(tags=[tag])) == 3
+
+    child.send_signal(signal.SIGTERM)
+    out, _ = child.communicate(timeout=60)
+
+    if user_handler:
+        assert (child.returncode, out) == (7, "user handler ran\n")
+    else:
+        assert child.returncode == -signal.SIGTERM
+    assert local.list(tags=[tag]) == []
+    assert sandbox_dirs(local_root) == []
+
+
+def test_reap_after_sigkill(local: SandboxClient, local_root: Path) -> None:
+    tag = f"run={uuid.uuid4().hex}"
+    child = start_child(local_root, tag)
+    child.kill()
+    child.wait(timeout=60)
+    assert len(local.list(tags=[tag])) == 3  # nobody cleaned up
+
+    with Session(local) as janitor:
+        reaped = janitor.reap(tags=[tag], older_than=0)
+
+    assert len(reaped) == 3
+    assert local.list(tags=[tag]) == []
+    assert sandbox_dirs(local_root) == []
+
+
+def test_atexit_stops_what_was_left_open(local: SandboxClient, local_root: Path) -> None:
+    tag = f"run={uuid.uuid4().hex}"
+    code = textwrap.dedent(CHILD).replace("time.sleep(120)", "")
+    subprocess.run(
+        [sys.executable, "-c", code, str(local_root), tag],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        check=True,
+        timeout=120,
+        capture_output=True,
+    )
+    # Stopped, though the local backend leaves the directory behind: its rmtree needs a worker
+    # thread, and none can start that late in interpreter shutdown.
+    assert local.list(tags=[tag]) == []
