@@ -56,5 +56,10 @@ class IsolationUnavailableError(BackendUnavailableError):
     """``SANDBOXKIT_ISOLATION=strict`` was asked for but namespaces cannot be had here."""
 
 
+class CircuitOpenError(SandboxError):
+    """Too many evaluations of a batch failed for infrastructure reasons: training stops
+    rather than learn from a batch where most rewards are missing."""
+
+
 INFRASTRUCTURE_ERRORS: tuple[type[BaseException], ...] = (BackendError, SandboxTimeoutError)
 """Errors that say nothing about the program under test: rewards map them to ``None``."""

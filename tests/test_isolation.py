@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -99,3 +100,46 @@ def test_paths_cannot_escape_the_sandbox(local: sandboxkit.SandboxClient) -> Non
                 sb.read_file(path)
         with pytest.raises(sandboxkit.SandboxError):
             sb.write_file("link", "overwrite the host's file")
+
+
+def test_stop_kills_running_execs(local: sandboxkit.SandboxClient) -> None:
+    import asyncio
+    import time
+
+    async def main() -> sandboxkit.ExecResult:
+        sb = await local.asandbox()
+        running = asyncio.ensure_future(sb.aexec(["sleep", "60"], timeout=120))
+        await asyncio.sleep(1.0)
+        await sb.astop()
+        return await asyncio.wait_for(running, 30)
+
+    t0 = time.monotonic()
+    result = asyncio.run(main())
+    assert result.returncode != 0 and time.monotonic() - t0 < 30
+
+
+def test_cancelling_an_exec_while_it_starts_leaves_nothing(local: sandboxkit.SandboxClient) -> None:
+    import asyncio
+
+    marker = "SBX_CANCEL_MARK"
+
+    async def main() -> None:
+        sb = await local.asandbox(env={marker: "1"})
+        for delay in (0.0, 0.001, 0.005, 0.02, 0.05):
+            task = asyncio.ensure_future(sb.aexec(["sleep", "60"], timeout=120))
+            await asyncio.sleep(delay)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait_for(task, 30)
+        await sb.astop()
+
+    asyncio.run(main())
+    leftovers = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if marker.encode() in f.read():
+                    leftovers.append(pid)
+        except OSError:
+            pass
+    assert leftovers == []

@@ -25,7 +25,7 @@ from ..errors import BackendMisconfiguredError, SandboxError, SandboxNotFoundErr
 from ..local.cgroup import PidsCgroups
 from ..local.isolation import SANDBOX_BIN, IsolationReport, Tier, bwrap_binary, detect
 from ..local.limits import Limits
-from ..local.supervisor import Confinement, run
+from ..local.supervisor import Confinement, kill_session, run
 from ..protocol import DEFAULT_WORKDIR, ExecResult, SandboxInfo, SandboxSpec, SandboxStatus
 
 ENV_ALLOWLIST = ("LANG", "LC_ALL", "LC_CTYPE", "TZ")
@@ -73,6 +73,8 @@ class SubprocessBackend:
             cgroups=cgroups,
             read_only=tuple(read_only_paths),
         )
+        self._running: dict[str, set[int]] = {}
+        """Supervised pids of this process's execs, per sandbox: ``stop`` kills them."""
 
     def _check_reachable(self, uid: int) -> None:
         """The unprivileged uid the code runs as must be able to reach its sandbox dirs."""
@@ -234,6 +236,7 @@ class SubprocessBackend:
             env=run_env,
             timeout=timeout,
             stdin=stdin,
+            running=self._running.setdefault(sandbox_id, set()),
         )
 
     async def write_file(self, sandbox_id: str, path: str, data: bytes) -> None:
@@ -275,7 +278,12 @@ class SubprocessBackend:
             if missing_ok:
                 return
             raise SandboxNotFoundError(f"no sandbox {sandbox_id!r}") from None
-        await asyncio.to_thread(shutil.rmtree, graveyard, True)
+        for pid in self._running.pop(sandbox_id, set()):
+            kill_session(pid)  # its exec returns at once, killed
+        try:
+            await asyncio.to_thread(shutil.rmtree, graveyard, True)
+        except RuntimeError:  # interpreter shutdown: no new threads
+            shutil.rmtree(graveyard, True)
 
     async def list(
         self, *, tags: Sequence[str] = (), status: SandboxStatus | None = None

@@ -162,9 +162,7 @@ class AssertTests:
         detail = str(failures[0].get("detail", failures[0]["status"])) if failures else ""
         if passed == total:
             kind = OutcomeKind.PASSED
-        elif passed == 0 and statuses and all(s == "timeout" for s in statuses):
-            kind = OutcomeKind.TIMEOUT
-        elif passed == 0 and result.timed_out:
+        elif passed == 0 and (result.timed_out or all(s == "timeout" for s in statuses)):
             kind = OutcomeKind.TIMEOUT
         else:
             kind = OutcomeKind.FAILED
@@ -178,7 +176,7 @@ def strict_equal(a: Any, b: Any) -> bool:
     if type(a) is not type(b):
         return False
     if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(strict_equal(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(strict_equal(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, dict):
         return a.keys() == b.keys() and all(strict_equal(a[k], b[k]) for k in a)
     if isinstance(a, (set, frozenset)):
@@ -247,10 +245,7 @@ class FunctionTask:
 
     def harness(self, timeout: float = 5.0) -> FunctionTests:
         rng = random.Random(self.seed)
-        args = [
-            (eval(expr, {"random": rng, "__builtins__": __builtins__}),)  # noqa: S307
-            for expr in self.tests
-        ]
+        args = [(eval(expr, {"random": rng, "__builtins__": __builtins__}),) for expr in self.tests]
         expected = [self.reference(*copy.deepcopy(a)) for a in args]
         return FunctionTests(self.func_name, args, expected, timeout)
 

@@ -21,7 +21,11 @@ then the job ``{"kind": "asserts"|"calls"|"stdio", "timeout", ...}``. stdout: on
 per line, ending with ``{"done": true}``.
 """
 
+from __future__ import annotations
+
 import base64
+import builtins
+import contextlib
 import json
 import math
 import os
@@ -31,6 +35,13 @@ import socket
 import sys
 import time
 import types
+from collections.abc import Callable
+from typing import Any
+
+JSON = Any
+"""JSON-able data as the codec produces it."""
+Record = dict[str, Any]
+Names = dict[str, dict[str, Any]]
 
 MAX_FRAME = 16 * 1024 * 1024
 MAX_DEPTH = 64
@@ -50,25 +61,33 @@ class Ref:
 
     __slots__ = ("channel", "ref")
 
-    def __init__(self, ref, channel=None):
+    def __init__(self, ref: int, channel: Channel | None = None) -> None:
         self.ref = ref
         self.channel = channel
 
-    def __repr__(self):
-        return "<candidate object #%d>" % self.ref
+    def __repr__(self) -> str:
+        return f"<candidate object #{self.ref}>"
 
-    def __getattr__(self, name):
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in Ref.__slots__:
+            object.__setattr__(self, name, value)
+        elif self.channel is None:
+            raise AttributeError(name)
+        else:
+            self.channel.request({"setattr": self.ref, "name": name, "args": (value,)})
+
+    def __getattr__(self, name: str) -> Any:
         if self.channel is None or name.startswith("__"):
             raise AttributeError(name)
         return self.channel.request({"getattr": self.ref, "name": name})
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.channel is None:
             raise TypeError("a candidate object cannot be called here")
         return self.channel.request({"call": self.ref, "args": args, "kwargs": kwargs})
 
 
-_ITERATORS = (
+_ITERATORS: tuple[type, ...] = (
     types.GeneratorType,
     map,
     filter,
@@ -84,49 +103,65 @@ _ITERATORS = (
 )
 
 
-def encode(value, refs=None, depth=0):
+def encode(value: Any, refs: list[Any] | None = None, depth: int = 0) -> JSON:
     """To JSON-able data. Objects that are not plain data become references (into ``refs``)."""
     if depth > MAX_DEPTH:
         raise CodecError("value nested too deeply")
+    # Subclasses of builtins are reduced to their builtin value through the builtin's own
+    # methods, so an overridden __eq__, __str__ or __iter__ never reaches the judge.
     t = type(value)
-    if value is None or t is bool or t is int or t is str:
+    if value is None or t is bool:
         return value
-    if t is float:
-        return value if math.isfinite(value) else {"$f": repr(value)}
-    if t is list:
-        return [encode(v, refs, depth + 1) for v in value]
-    if t is tuple:
-        return {"$t": [encode(v, refs, depth + 1) for v in value]}
-    if t is set or t is frozenset:
-        return {"$s" if t is set else "$fs": [encode(v, refs, depth + 1) for v in value]}
-    if t is dict:
+    if isinstance(value, int):
+        return int.__int__(value)
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, float):
+        number = float.__float__(value)
+        return number if math.isfinite(number) else {"$f": repr(number)}
+    if isinstance(value, list):
+        return [encode(v, refs, depth + 1) for v in list.__iter__(value)]
+    if isinstance(value, tuple):
+        return {"$t": [encode(v, refs, depth + 1) for v in tuple.__iter__(value)]}
+    if isinstance(value, (set, frozenset)):
+        items = [
+            encode(v, refs, depth + 1)
+            for v in (set.__iter__(value) if isinstance(value, set) else frozenset.__iter__(value))
+        ]
+        return {"$s" if isinstance(value, set) else "$fs": items}
+    if isinstance(value, dict):
         return {
             "$d": [
-                [encode(k, refs, depth + 1), encode(v, refs, depth + 1)] for k, v in value.items()
+                [encode(k, refs, depth + 1), encode(v, refs, depth + 1)]
+                for k, v in dict.items(value)
             ]
         }
-    if t is bytes or t is bytearray:
-        return {"$b" if t is bytes else "$ba": base64.b64encode(value).decode()}
+    if isinstance(value, (bytes, bytearray)):
+        data = base64.b64encode(bytes(memoryview(value))).decode()
+        return {"$b" if isinstance(value, bytes) else "$ba": data}
     if t is complex:
         return {"$c": [encode(value.real), encode(value.imag)]}
     if t is range:
         return {"$r": [value.start, value.stop, value.step]}
+    name = getattr(value, "__name__", None)
+    if isinstance(name, str) and getattr(builtins, name, None) is value:
+        return {"$bi": name}  # int, len, ...: passed by name
     if t is Ref:
         return {"$ref": value.ref}
     if isinstance(value, _ITERATORS):
-        items = []
-        for item in value:
-            if len(items) >= MAX_ITEMS:
+        produced: list[JSON] = []
+        for item in iter(value):  # type: ignore[call-overload]
+            if len(produced) >= MAX_ITEMS:
                 raise CodecError("iterator too long")
-            items.append(encode(item, refs, depth + 1))
-        return {"$it": items}
+            produced.append(encode(item, refs, depth + 1))
+        return {"$it": produced}
     if refs is None:
-        raise CodecError("cannot send a %s" % t.__name__)
+        raise CodecError(f"cannot send a {t.__name__}")
     refs.append(value)
     return {"$ref": len(refs) - 1}
 
 
-_TAGS = {
+_TAGS: dict[str, Callable[[Any, Callable[[Any], Any]], Any]] = {
     "$t": lambda v, d: tuple(d(x) for x in v),
     "$s": lambda v, d: {d(x) for x in v},
     "$fs": lambda v, d: frozenset(d(x) for x in v),
@@ -136,14 +171,22 @@ _TAGS = {
     "$c": lambda v, d: complex(d(v[0]), d(v[1])),
     "$r": lambda v, d: range(*v),
     "$it": lambda v, d: iter([d(x) for x in v]),
+    "$bi": lambda v, d: _builtin(v),
     "$f": lambda v, d: float({"nan": "nan", "inf": "inf", "-inf": "-inf"}[v]),
 }
 
 
-def decode(data, channel=None, refs=None):
+def _builtin(name: str) -> Any:
+    value = getattr(builtins, name)
+    if not isinstance(value, (type, types.BuiltinFunctionType)):
+        raise CodecError(f"not a builtin: {name}")
+    return value
+
+
+def decode(data: JSON, channel: Channel | None = None, refs: list[Any] | None = None) -> Any:
     """From JSON-able data; builds only plain values (and references), never runs code."""
 
-    def d(x):
+    def d(x: JSON) -> Any:
         t = type(x)
         if x is None or t is bool or t is int or t is str or t is float:
             return x
@@ -157,18 +200,18 @@ def decode(data, channel=None, refs=None):
                 return Ref(v, channel)
             if tag in _TAGS:
                 return _TAGS[tag](v, d)
-        raise CodecError("not a value: %r" % (x,))
+        raise CodecError(f"not a value: {x!r}")
 
     try:
         return d(data)
     except (TypeError, KeyError, IndexError, ValueError, RecursionError) as exc:
-        raise CodecError("bad value: %s" % exc) from None
+        raise CodecError(f"bad value: {exc}") from None
 
 
 # -- framing ----------------------------------------------------------------------------------
 
 
-def read_exact(fd, n):
+def read_exact(fd: int, n: int) -> bytes:
     chunks = []
     while n:
         chunk = os.read(fd, min(n, 1 << 20))
@@ -179,7 +222,7 @@ def read_exact(fd, n):
     return b"".join(chunks)
 
 
-def read_frame(fd):
+def read_frame(fd: int) -> Any:
     """One ``<length>\\n<JSON>`` frame, read unbuffered: nothing beyond it leaves the pipe."""
     header = b""
     while not header.endswith(b"\n"):
@@ -193,7 +236,7 @@ def read_frame(fd):
     return json.loads(read_exact(fd, size))
 
 
-def frame(obj):
+def frame(obj: JSON) -> bytes:
     data = json.dumps(obj).encode()
     return b"%d\n" % len(data) + data
 
@@ -205,12 +248,12 @@ class RemoteError(Exception):
 class Channel:
     """T's end of the socket to one candidate child."""
 
-    def __init__(self, sock, deadline):
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
         self.sock = sock
         self.fd = sock.fileno()
         self.deadline = deadline
 
-    def request(self, message):
+    def request(self, message: dict[str, Any]) -> Any:
         message = dict(message)
         for key in ("args", "kwargs"):
             if key in message:
@@ -231,13 +274,13 @@ class Channel:
 # -- the candidate side (zygote and children) ---------------------------------------------------
 
 
-def exception_line(exc):
-    return ("%s: %s" % (type(exc).__name__, exc)).strip().rstrip(":")[:500]
+def exception_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".strip().rstrip(":")[:500]
 
 
-def serve(sock, namespace):
+def serve(sock: socket.socket, namespace: dict[str, Any]) -> None:
     """C: answer calls until T closes the socket."""
-    refs = []
+    refs: list[Any] = []
     fd = sock.fileno()
     while True:
         try:
@@ -247,6 +290,10 @@ def serve(sock, namespace):
         try:
             if "getattr" in request:
                 result = getattr(refs[request["getattr"]], request["name"])
+            elif "setattr" in request:
+                (value,) = decode(request["args"], refs=refs)
+                setattr(refs[request["setattr"]], request["name"], value)
+                result = None
             else:
                 target = request["call"]
                 func = namespace[target] if type(target) is str else refs[target]
@@ -262,9 +309,9 @@ def serve(sock, namespace):
             sock.sendall(frame({"raise": "unsendable result: " + exception_line(exc)}))
 
 
-def describe(namespace):
+def describe(namespace: dict[str, Any]) -> Names:
     """What T needs to bind the candidate's names: modules by name, data by value."""
-    names = {}
+    names: Names = {}
     for name, value in namespace.items():
         if name.startswith("__"):
             continue
@@ -280,11 +327,11 @@ def describe(namespace):
     return names
 
 
-def zygote(ctl, code, setup):
+def zygote(ctl: socket.socket, code: str, setup: str) -> None:
     """Z: load the candidate once, then fork a fresh child per test on request."""
     namespace = {"__name__": CANDIDATE_MODULE, "__builtins__": __builtins__}
     try:
-        exec(compile(setup + "\n" + code, "<candidate>", "exec"), namespace)
+        exec(compile(code + "\n" + setup, "<candidate>", "exec"), namespace)
         ctl.sendall(frame({"loaded": describe(namespace)}))
     except BaseException as exc:
         ctl.sendall(frame({"load_error": exception_line(exc)}))
@@ -310,12 +357,12 @@ def zygote(ctl, code, setup):
 # -- the judge (T) --------------------------------------------------------------------------------
 
 
-def emit(record):
+def emit(record: Record) -> None:
     sys.stdout.write(json.dumps(record) + "\n")
     sys.stdout.flush()
 
 
-def make_undumpable():
+def make_undumpable() -> None:
     try:
         import ctypes
 
@@ -324,7 +371,7 @@ def make_undumpable():
         pass
 
 
-def start_zygote(code, setup):
+def start_zygote(code: str, setup: str) -> tuple[int, socket.socket]:
     t_end, z_end = socket.socketpair()
     pid = os.fork()
     if pid == 0:
@@ -341,19 +388,20 @@ def start_zygote(code, setup):
     return pid, t_end
 
 
-def load(t_end, timeout):
+def load(t_end: socket.socket, timeout: float) -> Record:
     if not select.select([t_end], [], [], timeout)[0]:
         return {
-            "load_error": "TimeoutError: loading the code took longer than %gs" % timeout,
+            "load_error": f"TimeoutError: loading the code took longer than {timeout:g}s",
             "timeout": True,
         }
     try:
-        return read_frame(t_end.fileno())
+        loaded: Record = read_frame(t_end.fileno())
+        return loaded
     except (EOFError, ValueError):
         return {"load_error": "the code's process ended while loading"}
 
 
-def child_channel(t_end, timeout):
+def child_channel(t_end: socket.socket, timeout: float) -> tuple[int, Channel]:
     """A fresh candidate child from the zygote (which the candidate controls: trust nothing)."""
     try:
         t_end.settimeout(timeout)
@@ -366,17 +414,15 @@ def child_channel(t_end, timeout):
     return pid, Channel(sock, time.monotonic() + timeout)
 
 
-def bind(names, channel_box):
+def bind(names: Names, channel_box: list[Channel]) -> dict[str, Any]:
     """The candidate's names as T sees them: proxies, data, modules."""
     import importlib
 
-    bound = {}
+    bound: dict[str, Any] = {}
     for name, info in names.items():
         if "module" in info:
-            try:
+            with contextlib.suppress(ImportError):
                 bound[name] = importlib.import_module(info["module"])
-            except ImportError:
-                pass
         elif "value" in info:
             bound[name] = decode(info["value"])
         else:
@@ -384,52 +430,43 @@ def bind(names, channel_box):
     return bound
 
 
-def _proxy(name, channel_box):
-    def call(*args, **kwargs):
+def _proxy(name: str, channel_box: list[Channel]) -> Callable[..., Any]:
+    def call(*args: Any, **kwargs: Any) -> Any:
         return channel_box[0].request({"call": name, "args": args, "kwargs": kwargs})
 
     call.__name__ = call.__qualname__ = name
     return call
 
 
-def run_asserts(job, t_end, names, setup):
+def run_asserts(job: Record, t_end: socket.socket, names: Names, setup: str) -> None:
     for index, snippet in enumerate(job["tests"]):
-        emit(
-            {
-                "test": index,
-                **judge(
-                    lambda box: run_snippet(snippet, index, box, names, setup),
-                    t_end,
-                    job["timeout"],
-                ),
-            }
-        )
+
+        def test(box: list[Channel], snippet: str = snippet, index: int = index) -> Record:
+            namespace: dict[str, Any] = {"__name__": "__main__", **bind(names, box)}
+            exec(compile(setup, "<setup>", "exec"), namespace)
+            exec(compile(snippet, f"<test {index}>", "exec"), namespace)
+            return {"status": "passed"}
+
+        emit({"test": index, **judge(test, t_end, job["timeout"])})
 
 
-def run_snippet(snippet, index, box, names, setup):
-    namespace = {"__name__": "__main__"}
-    exec(compile(setup, "<setup>", "exec"), namespace)
-    namespace.update(bind(names, box))
-    exec(compile(snippet, "<test %d>" % index, "exec"), namespace)
-    return {"status": "passed"}
-
-
-def run_calls(job, t_end, names):
+def run_calls(job: Record, t_end: socket.socket, names: Names) -> None:
     for index, (name, args) in enumerate(job["calls"]):
 
-        def call(box, name=name, args=args):
+        def call(box: list[Channel], name: str = name, args: JSON = args) -> Record:
             value = box[0].request({"call": name, "args": decode(args)})
             return {"status": "returned", "value": encode(value)}
 
         emit({"test": index, **judge(call, t_end, job["timeout"])})
 
 
-def judge(test, t_end, timeout):
+def judge(test: Callable[[list[Channel]], Record], t_end: socket.socket, timeout: float) -> Record:
     """Run one test against a fresh candidate child; the verdict is T's alone."""
     pid = None
-    box = [None]
+    box: list[Channel] = []
     try:
-        pid, box[0] = child_channel(t_end, timeout)
+        pid, channel = child_channel(t_end, timeout)
+        box.append(channel)
         return test(box)
     except TimeoutError as exc:
         return {"status": "timeout", "detail": str(exc)}
@@ -439,18 +476,17 @@ def judge(test, t_end, timeout):
         return {"status": "failed", "detail": exception_line(exc)}
     finally:
         if pid is not None:
-            end_child(pid, box[0])
+            end_child(pid, box[0] if box else None)
 
 
-def end_child(pid, channel):
-    try:
+def end_child(pid: int, channel: Channel | None) -> None:
+    with contextlib.suppress(OSError):
         os.kill(pid, signal.SIGKILL)
-    except OSError:
-        pass
-    channel.sock.close()
+    if channel is not None:
+        channel.sock.close()
 
 
-def run_stdio(job, code):
+def run_stdio(job: Record, code: str) -> None:
     """Each input runs the candidate as a whole program in a fresh process."""
     program = compile(code, "<candidate>", "exec")
     for index, stdin_text in enumerate(job["inputs"]):
@@ -463,8 +499,8 @@ def run_stdio(job, code):
             null = os.open(os.devnull, os.O_WRONLY)
             os.dup2(null, 2)
             os.closerange(3, 65536)
-            sys.stdin = open(0, closefd=False)
-            sys.stdout = open(1, "w", closefd=False)
+            sys.stdin = open(0, closefd=False)  # noqa: SIM115 (lives until _exit)
+            sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
             status = 0
             try:
                 exec(program, {"__name__": "__main__", "__builtins__": __builtins__})
@@ -478,11 +514,11 @@ def run_stdio(job, code):
                 os._exit(status)
         os.close(in_r)
         os.close(out_w)
-        out, status = collect(pid, in_w, out_r, stdin_text.encode(), job)
-        emit({"test": index, **status, "stdout": out.decode("utf-8", "replace")})
+        out, outcome = collect(pid, in_w, out_r, stdin_text.encode(), job)
+        emit({"test": index, **outcome, "stdout": out.decode("utf-8", "replace")})
 
 
-def collect(pid, in_w, out_r, data, job):
+def collect(pid: int, in_w: int, out_r: int, data: bytes, job: Record) -> tuple[bytes, Record]:
     """Feed stdin and read capped stdout until the child exits or its time is up."""
     deadline = time.monotonic() + job["timeout"]
     cap = job.get("output_cap", 1 << 20)
@@ -516,10 +552,8 @@ def collect(pid, in_w, out_r, data, job):
     if writers:
         os.close(in_w)
     os.close(out_r)
-    try:
+    with contextlib.suppress(OSError):
         os.kill(pid, signal.SIGKILL)
-    except OSError:
-        pass
     _, raw = os.waitpid(pid, 0)
     if timed_out:
         return bytes(out), {"status": "timeout"}
@@ -527,7 +561,7 @@ def collect(pid, in_w, out_r, data, job):
     return bytes(out), {"status": "exited", "returncode": code}
 
 
-def main():
+def main() -> None:
     first = read_frame(0)
     code, setup = first["code"], first.get("setup", "")
     make_undumpable()
@@ -547,10 +581,8 @@ def main():
             run_asserts(job, t_end, names, setup)
         else:
             run_calls(job, t_end, names)
-    try:
+    with contextlib.suppress(OSError):
         os.kill(zygote_pid, signal.SIGKILL)
-    except OSError:
-        pass
     emit({"done": True})
 
 

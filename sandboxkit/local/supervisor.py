@@ -95,7 +95,8 @@ async def _feed(stdin: asyncio.StreamWriter | None, data: bytes | None) -> None:
 _LAUNCH = """\
 import os, sys
 fd, uid = int(sys.argv[1]), int(sys.argv[2])
-os.read(fd, 1)
+if os.read(fd, 1) != b"\\n":
+    os._exit(125)  # the supervisor died before confining us: never run unconfined
 os.close(fd)
 if uid >= 0:
     os.setgroups([]); os.setgid(uid); os.setuid(uid)
@@ -145,7 +146,7 @@ async def _returncode(proc: asyncio.subprocess.Process) -> int:
     return -signal.SIGKILL
 
 
-def _kill_session(pid: int) -> None:
+def kill_session(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
 
@@ -160,8 +161,12 @@ async def run(
     env: dict[str, str],
     timeout: float | None,
     stdin: bytes | None,
+    running: set[int] | None = None,
 ) -> ExecResult:
-    """Run ``argv`` confined; never raises for what the command itself does."""
+    """Run ``argv`` confined; never raises for what the command itself does.
+
+    ``running`` holds the supervised pids while they run, so the caller can kill them.
+    """
     tier = confinement.isolation.tier
     limits = confinement.limits
     block_r, block_w = os.pipe()
@@ -192,8 +197,8 @@ async def run(
         kwargs = {"cwd": cwd, "env": env}
     started = time.monotonic()
     group: Path | None = None
-    try:
-        proc = await asyncio.create_subprocess_exec(
+    spawn = asyncio.ensure_future(
+        asyncio.create_subprocess_exec(
             *command,
             stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
@@ -202,11 +207,24 @@ async def run(
             start_new_session=True,
             **kwargs,  # type: ignore[arg-type]
         )
-    except OSError as exc:
+    )
+    try:
+        # Shielded: a cancellation must not leave a started command without its supervisor.
+        proc = await asyncio.shield(spawn)
+    except BaseException as exc:
+        if not spawn.done() or spawn.cancelled() or spawn.exception() is None:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                late = await spawn
+                kill_session(late.pid)
+                await late.wait()
         for fd in (block_r, block_w, info_r, info_w):
             if fd >= 0:
                 os.close(fd)
-        raise BackendError(f"could not start {command[0]}: {exc}") from exc
+        if isinstance(exc, OSError):
+            raise BackendError(f"could not start {command[0]}: {exc}") from exc
+        raise
+    if running is not None:
+        running.add(proc.pid)
     os.close(block_r)
     if info_w >= 0:
         os.close(info_w)
@@ -238,14 +256,17 @@ async def run(
             timed_out = True
         feeder.cancel()
     finally:
+        # Whatever the command left behind dies now: its session, its cgroup, and (for bwrap)
+        # its pid namespace, whose init is killed with the bwrap monitor. Only then is the
+        # go-ahead pipe closed: a still-blocked command must die, not start unconfined.
+        kill_session(proc.pid)
+        if group is not None:
+            PidsCgroups.kill_all(group)
+        if running is not None:
+            running.discard(proc.pid)
         os.close(block_w)
         if info_r >= 0:
             os.close(info_r)
-        # Whatever the command left behind dies now: its session, its cgroup, and (for bwrap)
-        # its pid namespace, whose init is killed with the bwrap monitor.
-        _kill_session(proc.pid)
-        if group is not None:
-            PidsCgroups.kill_all(group)
         try:
             await asyncio.wait_for(asyncio.shield(readers), _KILL_GRACE)
         except asyncio.TimeoutError:

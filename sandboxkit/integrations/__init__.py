@@ -1,0 +1,1 @@
+"""Glue to training frameworks (TRL first); each module imports its framework lazily."""

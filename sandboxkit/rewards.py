@@ -1,0 +1,309 @@
+"""Reward functions in TRL's signature, built on the shared evaluation machinery.
+
+Each factory returns a :class:`RewardFunction`: called as ``f(prompts, completions, **kwargs)``
+it returns one ``float | None`` per completion. It holds one :class:`SandboxPool` for the whole
+run (created on first use, closed at exit), never raises for a completion, maps provider
+failures to ``None`` (TRL leaves those out of the group baseline, so a flaky provider never
+teaches the model that correct code is wrong), and reports what happened through TRL's
+``log_metric``/``log_extra`` when given them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .client import SandboxClient
+from .errors import CircuitOpenError
+from .evaluation import Plan, plan, run_plan
+from .harness import AssertTests, ExecHarness, FunctionTask
+from .outcomes import Outcome, OutcomeKind
+from .pool import PoolStats, SandboxPool
+from .portal import run_sync
+from .protocol import Backend
+from .sanitize import Completion, completion_text
+
+Planner = Callable[[int, Any, Completion, Mapping[str, Sequence[Any]]], Plan]
+"""(row index, prompt, completion, dataset columns) -> what to run for that row."""
+Mapping_ = Callable[[Outcome], float | None]
+
+BackendLike = SandboxClient | Backend | str | None
+
+
+@dataclass(frozen=True)
+class BatchStats:
+    """What one call of a reward function saw; readable as ``reward_fn.last_batch``."""
+
+    outcomes: Counter[str] = field(default_factory=Counter)
+    total: int = 0
+    latency_p50: float = 0.0
+    latency_p95: float = 0.0
+    pool: PoolStats | None = None
+
+    def rate(self, kind: OutcomeKind) -> float:
+        return self.outcomes[kind.value] / self.total if self.total else 0.0
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    if not values:
+        return 0.0
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
+
+
+def _describe(outcome: Outcome) -> str:
+    counts = f" {outcome.passed}/{outcome.total}" if outcome.total else ""
+    detail = f": {outcome.detail}" if outcome.detail else ""
+    return f"{outcome.kind.value}{counts}{detail}"[:300]
+
+
+class RewardFunction:
+    """A TRL reward function backed by a sandbox pool. Use ``.as_async()`` for TRL's async path.
+
+    ``infra_reward`` is what a completion gets when the provider failed (``None`` by default);
+    ``max_infra_share`` is the circuit breaker: when a larger share of a batch (of at least
+    ``min_batch_for_breaker`` completions) failed for infrastructure reasons, the call raises
+    :class:`CircuitOpenError` and training stops with that message (None disables it).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        planner: Planner,
+        mapping: Mapping_,
+        *,
+        backend: BackendLike = None,
+        pool_size: int = 8,
+        per_sandbox: int = 1,
+        infra_reward: float | None = None,
+        max_infra_share: float | None = 0.5,
+        min_batch_for_breaker: int = 4,
+        **pool_options: Any,
+    ) -> None:
+        self.__name__ = name
+        self.planner = planner
+        self.mapping = mapping
+        self.infra_reward = infra_reward
+        self.max_infra_share = max_infra_share
+        self.min_batch_for_breaker = min_batch_for_breaker
+        self.last_batch: BatchStats | None = None
+        client = SandboxClient(backend) if isinstance(backend, Backend) else backend
+        self._pool_args: dict[str, Any] = {
+            "size": pool_size,
+            "per_sandbox": per_sandbox,
+            **pool_options,
+        }
+        self._client = client
+        self._pool: SandboxPool | None = None
+
+    def __repr__(self) -> str:
+        return f"<RewardFunction {self.__name__}>"
+
+    @property
+    def pool(self) -> SandboxPool:
+        """The run's pool, created on first use."""
+        if self._pool is None:
+            self._pool = SandboxPool(self._client, **self._pool_args)
+        return self._pool
+
+    def reward(self, outcome: Outcome) -> float | None:
+        if outcome.kind is OutcomeKind.INFRA:
+            return self.infra_reward
+        return self.mapping(outcome)
+
+    async def aoutcomes(
+        self, prompts: Sequence[Any], completions: Sequence[Completion], **columns: Any
+    ) -> list[Outcome]:
+        """The outcome of every completion (what the rewards are computed from)."""
+        plans = []
+        for i, completion in enumerate(completions):
+            prompt = prompts[i] if i < len(prompts) else None
+            try:
+                plans.append(self.planner(i, prompt, completion, columns))
+            except (KeyError, IndexError, TypeError) as exc:
+                raise ValueError(
+                    f"{self.__name__}: cannot build the tests for row {i}: {exc!r}; check the "
+                    "dataset columns this reward function reads"
+                ) from exc
+        pool = self.pool
+        return list(await asyncio.gather(*(run_plan(pool, p) for p in plans)))
+
+    async def acall(
+        self, prompts: Sequence[Any], completions: Sequence[Completion], **kwargs: Any
+    ) -> list[float | None]:
+        log_metric = kwargs.pop("log_metric", None)
+        log_extra = kwargs.pop("log_extra", None)
+        for trl_only in ("trainer_state", "completion_ids", "environments"):
+            kwargs.pop(trl_only, None)
+        outcomes = await self.aoutcomes(prompts, completions, **kwargs)
+        stats = self._stats(outcomes)
+        self.last_batch = stats
+        if callable(log_metric):
+            for metric, value in self.metrics(stats).items():
+                log_metric(metric, value)
+        if callable(log_extra):
+            log_extra(f"{self.__name__}_outcome", [_describe(o) for o in outcomes])
+        infra = stats.outcomes[OutcomeKind.INFRA.value]
+        if (
+            self.max_infra_share is not None
+            and stats.total >= self.min_batch_for_breaker
+            and infra / stats.total > self.max_infra_share
+        ):
+            example = next(o.detail for o in outcomes if o.kind is OutcomeKind.INFRA)
+            raise CircuitOpenError(
+                f"{self.__name__}: {infra} of {stats.total} evaluations failed for "
+                f"infrastructure reasons (limit {self.max_infra_share:.0%}); e.g. {example}. "
+                "Check the sandbox provider (sandboxkit doctor), or raise max_infra_share."
+            )
+        return [self.reward(o) for o in outcomes]
+
+    def __call__(
+        self, prompts: Sequence[Any], completions: Sequence[Completion], **kwargs: Any
+    ) -> list[float | None]:
+        return run_sync(self.acall(prompts, completions, **kwargs))
+
+    def as_async(self) -> AsyncRewardFunction:
+        """The same function with an ``async __call__``, which TRL runs concurrently."""
+        return AsyncRewardFunction(self)
+
+    def _stats(self, outcomes: Sequence[Outcome]) -> BatchStats:
+        ran = sorted(o.duration for o in outcomes if o.duration > 0)
+        return BatchStats(
+            outcomes=Counter(o.kind.value for o in outcomes),
+            total=len(outcomes),
+            latency_p50=_percentile(ran, 50),
+            latency_p95=_percentile(ran, 95),
+            pool=self._pool.stats if self._pool is not None else None,
+        )
+
+    def metrics(self, stats: BatchStats) -> dict[str, float]:
+        """The scalars logged per batch, under ``<name>/``."""
+        prefix = self.__name__
+        values = {
+            f"{prefix}/timeout_rate": stats.rate(OutcomeKind.TIMEOUT),
+            f"{prefix}/error_rate": stats.rate(OutcomeKind.ERROR),
+            f"{prefix}/infra_error_rate": stats.rate(OutcomeKind.INFRA),
+            f"{prefix}/pass_rate": stats.rate(OutcomeKind.PASSED),
+            f"{prefix}/latency_p50": stats.latency_p50,
+            f"{prefix}/latency_p95": stats.latency_p95,
+        }
+        if stats.pool is not None:
+            values[f"{prefix}/pool_size"] = float(stats.pool.size)
+            values[f"{prefix}/sandboxes_created"] = float(stats.pool.created)
+            values[f"{prefix}/retries"] = float(stats.pool.retries)
+        return values
+
+    async def aclose(self) -> None:
+        if self._pool is not None:
+            await self._pool.aclose()
+            self._pool = None
+
+    def close(self) -> None:
+        run_sync(self.aclose())
+
+
+class AsyncRewardFunction:
+    """The async face of a :class:`RewardFunction` (same pool, same name, same stats)."""
+
+    def __init__(self, inner: RewardFunction) -> None:
+        self.inner = inner
+        self.__name__ = inner.__name__
+
+    async def __call__(
+        self, prompts: Sequence[Any], completions: Sequence[Completion], **kwargs: Any
+    ) -> list[float | None]:
+        return await self.inner.acall(prompts, completions, **kwargs)
+
+
+# -- the factories ------------------------------------------------------------------------
+
+
+def exec_reward(
+    backend: BackendLike = None, *, timeout: float = 10.0, **options: Any
+) -> RewardFunction:
+    """1.0 if the extracted code runs to completion with exit status 0, else 0.0."""
+    harness = ExecHarness(timeout=timeout)
+
+    def planner(i: int, prompt: Any, completion: Completion, columns: Any) -> Plan:
+        return plan(completion, harness)
+
+    return RewardFunction(
+        "exec_reward",
+        planner,
+        lambda o: 1.0 if o.kind is OutcomeKind.PASSED else 0.0,
+        backend=backend,
+        **options,
+    )
+
+
+def assert_tests_reward(
+    backend: BackendLike = None,
+    *,
+    tests_column: str = "test_list",
+    setup_column: str | None = "test_setup_code",
+    timeout: float = 5.0,
+    continuation: bool = False,
+    **options: Any,
+) -> RewardFunction:
+    """The fraction of the row's test snippets (MBPP's ``test_list``) that pass.
+
+    ``continuation=True`` treats completions as function bodies continuing the prompt.
+    """
+
+    def planner(i: int, prompt: Any, completion: Completion, columns: Any) -> Plan:
+        tests = columns[tests_column][i]
+        if isinstance(tests, str):
+            tests = [tests]
+        setups = columns.get(setup_column) if setup_column else None
+        setup = (setups[i] or "") if setups else ""
+        harness = AssertTests(tuple(tests), setup=setup, timeout=timeout)
+        prefix = completion_text(prompt) if continuation and prompt is not None else None
+        return plan(completion, harness, prompt=prefix)
+
+    return RewardFunction(
+        "assert_tests_reward", planner, lambda o: o.fraction, backend=backend, **options
+    )
+
+
+def _find_task(tasks: Mapping[str, FunctionTask], prompt: Any) -> FunctionTask:
+    text = completion_text(prompt) if not isinstance(prompt, str) else prompt
+    if not isinstance(prompt, str) and isinstance(prompt, list):
+        text = "\n".join(str(m.get("content", "")) for m in prompt if isinstance(m, dict))
+    for task in tasks.values():
+        if task.prompt == text:
+            return task
+    for task in tasks.values():
+        if task.prompt.strip() and task.prompt.strip() in text:
+            return task
+    raise KeyError(f"no task has this prompt: {text[:80]!r}")
+
+
+def function_tests_reward(
+    tasks: Mapping[str, FunctionTask] | Sequence[FunctionTask],
+    *,
+    backend: BackendLike = None,
+    timeout: float = 5.0,
+    **options: Any,
+) -> RewardFunction:
+    """Daytona's rule: -1.0 for an error, a timeout, empty code or a banned pattern; otherwise
+    the fraction of tests whose output strictly equals the reference's. The task is found from
+    the prompt; completions continue it (function bodies)."""
+    table = dict(tasks) if isinstance(tasks, Mapping) else {t.func_name: t for t in tasks}
+    harnesses = {name: task.harness(timeout) for name, task in table.items()}
+
+    def planner(i: int, prompt: Any, completion: Completion, columns: Any) -> Plan:
+        task = _find_task(table, prompt)
+        name = next(n for n, t in table.items() if t is task)
+        return plan(
+            completion, harnesses[name], prompt=task.prompt, banned_patterns=task.banned_patterns
+        )
+
+    def mapping(outcome: Outcome) -> float:
+        return outcome.fraction if outcome.ran else -1.0
+
+    return RewardFunction("function_tests_reward", planner, mapping, backend=backend, **options)

@@ -1,0 +1,202 @@
+"""The reward functions as TRL calls them: values, outcomes, logging, async, and what they do
+when the code is garbage or the provider fails."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandboxkit import SandboxClient, get_backend
+from sandboxkit.emulators.faults import Faults
+from sandboxkit.errors import CircuitOpenError
+from sandboxkit.harness import FunctionTask
+from sandboxkit.rewards import assert_tests_reward, exec_reward, function_tests_reward
+from sandboxkit.testing.faulty import FaultyBackend
+
+ADD_TESTS = ["assert add(1, 2) == 3", "assert add(0, 0) == 0", "assert add(-1, 1) == 0"]
+
+
+def test_exec_reward_on_toy_programs() -> None:
+    reward = exec_reward("subprocess", timeout=5, pool_size=2)
+    try:
+        completions = [
+            "print(2 + 3)",
+            "```python\nprint('abc'.upper()[::-1])\n```",
+            "def broken(:\n    pass",
+            "x = [1, 2][5]",
+            "print([i * i for i in range(5)])",
+            "",
+            "while True: pass",
+        ]
+        scores = reward(prompts=["p"] * len(completions), completions=completions)
+        assert scores == [1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0]
+        assert reward.__name__ == "exec_reward"
+        stats = reward.last_batch
+        assert stats is not None
+        assert stats.outcomes["timeout"] == 1 and stats.outcomes["empty"] == 1
+        assert stats.outcomes["error"] == 2 and stats.outcomes["passed"] == 3
+    finally:
+        reward.close()
+
+
+def test_assert_tests_reward_fractions_setup_and_chat() -> None:
+    reward = assert_tests_reward("subprocess", timeout=5, pool_size=2)
+    metrics: dict[str, float] = {}
+    extra: dict[str, list[Any]] = {}
+    try:
+        completions: list[Any] = [
+            "def add(a, b):\n    return a + b",
+            "def add(a, b):\n    return a * b",  # passes add(0, 0) only
+            [
+                {
+                    "role": "assistant",
+                    "content": "Here:\n```py\ndef add(a, b):\n    return b + a\n```",
+                }
+            ],
+            "def add(a, b):\n    return math.floor(a) + b",  # needs the setup's import
+            "not python at all (",
+        ]
+        scores = reward(
+            prompts=["Write add."] * 5,
+            completions=completions,
+            test_list=[ADD_TESTS] * 5,
+            test_setup_code=["", "", "", "import math", ""],
+            log_metric=lambda name, value: metrics.__setitem__(name, value),
+            log_extra=lambda column, values: extra.__setitem__(column, values),
+            trainer_state=object(),
+            completion_ids=[[1]] * 5,
+        )
+        assert scores == [1.0, pytest.approx(1 / 3), 1.0, 1.0, 0.0]
+        assert metrics["assert_tests_reward/error_rate"] == pytest.approx(0.2)
+        assert metrics["assert_tests_reward/timeout_rate"] == 0.0
+        assert "assert_tests_reward/latency_p95" in metrics
+        assert extra["assert_tests_reward_outcome"][1].startswith("failed 1/3")
+        assert extra["assert_tests_reward_outcome"][4].startswith("error")
+    finally:
+        reward.close()
+
+
+def test_missing_test_column_is_a_clear_error() -> None:
+    reward = assert_tests_reward("subprocess")
+    with pytest.raises(ValueError, match="test_list"):
+        reward(prompts=["p"], completions=["pass"], tests=[["assert True"]])
+
+
+def test_function_tests_reward_follows_daytona_rule() -> None:
+    task = FunctionTask(
+        prompt="def double(xs: list[int]) -> list[int]:\n",
+        func_name="double",
+        tests=["[1, 2]", "[random.randint(0, 9) for _ in range(5)]", "[]"],
+        reference=lambda xs: [2 * x for x in xs],
+        banned_patterns=["import "],
+    )
+    reward = function_tests_reward({"double": task}, backend="subprocess", pool_size=2, timeout=2)
+    bodies = {
+        "right": "    return [x * 2 for x in xs]\n\nprint('trailing junk is cut')",
+        "half": "    return [x * 2 for x in xs] if len(xs) < 3 else xs",
+        "banned": "    import os\n    return [x * 2 for x in xs]",
+        "empty": "print('no body')",
+        "raises": "    return [x * 2 for x in xs][10]",
+        "loops": "    while True:\n        pass",
+        "tuple not list": "    return tuple(x * 2 for x in xs)",
+        "syntax": "    return [x * 2 for x in xs",
+    }
+    try:
+        scores = dict(
+            zip(bodies, reward([task.prompt] * len(bodies), list(bodies.values())), strict=True)
+        )
+    finally:
+        reward.close()
+    assert scores["right"] == 1.0
+    assert scores["half"] == pytest.approx(2 / 3)  # [] and [1, 2] pass, 5 numbers do not
+    assert scores["raises"] == 0.0  # each call raised: failed tests, as in Daytona's harness
+    assert scores["tuple not list"] == 0.0  # strict type equality
+    for kind in ("banned", "empty", "loops", "syntax"):
+        assert scores[kind] == -1.0, kind
+
+
+def test_async_twin_shares_name_and_pool() -> None:
+    reward = exec_reward("subprocess", pool_size=1)
+    try:
+        twin = reward.as_async()
+        assert twin.__name__ == "exec_reward"
+        assert asyncio.iscoroutinefunction(type(twin).__call__)
+
+        async def batch() -> list[float | None]:
+            return await twin(prompts=["p", "p"], completions=["print(1)", "raise SystemExit(3)"])
+
+        assert asyncio.run(batch()) == [1.0, 0.0]
+        assert reward(["p"], ["print(2)"]) == [1.0]
+    finally:
+        reward.close()
+
+
+def test_garbage_never_raises() -> None:
+    reward = exec_reward("subprocess", pool_size=1, timeout=5)
+    garbage: list[Any] = [
+        "\x00\x00print(1)",
+        "x" * 200_000,
+        "```\n```",
+        [],
+        [{"role": "assistant", "content": [{"type": "text", "text": "print(1)"}]}],
+        "\ud800",
+        "import os; os.kill(os.getppid(), 9)",
+    ]
+    try:
+        scores = reward(["p"] * len(garbage), garbage)
+    finally:
+        reward.close()
+    assert scores[:4] == [0.0, 0.0, 0.0, 0.0]
+    assert scores[4] == 1.0
+    assert all(isinstance(s, float) for s in scores)
+
+
+@pytest.fixture
+def faulty(local_root: Path) -> FaultyBackend:
+    return FaultyBackend(get_backend("subprocess", root=local_root).backend)
+
+
+def test_provider_failures_give_none_and_leak_nothing(
+    faulty: FaultyBackend, local_root: Path
+) -> None:
+    faulty.faults = Faults(error_rate=0.3, die_rate=0.1, seed=7)
+    reward = assert_tests_reward(faulty, pool_size=3, retries=0, max_infra_share=None)
+    n = 40
+    completions = ["def add(a, b):\n    return a + b"] * n
+    scores = reward(["p"] * n, completions, test_list=[ADD_TESTS] * n)
+    reward.close()
+    assert len(scores) == n
+    assert set(scores) <= {1.0, None}, scores
+    assert None in scores and 1.0 in scores
+    assert sum(faulty.injected.values()) > 0
+    assert not list(local_root.glob("sbx-*")), "sandboxes were left running"
+    assert SandboxClient(faulty.inner).list() == []
+
+
+def test_retries_hide_transient_faults(faulty: FaultyBackend) -> None:
+    faulty.faults = Faults(error_rate=0.2, seed=3)
+    reward = assert_tests_reward(faulty, pool_size=2, retries=8, backoff=0.01)
+    n = 20
+    try:
+        scores = reward(
+            ["p"] * n, ["def add(a, b):\n    return a + b"] * n, test_list=[ADD_TESTS] * n
+        )
+    finally:
+        reward.close()
+    assert scores == [1.0] * n
+    assert reward.last_batch is not None and reward.last_batch.pool is not None
+    assert reward.last_batch.pool.retries > 0
+
+
+def test_circuit_breaker_stops_training_with_a_clear_error(faulty: FaultyBackend) -> None:
+    reward = exec_reward(faulty, pool_size=1, retries=0, max_infra_share=0.5)
+    faulty.faults = Faults(error_rate=1.0, seed=1)
+    try:
+        with pytest.raises(CircuitOpenError, match="infrastructure"):
+            reward(["p"] * 4, ["print(1)"] * 4)
+    finally:
+        faulty.faults = Faults()
+        reward.close()
