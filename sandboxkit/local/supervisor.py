@@ -14,9 +14,10 @@ import json
 import os
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..errors import BackendError
 from ..protocol import ExecResult
@@ -39,7 +40,7 @@ class Confinement:
     read_only: tuple[str, ...] = ()
 
 
-class _CappedReader:
+class CappedReader:
     """Drains a stream to EOF, keeping at most ``cap`` bytes."""
 
     def __init__(self, stream: asyncio.StreamReader, cap: int) -> None:
@@ -151,6 +152,124 @@ def kill_session(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
+@dataclass
+class Spawned:
+    """A confined command that is running (released from its block)."""
+
+    proc: asyncio.subprocess.Process
+    group: Path | None
+
+    def kill(self) -> None:
+        """Kill it and all it started: its session, its cgroup and (for bwrap) its pid
+        namespace, whose init dies with the bwrap monitor."""
+        kill_session(self.proc.pid)
+        if self.group is not None:
+            PidsCgroups.kill_all(self.group)
+
+
+async def spawn(
+    confinement: Confinement,
+    argv: Sequence[str],
+    *,
+    workspace: Path,
+    tmp: Path,
+    cwd: str,
+    env: dict[str, str],
+    stdin_pipe: bool,
+    pass_fds: tuple[int, ...] = (),
+    rlimits: bool = True,
+    pids_max: int | None = None,
+) -> Spawned:
+    """Start ``argv`` blocked, confine it (rlimits unless ``rlimits`` is False, a pids cgroup
+    of ``pids_max`` or the limit's process count), then release it."""
+    tier = confinement.isolation.tier
+    limits = confinement.limits
+    block_r, block_w = os.pipe()
+    info_r = info_w = -1
+    kwargs: dict[str, object]
+    child_fds: tuple[int, ...]
+    if tier is Tier.NAMESPACES:
+        assert confinement.bwrap is not None
+        info_r, info_w = os.pipe()
+        command = bwrap_argv(
+            confinement.bwrap,
+            python=confinement.isolation.python,
+            workspace=workspace,
+            tmp=tmp,
+            cwd=cwd,
+            env=env,
+            read_only=confinement.read_only,
+            info_fd=info_w,
+            block_fd=block_r,
+        ) + list(argv)
+        child_fds = (info_w, block_r)
+        # bwrap's own processes (its namespace init among them) must not carry our
+        # environment: the sandbox can read their /proc/<pid>/environ.
+        kwargs = {"env": {"PATH": "/usr/bin:/bin"}}
+    else:
+        command = [*_launcher(confinement, block_r), *argv]
+        child_fds = (block_r,)
+        kwargs = {"cwd": cwd, "env": env}
+    starting = asyncio.ensure_future(
+        asyncio.create_subprocess_exec(
+            *command,
+            stdin=asyncio.subprocess.PIPE if stdin_pipe else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            pass_fds=(*child_fds, *pass_fds),
+            start_new_session=True,
+            **kwargs,  # type: ignore[arg-type]
+        )
+    )
+    try:
+        # Shielded: a cancellation must not leave a started command without its supervisor.
+        proc = await asyncio.shield(starting)
+    except BaseException as exc:
+        if not starting.done() or starting.cancelled() or starting.exception() is None:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                late = await starting
+                kill_session(late.pid)
+                await late.wait()
+        for fd in (block_r, block_w, info_r, info_w):
+            if fd >= 0:
+                os.close(fd)
+        if isinstance(exc, OSError):
+            raise BackendError(f"could not start {command[0]}: {exc}") from exc
+        raise
+    os.close(block_r)
+    if info_w >= 0:
+        os.close(info_w)
+    spawned = Spawned(proc, None)
+    released = False
+    try:
+        if tier is Tier.NAMESPACES:
+            fd, info_r = info_r, -1  # from here on owned and closed by the pipe transport
+            target = await _read_info(fd)
+        else:
+            target = proc.pid
+        if tier is not Tier.NONE:
+            try:
+                if rlimits:
+                    with_nproc = confinement.isolation.process_limit != "none"
+                    limits.apply(target, with_nproc=with_nproc)
+                if confinement.cgroups is not None:
+                    spawned.group = confinement.cgroups.new(pids_max or limits.processes)
+                    confinement.cgroups.add(spawned.group, target)
+            except OSError as exc:
+                raise BackendError(f"could not confine the command: {exc}") from exc
+        os.write(block_w, b"\n")
+        released = True
+    finally:
+        if not released:
+            # Killed before the go-ahead pipe closes: a blocked command must die, not start
+            # unconfined.
+            spawned.kill()
+        os.close(block_w)
+        if info_r >= 0:
+            os.close(info_r)
+    return spawned
+
+
 async def run(
     confinement: Confinement,
     argv: Sequence[str],
@@ -167,88 +286,27 @@ async def run(
 
     ``running`` holds the supervised pids while they run, so the caller can kill them.
     """
-    tier = confinement.isolation.tier
-    limits = confinement.limits
-    block_r, block_w = os.pipe()
-    info_r = info_w = -1
-    kwargs: dict[str, object] = {}
-    pass_fds: tuple[int, ...]
-    if tier is Tier.NAMESPACES:
-        assert confinement.bwrap is not None
-        info_r, info_w = os.pipe()
-        command = bwrap_argv(
-            confinement.bwrap,
-            python=confinement.isolation.python,
-            workspace=workspace,
-            tmp=tmp,
-            cwd=cwd,
-            env=env,
-            read_only=confinement.read_only,
-            info_fd=info_w,
-            block_fd=block_r,
-        ) + list(argv)
-        pass_fds = (info_w, block_r)
-        # bwrap's own processes (its namespace init among them) must not carry our
-        # environment: the sandbox can read their /proc/<pid>/environ.
-        kwargs = {"env": {"PATH": "/usr/bin:/bin"}}
-    else:
-        command = [*_launcher(confinement, block_r), *argv]
-        pass_fds = (block_r,)
-        kwargs = {"cwd": cwd, "env": env}
     started = time.monotonic()
-    group: Path | None = None
-    spawn = asyncio.ensure_future(
-        asyncio.create_subprocess_exec(
-            *command,
-            stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            pass_fds=pass_fds,
-            start_new_session=True,
-            **kwargs,  # type: ignore[arg-type]
-        )
+    spawned = await spawn(
+        confinement,
+        argv,
+        workspace=workspace,
+        tmp=tmp,
+        cwd=cwd,
+        env=env,
+        stdin_pipe=bool(stdin),
     )
-    try:
-        # Shielded: a cancellation must not leave a started command without its supervisor.
-        proc = await asyncio.shield(spawn)
-    except BaseException as exc:
-        if not spawn.done() or spawn.cancelled() or spawn.exception() is None:
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                late = await spawn
-                kill_session(late.pid)
-                await late.wait()
-        for fd in (block_r, block_w, info_r, info_w):
-            if fd >= 0:
-                os.close(fd)
-        if isinstance(exc, OSError):
-            raise BackendError(f"could not start {command[0]}: {exc}") from exc
-        raise
+    proc = spawned.proc
     if running is not None:
         running.add(proc.pid)
-    os.close(block_r)
-    if info_w >= 0:
-        os.close(info_w)
     assert proc.stdout is not None and proc.stderr is not None
-    out = _CappedReader(proc.stdout, limits.output_bytes)
-    err = _CappedReader(proc.stderr, limits.output_bytes)
+    cap = confinement.limits.output_bytes
+    out = CappedReader(proc.stdout, cap)
+    err = CappedReader(proc.stderr, cap)
     readers = asyncio.gather(out.run(), err.run())
     timed_out = False
     code = -signal.SIGKILL
     try:
-        if tier is Tier.NAMESPACES:
-            fd, info_r = info_r, -1  # from here on owned and closed by the pipe transport
-            target = await _read_info(fd)
-        else:
-            target = proc.pid
-        if tier is not Tier.NONE:
-            try:
-                limits.apply(target, with_nproc=confinement.isolation.process_limit != "none")
-                if confinement.cgroups is not None:
-                    group = confinement.cgroups.new(limits.processes)
-                    confinement.cgroups.add(group, target)
-            except OSError as exc:
-                raise BackendError(f"could not confine the command: {exc}") from exc
-        os.write(block_w, b"\n")
         feeder = asyncio.ensure_future(_feed(proc.stdin, stdin))
         try:
             await asyncio.wait_for(_exit_of(proc.pid), timeout)
@@ -256,24 +314,26 @@ async def run(
             timed_out = True
         feeder.cancel()
     finally:
-        # Whatever the command left behind dies now: its session, its cgroup, and (for bwrap)
-        # its pid namespace, whose init is killed with the bwrap monitor. Only then is the
-        # go-ahead pipe closed: a still-blocked command must die, not start unconfined.
-        kill_session(proc.pid)
-        if group is not None:
-            PidsCgroups.kill_all(group)
+        spawned.kill()  # whatever the command left behind dies now
         if running is not None:
             running.discard(proc.pid)
-        os.close(block_w)
-        if info_r >= 0:
-            os.close(info_r)
-        try:
-            await asyncio.wait_for(asyncio.shield(readers), _KILL_GRACE)
-        except asyncio.TimeoutError:
-            # A descendant that escaped the kill still holds the pipe (rlimits tier only).
-            readers.cancel()
-        code = await _returncode(proc)
-    duration = time.monotonic() - started
+        code = await finish(readers, _returncode(proc))
+    return result(code, out, err, timed_out, time.monotonic() - started)
+
+
+async def finish(readers: asyncio.Future[Any], status: Awaitable[int]) -> int:
+    """Collect the output once the tree is dead, then the exit status."""
+    try:
+        await asyncio.wait_for(asyncio.shield(readers), _KILL_GRACE)
+    except asyncio.TimeoutError:
+        # A descendant that escaped the kill still holds the pipe (rlimits tier only).
+        readers.cancel()
+    return await status
+
+
+def result(
+    code: int, out: CappedReader, err: CappedReader, timed_out: bool, duration: float
+) -> ExecResult:
     if code < 0:
         code = 128 - code  # as a shell reports death by signal, and as bwrap does
     if timed_out and code == 0:
