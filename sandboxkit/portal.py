@@ -69,6 +69,15 @@ def run_sync(coro: Coroutine[Any, Any, R]) -> R:
     return portal().call(coro)
 
 
+async def on_portal(coro: Coroutine[Any, Any, R]) -> R:
+    """Await ``coro`` run on the portal's loop, from any loop: for long-lived state (processes,
+    sockets) that must not be bound to a short-lived loop such as ``asyncio.run``'s."""
+    loop = portal().loop
+    if asyncio.get_running_loop() is loop:
+        return await coro
+    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, loop))
+
+
 def blocking(
     method: Callable[Concatenate[S, P], Coroutine[Any, Any, R]],
 ) -> Callable[Concatenate[S, P], R]:

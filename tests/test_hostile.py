@@ -40,12 +40,16 @@ def _marked_processes(marker: str) -> list[int]:
     return found
 
 
-@pytest.fixture(params=["namespaces", "rlimits"])
+@pytest.fixture(params=["namespaces", "namespaces-cold", "rlimits"])
 def tier(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setenv("SANDBOXKIT_ISOLATION", request.param)
-    if request.param == "rlimits" and os.geteuid() != 0:
+    """The tier; ``namespaces`` runs Python through the warm template, ``-cold`` one bwrap per
+    exec."""
+    tier, _, cold = str(request.param).partition("-")
+    monkeypatch.setenv("SANDBOXKIT_ISOLATION", tier)
+    monkeypatch.setenv("SANDBOXKIT_WARM", "0" if cold else "1")
+    if tier == "rlimits" and os.geteuid() != 0:
         pytest.skip("the rlimits expectations below assume the switch to an unprivileged uid")
-    return str(request.param)
+    return tier
 
 
 @pytest.fixture
@@ -63,6 +67,7 @@ def hostile(tier: str, local_root: Path) -> Iterator[tuple[SandboxClient, Sandbo
     except Exception as exc:  # namespaces unavailable on this machine
         pytest.skip(f"{tier} tier unavailable: {exc}")
     assert client.isolation.tier == Tier(tier)
+    assert client.warm == (tier == "namespaces" and os.environ["SANDBOXKIT_WARM"] == "1")
     marker = f"SBX_MARK_{uuid.uuid4().hex}"
     sb = client.sandbox(env={marker: "1"})
     yield client, sb, marker

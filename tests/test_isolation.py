@@ -143,3 +143,37 @@ def test_cancelling_an_exec_while_it_starts_leaves_nothing(local: sandboxkit.San
         except OSError:
             pass
     assert leftovers == []
+
+
+def test_warm_template_runs_python_without_a_new_interpreter(
+    local: sandboxkit.SandboxClient,
+) -> None:
+    if not local.warm:
+        pytest.skip("no warm template here (namespaces unavailable)")
+    with local.sandbox() as sb:
+        # A module the template imported at start is already there: no interpreter start.
+        code = "import sys; print('json' in sys.modules, sys.argv, __name__)"
+        first = sb.exec(["python3", "-c", code, "x"], timeout=60)
+        assert first.stdout.strip().split(maxsplit=1) == ["True", "['-c', 'x'] __main__"]
+        # Each exec is still a fresh process: state does not carry over.
+        sb.exec(["python3", "-c", "import builtins; builtins.leak = 1"], timeout=60)
+        second = sb.exec(["python3", "-c", "import builtins; print(hasattr(builtins, 'leak'))"])
+        assert second.stdout == "False\n"
+
+
+def test_concurrent_execs_in_one_sandbox_do_not_wait_for_each_other(
+    local: sandboxkit.SandboxClient,
+) -> None:
+    import asyncio
+    import time
+
+    async def main() -> float:
+        sb = await local.asandbox()
+        await sb.aexec(["true"], timeout=60)  # the template is up
+        t0 = time.monotonic()
+        await asyncio.gather(*(sb.aexec(["sleep", "5"], timeout=60) for _ in range(3)))
+        elapsed = time.monotonic() - t0
+        await sb.astop()
+        return elapsed
+
+    assert asyncio.run(main()) < 12  # not one after another (15 s)

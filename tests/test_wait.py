@@ -39,9 +39,14 @@ def wait_until(condition: Callable[[], object], timeout: float = 30.0) -> None:
         time.sleep(0.05)
 
 
+def sleeper_argv(marker: str) -> list[str]:
+    """A program sleeping a minute, exec'd so that ``marker`` shows in its command line (a
+    Python program run by the local backend's warm template shows the template's)."""
+    return ["sh", "-c", 'exec python3 -c "import time; time.sleep(60)" "$0"', marker]
+
+
 def sleeper(sandbox: Sandbox, marker: str) -> asyncio.Future[object]:
-    code = f"import time; time.sleep(60)  # {marker}"
-    return asyncio.ensure_future(sandbox.aexec(["python3", "-c", code], timeout=120))
+    return asyncio.ensure_future(sandbox.aexec(sleeper_argv(marker), timeout=120))
 
 
 async def after(seconds: float, value: str) -> str:
@@ -74,8 +79,7 @@ def test_wait_checks_num_returns() -> None:
 
 def test_cancelled_exec_leaves_no_process(sb: Sandbox) -> None:
     marker = f"sleeper-{uuid.uuid4().hex}"
-    code = f"import time; time.sleep(60)  # {marker}"
-    slow = spawn(sb.aexec(["python3", "-c", code], timeout=120))
+    slow = spawn(sb.aexec(sleeper_argv(marker), timeout=120))
     quick = spawn(sb.aexec(["python3", "-c", "print('hi')"], timeout=120))
     wait_until(lambda: processes_with(marker))
 
@@ -124,10 +128,9 @@ def test_wait_async_keeps_pending_unless_asked(sb: Sandbox) -> None:
 
 def test_cancelling_wait_async_cancels_the_coroutines_it_started(sb: Sandbox) -> None:
     marker = f"sleeper-{uuid.uuid4().hex}"
-    code = f"import time; time.sleep(60)  # {marker}"
 
     async def main() -> None:
-        waiting = asyncio.ensure_future(wait_async([sb.aexec(["python3", "-c", code])]))
+        waiting = asyncio.ensure_future(wait_async([sb.aexec(sleeper_argv(marker))]))
         while not processes_with(marker):
             await asyncio.sleep(0.05)
         waiting.cancel()

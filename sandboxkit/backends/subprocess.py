@@ -11,6 +11,7 @@ import asyncio
 import builtins
 import contextlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -26,7 +27,11 @@ from ..local.cgroup import PidsCgroups
 from ..local.isolation import SANDBOX_BIN, IsolationReport, Tier, bwrap_binary, detect
 from ..local.limits import Limits
 from ..local.supervisor import Confinement, kill_session, run
+from ..local.warm import ColdPath, WarmTemplate
+from ..portal import on_portal
 from ..protocol import DEFAULT_WORKDIR, ExecResult, SandboxInfo, SandboxSpec, SandboxStatus
+
+logger = logging.getLogger("sandboxkit.local")
 
 ENV_ALLOWLIST = ("LANG", "LC_ALL", "LC_CTYPE", "TZ")
 """The only host variables a sandbox inherits; everything else it sees comes from the spec."""
@@ -50,12 +55,15 @@ class SubprocessBackend:
         limits: Limits | None = None,
         read_only_paths: Sequence[str] = (),
         python: str | None = None,
+        warm: bool | None = None,
         **limit_overrides: int,
     ) -> None:
         """``root`` holds the sandboxes (``SANDBOXKIT_LOCAL_ROOT``, else a per-user temp dir);
         ``read_only_paths`` are extra host paths shown read-only inside namespaced sandboxes
         (a virtualenv with numpy, say); ``python`` is the interpreter sandboxes get (default:
-        this process's, outside any venv); keyword limits override :class:`Limits` fields."""
+        this process's, outside any venv); ``warm`` keeps a warm template per namespaced
+        sandbox that forks each exec (``SANDBOXKIT_WARM``, default on); keyword limits
+        override :class:`Limits` fields."""
         self.root = Path(root or setting("SANDBOXKIT_LOCAL_ROOT") or _default_root())
         self.root.mkdir(mode=0o711, parents=True, exist_ok=True)
         self.limits = limits or Limits.from_env(**limit_overrides)
@@ -73,6 +81,11 @@ class SubprocessBackend:
             cgroups=cgroups,
             read_only=tuple(read_only_paths),
         )
+        self.warm = report.tier is Tier.NAMESPACES and (
+            warm if warm is not None else setting("SANDBOXKIT_WARM", "1") != "0"
+        )
+        self._templates: dict[str, WarmTemplate] = {}
+        self._starting: dict[str, asyncio.Lock] = {}
         self._running: dict[str, set[int]] = {}
         """Supervised pids of this process's execs, per sandbox: ``stop`` kills them."""
 
@@ -227,6 +240,13 @@ class SubprocessBackend:
         else:
             cwd_arg = str(cwd_host)
             command = [self._localize(path, a) for a in command]
+        if self.warm:
+            try:
+                return await on_portal(
+                    self._warm_exec(sandbox_id, path, command, cwd_arg, run_env, timeout, stdin)
+                )
+            except ColdPath as exc:
+                logger.debug("sandbox %s: cold exec (%s)", sandbox_id, exc)
         return await run(
             self.confinement,
             command,
@@ -238,6 +258,36 @@ class SubprocessBackend:
             stdin=stdin,
             running=self._running.setdefault(sandbox_id, set()),
         )
+
+    async def _warm_exec(
+        self,
+        sandbox_id: str,
+        path: Path,
+        argv: list[str],
+        cwd: str,
+        env: dict[str, str],
+        timeout: float | None,
+        stdin: bytes | None,
+    ) -> ExecResult:
+        """Run through the sandbox's template; always on the portal loop, which outlives
+        any caller's loop and so can own the template's process and socket."""
+        template = await self._template(sandbox_id, path, env)
+        return await template.run(argv, cwd=cwd, env=env, timeout=timeout, stdin=stdin)
+
+    async def _template(self, sandbox_id: str, path: Path, env: dict[str, str]) -> WarmTemplate:
+        """The sandbox's warm template, started on first use."""
+        template = self._templates.get(sandbox_id)
+        if template is not None and not template.broken:
+            return template
+        lock = self._starting.setdefault(sandbox_id, asyncio.Lock())
+        async with lock:
+            template = self._templates.get(sandbox_id)
+            if template is None or template.broken:
+                template = await WarmTemplate.start(
+                    self.confinement, workspace=path / "workspace", tmp=path / "tmp", env=env
+                )
+                self._templates[sandbox_id] = template
+            return template
 
     async def write_file(self, sandbox_id: str, path: str, data: bytes) -> None:
         sandbox_dir = self._dir(sandbox_id)
@@ -278,6 +328,10 @@ class SubprocessBackend:
             if missing_ok:
                 return
             raise SandboxNotFoundError(f"no sandbox {sandbox_id!r}") from None
+        template = self._templates.pop(sandbox_id, None)
+        self._starting.pop(sandbox_id, None)
+        if template is not None:
+            template.close()
         for pid in self._running.pop(sandbox_id, set()):
             kill_session(pid)  # its exec returns at once, killed
         try:
