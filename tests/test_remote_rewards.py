@@ -19,9 +19,7 @@ from sandboxkit.rewards import (
     exec_reward,
     function_tests_reward,
 )
-from sandboxkit.testing.remote import REMOTE_BACKENDS, Emulator, client_for, start_emulator
-
-EMULATOR_FIXTURES = {"daytona": "daytona_emulator", "aviato": "aviato_emulator"}
+from sandboxkit.testing.remote import Emulator, client_for, start_emulator
 
 ADD_TESTS = [
     "assert add(1, 2) == 3",
@@ -108,13 +106,6 @@ CASES = {
 }
 
 
-@pytest.fixture(params=REMOTE_BACKENDS)
-def provider(request: pytest.FixtureRequest) -> str:
-    """A remote backend whose emulator can run here (the shared fixtures skip otherwise)."""
-    request.getfixturevalue(EMULATOR_FIXTURES[request.param])
-    return str(request.param)
-
-
 @pytest.fixture(scope="module")
 def local_rewards() -> dict[str, dict[str, float | None]]:
     """Each case's rewards on the local backend, computed once for both remote backends."""
@@ -128,11 +119,14 @@ def test_local_rewards_are_the_reference(local_rewards: dict[str, dict[str, floa
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_same_rewards_as_the_local_backend(
-    provider: str, case: str, local_rewards: dict[str, dict[str, float | None]]
+    remote_provider: str,
+    remote_emulator: Emulator,
+    case: str,
+    local_rewards: dict[str, dict[str, float | None]],
 ) -> None:
-    with start_emulator(provider) as emu, client_for(provider, emu.url) as client:
+    with client_for(remote_provider, remote_emulator.url) as client:
         assert CASES[case].run(client) == local_rewards[case]
-        assert emu.live_sandboxes() == 0
+    assert remote_emulator.live_sandboxes() == 0
 
 
 # -- a flaky provider ---------------------------------------------------------------------------
@@ -161,10 +155,10 @@ class CountedFaults(Faults):
 
 
 @pytest.fixture
-def flaky(provider: str) -> Iterator[tuple[str, Emulator, CountedFaults]]:
+def flaky(remote_provider: str) -> Iterator[tuple[str, Emulator, CountedFaults]]:
     faults = CountedFaults(latency_ms=20, error_rate=0.1, die_rate=0.03, seed=11)
-    with start_emulator(provider, faults=faults) as emu:
-        yield provider, emu, faults
+    with start_emulator(remote_provider, faults=faults) as emu:
+        yield remote_provider, emu, faults
 
 
 def test_faults_cost_rewards_not_crashes_or_sandboxes(

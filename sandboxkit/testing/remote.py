@@ -9,7 +9,10 @@ The two emulators differ in how they are reached (Daytona: ``api_url`` + ``targe
 - :func:`serve_emulator`: one in a process of its own through ``sandboxkit emulate``, as a
   benchmark wants (it must not share this process's GIL);
 - :func:`backend_options` / :func:`backend_env`: what a client in this process, or in a child
-  process through ``get_backend(provider)``, needs to reach an emulator.
+  process through ``get_backend(provider)``, needs to reach an emulator;
+- pytest fixtures (load with ``pytest_plugins = ["sandboxkit.testing.remote"]``):
+  ``remote_provider``, parametrized over both backends, and ``remote_emulator``, a private
+  emulator of it.
 """
 
 from __future__ import annotations
@@ -21,9 +24,12 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
+
+import pytest
 
 from ..client import SandboxClient
 from ..emulators.faults import Faults
@@ -33,6 +39,8 @@ REMOTE_BACKENDS = ("daytona", "aviato")
 API_KEY = "sandboxkit-remote-key"
 DAYTONA_TARGET = "local"
 _URL_VARS = {"daytona": "DAYTONA_API_URL", "aviato": "CWSANDBOX_BASE_URL"}
+_SHARED_FIXTURES = {"daytona": "daytona_emulator", "aviato": "aviato_emulator"}
+"""The session fixtures that skip where an emulator cannot run (and set ``NO_PROXY``)."""
 _REPO = Path(__file__).resolve().parents[2]
 
 
@@ -119,3 +127,43 @@ def serve_emulator(
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+# -- pytest fixtures and helpers ------------------------------------------------------------------
+
+
+@pytest.fixture(params=REMOTE_BACKENDS)
+def remote_provider(request: pytest.FixtureRequest) -> str:
+    """Each remote backend whose emulator can run here."""
+    request.getfixturevalue(_SHARED_FIXTURES[request.param])
+    return str(request.param)
+
+
+@pytest.fixture
+def remote_emulator(remote_provider: str) -> Iterator[Emulator]:
+    """A private emulator of ``remote_provider``, for tests that count its sandboxes."""
+    with start_emulator(remote_provider) as emu:
+        yield emu
+
+
+def processes_with(marker: str) -> list[int]:
+    """Pids whose command line contains ``marker``, seen from the host: the emulators run
+    sandboxed programs as local processes, so this shows whether a remote command still runs."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and marker.encode() in (proc / "cmdline").read_bytes():
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+def wait_until(condition: Callable[[], object], timeout: float = 60.0) -> bool:
+    """Poll ``condition`` with a generous deadline (the machine may be shared and slow)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return bool(condition())
