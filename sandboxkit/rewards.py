@@ -92,7 +92,12 @@ class RewardFunction:
         self.max_infra_share = max_infra_share
         self.min_batch_for_breaker = min_batch_for_breaker
         self.last_batch: BatchStats | None = None
-        client = SandboxClient(backend) if isinstance(backend, Backend) else backend
+        # A SandboxClient passes for a Backend too (its sync methods have the protocol's names).
+        client = (
+            backend
+            if isinstance(backend, (SandboxClient, str)) or backend is None
+            else SandboxClient(backend)
+        )
         self._pool_args: dict[str, Any] = {
             "size": pool_size,
             "per_sandbox": per_sandbox,
@@ -165,10 +170,15 @@ class RewardFunction:
     def __call__(
         self, prompts: Sequence[Any], completions: Sequence[Completion], **kwargs: Any
     ) -> list[float | None]:
+        # The pool's session can install the SIGINT/SIGTERM handlers that stop its sandboxes
+        # only on the main thread: make the pool here, not on sandboxkit's loop thread.
+        _ = self.pool
         return run_sync(self.acall(prompts, completions, **kwargs))
 
     def as_async(self) -> AsyncRewardFunction:
-        """The same function with an ``async __call__``, which TRL runs concurrently."""
+        """The same function with an ``async __call__``, which TRL runs concurrently (on its own
+        thread: the pool is made here, so that its session handles signals, as in ``__call__``)."""
+        _ = self.pool
         return AsyncRewardFunction(self)
 
     def _stats(self, outcomes: Sequence[Outcome]) -> BatchStats:

@@ -16,7 +16,11 @@ import pytest
 
 from sandboxkit import SandboxClient, get_backend
 
-pytest_plugins = ["sandboxkit.testing.daytona", "sandboxkit.testing.aviato"]
+pytest_plugins = [
+    "sandboxkit.testing.daytona",
+    "sandboxkit.testing.aviato",
+    "sandboxkit.testing.remote",
+]
 
 CONFORMANCE_BACKENDS = ["subprocess", "daytona", "aviato"]
 EMULATOR_ENVS = {"daytona": "daytona_env", "aviato": "aviato_env"}

@@ -212,12 +212,14 @@ class DaytonaEmulator:
         for task in list(self._background):
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        # Sandboxes first: that ends the commands still running for requests in flight, so
+        # their handlers answer before the server shuts down rather than being destroyed.
         for sb in list(self._sandboxes.values()):
             await self._release(sb)
         self._sandboxes.clear()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
         if self._local is not None:
             await self._local.aclose()
         if self._root is not None:
@@ -451,6 +453,10 @@ class DaytonaEmulator:
             raise _Reply(404, f"sandbox {sb.id} not found", code="NOT_FOUND") from None
         except SandboxError as exc:
             raise _Reply(400, str(exc), code="BAD_REQUEST", source=DAEMON_SOURCE) from None
+        if sb.local_id is None:
+            # Deleted under the command, which the deletion killed: the toolbox connection is
+            # gone with the sandbox, so the client gets no result (not an empty one).
+            raise _Reply(404, f"sandbox {sb.id} was deleted", code="NOT_FOUND", source=PROXY_SOURCE)
         return result
 
     @staticmethod

@@ -1,0 +1,169 @@
+"""One way to reach either remote provider's emulator, for tests and benchmarks that cover both.
+
+The two emulators differ in how they are reached (Daytona: ``api_url`` + ``target``; Aviato:
+``base_url``) and started; this module hides that, so a test parametrized over
+:data:`REMOTE_BACKENDS` reads the same for both:
+
+- :func:`start_emulator`: a private emulator on a thread of this process (its ``faults`` may be
+  changed while it runs, and ``live_sandboxes()`` says what it holds);
+- :func:`serve_emulator`: one in a process of its own through ``sandboxkit emulate``, as a
+  benchmark wants (it must not share this process's GIL);
+- :func:`backend_options` / :func:`backend_env`: what a client in this process, or in a child
+  process through ``get_backend(provider)``, needs to reach an emulator;
+- pytest fixtures (load with ``pytest_plugins = ["sandboxkit.testing.remote"]``):
+  ``remote_provider``, parametrized over both backends, and ``remote_emulator``, a private
+  emulator of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Protocol
+
+import pytest
+
+from ..client import SandboxClient
+from ..emulators.faults import Faults
+from ..registry import get_backend
+
+REMOTE_BACKENDS = ("daytona", "aviato")
+API_KEY = "sandboxkit-remote-key"
+DAYTONA_TARGET = "local"
+_URL_VARS = {"daytona": "DAYTONA_API_URL", "aviato": "CWSANDBOX_BASE_URL"}
+_SHARED_FIXTURES = {"daytona": "daytona_emulator", "aviato": "aviato_emulator"}
+"""The session fixtures that skip where an emulator cannot run (and set ``NO_PROXY``)."""
+_REPO = Path(__file__).resolve().parents[2]
+
+
+class Emulator(Protocol):
+    """What the two emulator classes have in common."""
+
+    faults: Faults
+
+    @property
+    def url(self) -> str: ...
+
+    def live_sandboxes(self) -> int: ...
+
+
+@contextlib.contextmanager
+def start_emulator(provider: str, *, faults: Faults | None = None) -> Iterator[Emulator]:
+    """A private emulator of ``provider`` on a thread here; stopping it stops its sandboxes."""
+    if provider == "daytona":
+        from ..emulators.daytona import DaytonaEmulator
+
+        with DaytonaEmulator(api_key=API_KEY, faults=faults) as daytona:
+            yield daytona
+    elif provider == "aviato":
+        from ..emulators.aviato import AviatoEmulator
+
+        with AviatoEmulator(api_key=API_KEY, faults=faults) as aviato:
+            yield aviato
+    else:
+        raise ValueError(f"no emulator for {provider!r}; choose from {REMOTE_BACKENDS}")
+
+
+def backend_options(provider: str, url: str) -> dict[str, str]:
+    """``get_backend(provider, **options)`` reaches the emulator at ``url``."""
+    if provider == "daytona":
+        return {"api_key": API_KEY, "api_url": url, "target": DAYTONA_TARGET}
+    return {"api_key": API_KEY, "base_url": url}
+
+
+def backend_env(provider: str, url: str) -> dict[str, str]:
+    """Environment variables under which ``get_backend(provider)`` reaches ``url``."""
+    env = {_URL_VARS[provider]: url, "NO_PROXY": "127.0.0.1,localhost"}
+    if provider == "daytona":
+        return env | {"DAYTONA_API_KEY": API_KEY, "DAYTONA_TARGET": DAYTONA_TARGET}
+    return env | {"CWSANDBOX_API_KEY": API_KEY}
+
+
+def client_for(provider: str, url: str) -> SandboxClient:
+    return get_backend(provider, **backend_options(provider, url))
+
+
+def child_env(provider: str, url: str) -> dict[str, str]:
+    """This process's environment plus what a child needs to import sandboxkit and reach
+    ``url`` (proxy variables are overridden: the SDKs honour them even for loopback)."""
+    return {**os.environ, "PYTHONPATH": str(_REPO), **backend_env(provider, url)}
+
+
+@contextlib.contextmanager
+def serve_emulator(
+    provider: str, *, args: Sequence[str] = (), startup_timeout: float = 120.0
+) -> Iterator[str]:
+    """Run ``sandboxkit emulate <provider>`` (with ``args`` such as ``--latency-ms 50``) in a
+    child process; yields its URL and stops it with SIGTERM (it then stops its sandboxes)."""
+    command = [sys.executable, "-m", "sandboxkit", "emulate", provider, "--port", "0"]
+    server = subprocess.Popen(
+        [*command, "--api-key", API_KEY, *args],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(_REPO), "NO_PROXY": "127.0.0.1,localhost"},
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    assert server.stdout is not None
+    stdout = server.stdout
+    threading.Thread(target=lambda: lines.put(stdout.readline()), daemon=True).start()
+    try:
+        line = lines.get(timeout=startup_timeout).strip()
+        if "=" not in line:
+            raise RuntimeError(f"the {provider} emulator did not start: {line!r}")
+        yield line.partition("=")[2]
+    finally:
+        if server.poll() is None:
+            server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+# -- pytest fixtures and helpers ------------------------------------------------------------------
+
+
+@pytest.fixture(params=REMOTE_BACKENDS)
+def remote_provider(request: pytest.FixtureRequest) -> str:
+    """Each remote backend whose emulator can run here."""
+    request.getfixturevalue(_SHARED_FIXTURES[request.param])
+    return str(request.param)
+
+
+@pytest.fixture
+def remote_emulator(remote_provider: str) -> Iterator[Emulator]:
+    """A private emulator of ``remote_provider``, for tests that count its sandboxes."""
+    with start_emulator(remote_provider) as emu:
+        yield emu
+
+
+def processes_with(marker: str) -> list[int]:
+    """Pids whose command line contains ``marker``, seen from the host: the emulators run
+    sandboxed programs as local processes, so this shows whether a remote command still runs."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and marker.encode() in (proc / "cmdline").read_bytes():
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+def wait_until(condition: Callable[[], object], timeout: float = 60.0) -> bool:
+    """Poll ``condition`` with a generous deadline (the machine may be shared and slow)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return bool(condition())
