@@ -167,12 +167,13 @@ def probe_grpc(url: str, timeout: float) -> str:
     secure = parts.scheme == "https"
     port = parts.port or (443 if secure else 80)
     target = f"{parts.hostname}:{port}"
-    socket.getaddrinfo(parts.hostname, port)  # a name that does not resolve fails at once
+    # A name that does not resolve or a refused port fails at once here, where gRPC would
+    # keep reconnecting until the timeout.
+    socket.create_connection((parts.hostname or "", port), timeout).close()
     try:
         import grpc
     except ImportError:
-        with socket.create_connection((parts.hostname or "", port), timeout):
-            return "TCP connect"
+        return "TCP connect"
     channel = (
         grpc.secure_channel(target, grpc.ssl_channel_credentials())
         if secure
