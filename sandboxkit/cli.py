@@ -279,7 +279,11 @@ def _positive(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sandboxkit", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="sandboxkit",
+        description="Check backends, run programs in sandboxes, list and reap them, score "
+        "completions. Details: docs/cli.md.",
+    )
     parser.add_argument(
         "-v", "--verbose", action="count", default=0, help="log INFO (-vv: DEBUG) to stderr"
     )
@@ -328,9 +332,14 @@ def build_parser() -> argparse.ArgumentParser:
         "eval", parents=[common, backend], help="score a JSONL file of completions"
     )
     evaluate.add_argument("file", metavar="FILE.jsonl")
-    evaluate.add_argument("--reward", choices=["exec", "assert", "function"], default="assert")
+    evaluate.add_argument(
+        "--reward",
+        choices=["exec", "assert", "function"],
+        default="assert",
+        help="exec_reward, assert_tests_reward (default) or function_tests_reward",
+    )
     evaluate.add_argument("--timeout", type=_positive, default=5.0, help="seconds per test")
-    evaluate.add_argument("--pool-size", type=int, default=4)
+    evaluate.add_argument("--pool-size", type=int, default=4, help="sandboxes at once")
     evaluate.add_argument("--image", help="container image (remote backends)")
     evaluate.add_argument("--output", help="write one JSON line per row here")
     evaluate.set_defaults(handler=_eval)

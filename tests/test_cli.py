@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Mapping
 from datetime import timedelta
@@ -183,6 +184,33 @@ def test_run_reports_a_timeout_as_124(local_env: dict[str, str], local_root: Pat
     assert "timed out after 1 s" in done.stderr
     with get_backend("subprocess", root=local_root) as client:
         assert client.list() == []
+
+
+def test_run_stops_the_sandbox_on_sigterm(local_env: dict[str, str], local_root: Path) -> None:
+    env = {**local_env, "PYTHONPATH": str(REPO)}
+    program = "import time\nprint('up', flush=True)\ntime.sleep(600)\n"
+    command = [sys.executable, "-m", "sandboxkit", "run", "-"]
+    with get_backend("subprocess", root=local_root) as client:
+        runner = subprocess.Popen(command, env=env, stdin=subprocess.PIPE, text=True)
+        try:
+            assert runner.stdin is not None
+            runner.stdin.write(program)
+            runner.stdin.close()
+            deadline = time.monotonic() + 120
+            while not client.list() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert client.list(), "the sandbox never appeared"
+            runner.send_signal(signal.SIGTERM)
+            assert runner.wait(timeout=120) == -signal.SIGTERM
+        finally:
+            runner.kill()
+        assert client.list() == []
+
+
+def test_run_reports_its_own_failure_as_125(local_env: dict[str, str]) -> None:
+    done = cli("run", "--backend", "daytona", "-", input="print(1)\n", env=local_env)
+    assert done.returncode == 125
+    assert "BackendMisconfiguredError" in done.stderr and "DAYTONA_API_KEY" in done.stderr
 
 
 def test_run_refuses_a_missing_file(local_env: dict[str, str]) -> None:
