@@ -340,6 +340,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     evaluate.add_argument("--timeout", type=_positive, default=5.0, help="seconds per test")
     evaluate.add_argument("--pool-size", type=int, default=4, help="sandboxes at once")
+    evaluate.add_argument(
+        "--retries", type=int, default=3, help="tries again after a provider failure"
+    )
     evaluate.add_argument("--image", help="container image (remote backends)")
     evaluate.add_argument("--output", help="write one JSON line per row here")
     evaluate.set_defaults(handler=_eval)

@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 from . import __version__
 from .client import SandboxClient
-from .config import BACKEND_VAR, DEFAULT_BACKEND, setting
+from .config import BACKEND_VAR, DEFAULT_BACKEND, ISOLATION_VAR, setting
 from .local.isolation import Tier, bwrap_binary
 from .portal import run_sync
 from .registry import ALIASES, BUILTIN_BACKENDS, _plugins, get_backend
@@ -237,6 +237,15 @@ def check_local(timeout: float) -> list[Check]:
     except Exception as exc:
         fix = "set SANDBOXKIT_ISOLATION=auto (or fix the setting named above)"
         return [*checks, Check("isolation", Status.FAIL, _error(exc), fix)]
+    try:
+        checks += _local_checks(client, timeout)
+    finally:
+        client.close()
+    return checks
+
+
+def _local_checks(client: SandboxClient, timeout: float) -> list[Check]:
+    checks: list[Check] = []
     report = client.isolation
     if report.tier is Tier.NAMESPACES:
         checks.append(Check("isolation", Status.OK, f"namespaces: {report.reason}"))
@@ -247,7 +256,9 @@ def check_local(timeout: float) -> list[Check]:
                 Status.WARN,
                 f"{report.tier.value}: {report.reason}; code can see this machine's files "
                 "and network",
-                "allow unprivileged user namespaces (so bwrap works), or use a remote backend",
+                f"unset {ISOLATION_VAR} (auto uses namespaces where they work)"
+                if report.reason.startswith(ISOLATION_VAR)
+                else "allow unprivileged user namespaces (so bwrap works), or use a remote backend",
             )
         )
     limit = {
@@ -271,7 +282,6 @@ def check_local(timeout: float) -> list[Check]:
     checks.append(Check("python", Status.OK, report.python))
     checks.append(Check("root", Status.OK, str(client.root)))
     checks.append(_smoke(client, timeout))
-    client.close()
     return checks
 
 

@@ -31,6 +31,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from .errors import SandboxError
 from .harness import FunctionTask
 from .outcomes import Outcome, OutcomeKind
 from .portal import run_sync
@@ -190,6 +191,7 @@ def run_eval(args: argparse.Namespace, tags: Sequence[str]) -> int:
         "backend": args.backend,
         "timeout": args.timeout,
         "pool_size": args.pool_size,
+        "retries": args.retries,
         "tags": list(tags),
         "image": args.image,
     }
@@ -200,6 +202,14 @@ def run_eval(args: argparse.Namespace, tags: Sequence[str]) -> int:
     if not records:
         raise EvalInputError(f"{path} has no rows")
     reward, rows = build(args.reward, records, options)
+    try:
+        # A provider that cannot make one sandbox would otherwise cost every row its retries.
+        run_sync(reward.pool.astart())
+    except SandboxError as exc:
+        reward.close()
+        print(f"sandboxkit eval: no sandbox could be started: {exc}", file=sys.stderr)
+        print("see sandboxkit doctor", file=sys.stderr)
+        return 1
     try:
         outcomes = run_sync(score(reward, rows, sys.stderr.isatty()))
     except ValueError as exc:  # the planner could not read a row

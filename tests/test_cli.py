@@ -404,6 +404,19 @@ def test_eval_exec(tmp_path: Path, local_env: dict[str, str]) -> None:
     )
 
 
+def test_eval_gives_up_when_no_sandbox_starts(tmp_path: Path) -> None:
+    pytest.importorskip("cwsandbox")
+    rows = [{"completion": "print(1)"}] * 3
+    data = _jsonl(tmp_path / "e.jsonl", rows)
+    env = clean_env(CWSANDBOX_API_KEY="k")  # the endpoint is a closed port
+    done = cli(
+        "eval", "--backend", "aviato", "--reward", "exec", "--retries", "0", str(data), env=env
+    )
+    assert done.returncode == 1
+    assert "no sandbox could be started" in done.stderr
+    assert "mean reward" not in done.stdout
+
+
 @pytest.mark.parametrize(
     ("reward", "rows", "message"),
     [
