@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memory_backend import LatencyOnlyBackend
 from workloads import Workload, mbpp, timeouts, trivial
 
 from sandboxkit import SandboxClient, SandboxPool, get_backend
@@ -69,14 +70,29 @@ class Sizes:
     target_latency: float
     pool_memory: int
     """Remote sandboxes in the host-memory pool; 0 skips it."""
+    overhead_batches: tuple[int, ...] = (512,)
+    """Batches run on the latency-only backend (sandboxkit's own overhead, no execution)."""
     floor_runs: int = 3
 
 
 FULL = Sizes(
-    "full", 256, 100, (8, 64), 64, 128, ("daytona", "aviato"), (0, 20, 100), 128, 16, 512, 50, 500
+    "full",
+    256,
+    100,
+    (8, 64),
+    64,
+    128,
+    ("daytona", "aviato"),
+    (0, 20, 100),
+    128,
+    16,
+    512,
+    50,
+    500,
+    (512, 2048),
 )
 QUICK = Sizes("quick", 24, 20, (4, 8), 8, 24, ("daytona",), (50,), 24, 4, 0, 50, 0)
-SMOKE = Sizes("smoke", 4, 4, (2, 2), 2, 4, ("daytona", "aviato"), (0,), 4, 2, 0, 0, 4, 1)
+SMOKE = Sizes("smoke", 4, 4, (2, 2), 2, 4, ("daytona", "aviato"), (0,), 4, 2, 0, 0, 4, (8,), 1)
 
 
 # -- measuring -------------------------------------------------------------------------------
@@ -142,6 +158,8 @@ class Row:
     cold_wall_s: float | None = None
     """Pools: the first call, which also creates the pool (the row's wall is the next call)."""
     cold_sandboxes_created: int | None = None
+    host_cpu_s: float | None = None
+    """Pools: CPU time of this process (all its threads) during the timed call."""
     eval_floor_ms: float | None = None
     latency_bound_s: float | None = None
     host_floor_s: float | None = None
@@ -324,7 +342,9 @@ def pooled(
         with PeakRss() as rss:
             cold_wall, _ = _call(reward, work)
             cold_created = reward.pool.stats.created
+            cpu = time.process_time()
             wall, rewards = _call(reward, work)
+            cpu = time.process_time() - cpu
         stats = reward.last_batch
         assert stats is not None
         created = reward.pool.stats.created - cold_created
@@ -352,6 +372,7 @@ def pooled(
         mean_reward=statistics.fmean(r for r in rewards if r is not None),
         cold_wall_s=cold_wall,
         cold_sandboxes_created=cold_created,
+        host_cpu_s=cpu,
     )
     if floor is not None:
         row.eval_floor_ms = floor * 1e3
@@ -459,13 +480,13 @@ def machine_info(isolation: str) -> dict[str, Any]:
 
 def _vs_naive(rows: list[Row]) -> None:
     """Speed-up of every row over the sequential naive pattern of the same group."""
-    groups: dict[tuple[str, float | None, str], Row] = {}
+    groups: dict[tuple[str, float | None, str, int], Row] = {}
     for row in rows:
         if row.method == "naive, sequential":
-            groups[(row.backend, row.latency_ms, row.workload)] = row
+            groups[(row.backend, row.latency_ms, row.workload, row.batch)] = row
     for row in rows:
-        base = groups.get((row.backend, row.latency_ms, row.workload))
-        if base is not None and row.batch == base.batch:
+        base = groups.get((row.backend, row.latency_ms, row.workload, row.batch))
+        if base is not None:
             row.vs_naive = base.wall_s / row.wall_s
 
 
@@ -544,6 +565,27 @@ def run_remote(sizes: Sizes, pool_size: int, report: Report, log: Callable[[str]
             with emulated(provider, 0) as client:
                 report.pool_memory.append(pool_memory(client, sizes.pool_memory))
     _vs_naive(report.remote)
+
+
+OVERHEAD_LATENCY_MS = 50.0
+
+
+def run_overhead(sizes: Sizes, pool_size: int, report: Report, log: Callable[[str], None]) -> None:
+    """Pools on the latency-only backend: what sandboxkit adds to perfectly overlapped latency."""
+    latency = OVERHEAD_LATENCY_MS
+    for batch in sizes.overhead_batches:
+        w = trivial(batch)
+        log(f"latency-only backend @ {latency:g} ms / {w.name} ({w.size})")
+        client = SandboxClient(LatencyOnlyBackend(latency / 1e3))
+        rows = [
+            naive("remote", client, latency, w, threads=1, limit=sizes.remote_naive_max),
+            pooled("remote", client, latency, w, pool_size, floor_runs=sizes.floor_runs),
+        ]
+        pool = rows[-1]
+        pool.latency_bound_s = math.ceil(batch / pool.concurrency) * latency / 1e3
+        pool.lower_bound_s = pool.latency_bound_s
+        pool.note = "no execution: every call only waits; lower bound = ceil(batch/pool) x 50 ms"
+        report.remote.extend(rows)
 
 
 def pool_memory(client: SandboxClient, size: int) -> dict[str, Any]:
@@ -651,19 +693,20 @@ def markdown(report: Report) -> str:
     if report.remote:
         out += [
             "",
-            "### Emulated remote backends (trivial programs)",
+            "### Remote: emulated providers, and a latency-only backend (trivial programs)",
             "",
             "| backend | latency ms | method | batch | conc. | wall s | compl./s | p50 ms "
-            "| p95 ms | RSS Δ MB | sandboxes | eval floor ms | latency bound s | host floor s "
-            "| wall / lower bound | vs naive |",
-            "|---" * 16 + "|",
+            "| p95 ms | RSS Δ MB | sandboxes | host CPU s | eval floor ms | latency bound s "
+            "| host floor s | wall / lower bound | vs naive |",
+            "|---" * 17 + "|",
         ]
         for r in report.remote:
             ratio = r.wall_s / r.lower_bound_s if r.lower_bound_s else None
             out.append(
                 f"| {r.backend} | {r.latency_ms:g} | {r.method} | {_batch(r)} | {r.concurrency} "
                 f"| {r.wall_s:.2f} | {r.per_s:.1f} | {r.p50_ms:.0f} | {r.p95_ms:.0f} "
-                f"| {r.rss_peak_delta_mb:.1f} | {r.sandboxes_created} | {_f(r.eval_floor_ms, 0)} "
+                f"| {r.rss_peak_delta_mb:.1f} | {r.sandboxes_created} | {_f(r.host_cpu_s)} "
+                f"| {_f(r.eval_floor_ms, 0)} "
                 f"| {_f(r.latency_bound_s)} | {_f(r.host_floor_s)} | {_f(ratio)} "
                 f"| {_f(r.vs_naive, 1)} |"
             )
@@ -739,6 +782,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.only in (None, "local"):
         run_local(sizes, args.local_pool_size, report, log)
     if args.only in (None, "remote"):
+        run_overhead(sizes, args.remote_pool_size, report, log)
         run_remote(sizes, args.remote_pool_size, report, log)
     evaluate_targets(report)
     report.machine["load_average_end"] = list(os.getloadavg())

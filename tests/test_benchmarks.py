@@ -67,7 +67,7 @@ def test_smoke_run_writes_the_expected_json(tmp_path: Path) -> None:
     assert timeouts and all(r["mean_reward"] < 1.0 for r in timeouts)  # the loop scored 0
     if _remote_available():
         pools = [r for r in report["remote"] if r["method"].startswith("sandboxkit")]
-        assert {r["backend"] for r in pools} == {"daytona", "aviato"}
+        assert {r["backend"] for r in pools} == {"daytona", "aviato", "latency-only"}
         assert all(r["lower_bound_s"] and r["lower_bound_s"] > 0 for r in pools)
         assert {m["backend"] for m in report["pool_memory"]} == {"daytona", "aviato"}
         assert all(m["created"] == m["size"] for m in report["pool_memory"])
