@@ -91,7 +91,7 @@ FULL = Sizes(
     500,
     (512, 2048),
 )
-QUICK = Sizes("quick", 24, 20, (4, 8), 8, 24, ("daytona",), (50,), 24, 4, 0, 50, 0)
+QUICK = Sizes("quick", 24, 10, (4, 8), 8, 24, ("daytona",), (50,), 24, 4, 0, 50, 0)
 SMOKE = Sizes("smoke", 4, 4, (2, 2), 2, 4, ("daytona", "aviato"), (0,), 4, 2, 0, 0, 4, (8,), 1)
 
 
