@@ -1,0 +1,798 @@
+"""Reward computation speed, side by side in one run and on the same completions.
+
+For each workload it times: the naive pattern (a fresh sandbox per completion, one after
+another: create, write, exec, stop), the same fanned out over a thread pool, sandboxkit's
+reward function with its pool, and, on the local backend, a bare ``subprocess.run`` of the
+sandbox's interpreter per completion (the floor of interpreter start-up). Remote backends run
+against their emulators, each in its own process, at several added latencies, next to the
+lower bound that perfect overlap would give. Prints markdown tables and writes JSON.
+
+    PYTHONPATH=. python benchmarks/run.py [--quick | --smoke] [--only local|remote] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import math
+import os
+import platform
+import select
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import tracemalloc
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memory_backend import LatencyOnlyBackend
+from workloads import Workload, mbpp, timeouts, trivial
+
+from sandboxkit import SandboxClient, SandboxPool, get_backend
+from sandboxkit.rewards import RewardFunction, assert_tests_reward, exec_reward
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
+CORES = os.cpu_count() or 1
+THREADS = 8
+"""Threads of the naive fan-out (what a user would write next)."""
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How big each part of a run is."""
+
+    mode: str
+    batch: int
+    """Trivial and MBPP batches."""
+    timeout_batch: int
+    grpo: tuple[int, int]
+    """(prompts, generations) of the GRPO-sized batch."""
+    naive_max: int
+    """The sequential naive pattern runs on at most this many completions (then extrapolated)."""
+    threads_max: int
+    providers: tuple[str, ...]
+    latencies: tuple[float, ...]
+    remote_batch: int
+    remote_naive_max: int
+    target_batch: int
+    """The batch of the remote target (512 at ``target_latency``); 0 skips it."""
+    target_latency: float
+    pool_memory: int
+    """Remote sandboxes in the host-memory pool; 0 skips it."""
+    overhead_batches: tuple[int, ...] = (512,)
+    """Batches run on the latency-only backend (sandboxkit's own overhead, no execution)."""
+    floor_runs: int = 3
+
+
+FULL = Sizes(
+    "full",
+    256,
+    100,
+    (8, 64),
+    64,
+    128,
+    ("daytona", "aviato"),
+    (0, 20, 100),
+    128,
+    16,
+    512,
+    50,
+    500,
+    (512, 2048),
+)
+QUICK = Sizes("quick", 24, 10, (4, 8), 8, 24, ("daytona",), (50,), 24, 4, 0, 50, 0)
+SMOKE = Sizes("smoke", 4, 4, (2, 2), 2, 4, ("daytona", "aviato"), (0,), 4, 2, 0, 0, 4, (8,), 1)
+
+
+# -- measuring -------------------------------------------------------------------------------
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+class PeakRss:
+    """Peak resident set size of this process above its level at entry, sampled every 10 ms."""
+
+    def __init__(self) -> None:
+        self.base = self.peak = _rss_mb()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.01):
+            self.peak = max(self.peak, _rss_mb())
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, _rss_mb())
+
+    @property
+    def delta(self) -> float:
+        return self.peak - self.base
+
+
+def _pct(values: Sequence[float], q: int) -> float:
+    if len(values) < 2:
+        return values[0] if values else 0.0
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+
+
+@dataclass
+class Row:
+    """One method on one workload (times in seconds unless named otherwise)."""
+
+    section: str
+    backend: str
+    latency_ms: float | None
+    workload: str
+    method: str
+    batch: int
+    measured: int
+    """Completions actually run; fewer than ``batch`` means the wall time is extrapolated."""
+    concurrency: int
+    wall_s: float
+    per_s: float
+    p50_ms: float
+    p95_ms: float
+    rss_peak_delta_mb: float
+    sandboxes_created: int
+    mean_reward: float
+    cold_wall_s: float | None = None
+    """Pools: the first call, which also creates the pool (the row's wall is the next call)."""
+    cold_sandboxes_created: int | None = None
+    host_cpu_s: float | None = None
+    """Pools: CPU time of this process (all its threads) during the timed call."""
+    eval_floor_ms: float | None = None
+    latency_bound_s: float | None = None
+    host_floor_s: float | None = None
+    lower_bound_s: float | None = None
+    vs_naive: float | None = None
+    note: str = ""
+
+
+def _row(
+    section: str,
+    client: SandboxClient | None,
+    latency: float | None,
+    work: Workload,
+    method: str,
+    *,
+    measured: int,
+    concurrency: int,
+    wall: float,
+    latencies: Sequence[float],
+    rss: float,
+    created: int,
+    rewards: Sequence[float | None],
+    extrapolate: Callable[[float], float] | None = None,
+    batch: int | None = None,
+) -> Row:
+    batch = batch or work.size
+    note = ""
+    if measured < batch and extrapolate is not None:
+        wall = extrapolate(wall)
+        note = f"measured on {measured}, extrapolated to {batch}"
+        created = batch
+    scored = [r for r in rewards if r is not None]
+    return Row(
+        section=section,
+        backend=client.name if client is not None else "none",
+        latency_ms=latency,
+        workload=work.name,
+        method=method,
+        batch=batch,
+        measured=measured,
+        concurrency=concurrency,
+        wall_s=wall,
+        per_s=batch / wall if wall > 0 else 0.0,
+        p50_ms=_pct(sorted(latencies), 50) * 1e3,
+        p95_ms=_pct(sorted(latencies), 95) * 1e3,
+        rss_peak_delta_mb=rss,
+        sandboxes_created=created,
+        mean_reward=statistics.fmean(scored) if scored else 0.0,
+        note=note,
+    )
+
+
+# -- the methods -----------------------------------------------------------------------------
+
+
+def _naive_one(client: SandboxClient, program: str, timeout: float) -> tuple[float, float]:
+    """The seed examples' pattern for one completion: (reward, seconds)."""
+    started = time.perf_counter()
+    with client.sandbox() as sb:
+        sb.write_file("main.py", program)
+        result = sb.exec(["python", "main.py"], timeout=timeout)
+    ok = result.returncode == 0 and not result.timed_out
+    return (1.0 if ok else 0.0), time.perf_counter() - started
+
+
+def _fan_out(
+    fn: Callable[[str], tuple[float, float]], programs: Sequence[str], threads: int
+) -> tuple[float, list[tuple[float, float]]]:
+    started = time.perf_counter()
+    if threads <= 1:
+        results = [fn(p) for p in programs]
+    else:
+        with ThreadPoolExecutor(threads) as executor:
+            results = list(executor.map(fn, programs))
+    return time.perf_counter() - started, results
+
+
+def naive(
+    section: str,
+    client: SandboxClient,
+    latency: float | None,
+    work: Workload,
+    *,
+    threads: int,
+    limit: int,
+) -> Row:
+    """A fresh sandbox per completion, sequential (``threads=1``) or on a thread pool."""
+    part = work.head(min(limit, work.size))
+    with PeakRss() as rss:
+        wall, results = _fan_out(
+            lambda p: _naive_one(client, p, work.timeout), part.programs, threads
+        )
+    method = "naive, sequential" if threads <= 1 else f"naive, {threads} threads"
+    return _row(
+        section,
+        client,
+        latency,
+        work,
+        method,
+        measured=part.size,
+        concurrency=threads,
+        wall=wall,
+        latencies=[s for _, s in results],
+        rss=rss.delta,
+        created=part.size,
+        rewards=[r for r, _ in results],
+        extrapolate=lambda w: w * work.size / part.size,
+    )
+
+
+def bare(work: Workload, python: str, threads: int, flags: Sequence[str] = ()) -> Row:
+    """``subprocess.run([python, *flags, "-c", program])`` per completion: no sandbox at all."""
+
+    def one(program: str) -> tuple[float, float]:
+        started = time.perf_counter()
+        try:
+            done = subprocess.run(
+                [python, *flags, "-c", program],
+                capture_output=True,
+                timeout=work.timeout,
+                check=False,
+            )
+            ok = done.returncode == 0
+        except subprocess.TimeoutExpired:
+            ok = False
+        return (1.0 if ok else 0.0), time.perf_counter() - started
+
+    with PeakRss() as rss:
+        wall, results = _fan_out(one, work.programs, threads)
+    return _row(
+        "local",
+        None,
+        None,
+        work,
+        f"bare subprocess.run {' '.join([python.rsplit('/', 1)[-1], *flags])}, {threads} threads",
+        measured=work.size,
+        concurrency=threads,
+        wall=wall,
+        latencies=[s for _, s in results],
+        rss=rss.delta,
+        created=0,
+        rewards=[r for r, _ in results],
+    )
+
+
+def reward_function(work: Workload, client: SandboxClient, pool_size: int) -> RewardFunction:
+    # The backend object, not the client: a SandboxClient passes the factories' Backend check
+    # (its __getattr__ forwards) and gets wrapped again, whose stop/list are then sync twins.
+    options: dict[str, Any] = {
+        "backend": client.backend,
+        "pool_size": pool_size,
+        "progress": False,
+    }
+    if work.reward == "exec":
+        return exec_reward(timeout=work.timeout, **options)
+    return assert_tests_reward(timeout=work.timeout, **options)
+
+
+def _call(reward: RewardFunction, work: Workload) -> tuple[float, list[float | None]]:
+    started = time.perf_counter()
+    rewards = reward(work.prompts, work.completions, **work.columns)
+    return time.perf_counter() - started, rewards
+
+
+def pooled(
+    section: str,
+    client: SandboxClient,
+    latency: float | None,
+    work: Workload,
+    pool_size: int,
+    *,
+    floor_runs: int = 0,
+) -> Row:
+    """sandboxkit's reward function: a cold first call (creates the pool), then the timed one.
+
+    The pool is never larger than the batch."""
+    pool_size = min(pool_size, work.size)
+    reward = reward_function(work, client, pool_size)
+    try:
+        with PeakRss() as rss:
+            cold_wall, _ = _call(reward, work)
+            cold_created = reward.pool.stats.created
+            cpu = time.process_time()
+            wall, rewards = _call(reward, work)
+            cpu = time.process_time() - cpu
+        stats = reward.last_batch
+        assert stats is not None
+        created = reward.pool.stats.created - cold_created
+        floor = None
+        if floor_runs:
+            one = work.head(1)
+            floor = min(_call(reward, one)[0] for _ in range(floor_runs))
+    finally:
+        reward.close()
+    row = Row(
+        section=section,
+        backend=client.name,
+        latency_ms=latency,
+        workload=work.name,
+        method=f"sandboxkit {reward.__name__}, pool {pool_size}",
+        batch=work.size,
+        measured=work.size,
+        concurrency=pool_size,
+        wall_s=wall,
+        per_s=work.size / wall,
+        p50_ms=stats.latency_p50 * 1e3,
+        p95_ms=stats.latency_p95 * 1e3,
+        rss_peak_delta_mb=rss.delta,
+        sandboxes_created=created,
+        mean_reward=statistics.fmean(r for r in rewards if r is not None),
+        cold_wall_s=cold_wall,
+        cold_sandboxes_created=cold_created,
+        host_cpu_s=cpu,
+    )
+    if floor is not None:
+        row.eval_floor_ms = floor * 1e3
+        row.latency_bound_s = math.ceil(work.size / pool_size) * floor
+    return row
+
+
+# -- backends --------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def local_client() -> Iterator[SandboxClient]:
+    """The local backend on a private root (other users' sandboxes stay out of the way)."""
+    root = tempfile.mkdtemp(prefix="sandboxkit-bench-", dir="/tmp")
+    os.chmod(root, 0o711)
+    try:
+        with get_backend("subprocess", root=root) as client:
+            yield client
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def emulated(provider: str, latency_ms: float) -> Iterator[SandboxClient]:
+    """A client on ``python -m sandboxkit emulate <provider>`` run in a process of its own."""
+    key = f"bench-{uuid.uuid4().hex[:8]}"
+    command = [
+        sys.executable,
+        "-m",
+        "sandboxkit",
+        "emulate",
+        provider,
+        "--port",
+        "0",
+        "--latency-ms",
+        str(latency_ms),
+        "--api-key",
+        key,
+    ]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert server.stdout is not None
+        ready, _, _ = select.select([server.stdout], [], [], 120)
+        line = server.stdout.readline().strip() if ready else ""
+        if "=" not in line:
+            raise RuntimeError(f"the {provider} emulator did not start: {line!r}")
+        url = line.split("=", 1)[1]
+        if provider == "daytona":
+            client = get_backend("daytona", api_key=key, api_url=url, target="local")
+        else:
+            client = get_backend("aviato", base_url=url, api_key=key)
+        with client:
+            yield client
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+# -- the suite -------------------------------------------------------------------------------
+
+
+@dataclass
+class Report:
+    name: str
+    mode: str
+    machine: dict[str, Any]
+    config: dict[str, Any]
+    local: list[Row] = field(default_factory=list)
+    remote: list[Row] = field(default_factory=list)
+    pool_memory: list[dict[str, Any]] = field(default_factory=list)
+    targets: list[dict[str, Any]] = field(default_factory=list)
+
+
+def machine_info(isolation: str) -> dict[str, Any]:
+    meminfo = Path("/proc/meminfo").read_text().split("\n")
+    total_kb = next(int(line.split()[1]) for line in meminfo if line.startswith("MemTotal"))
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+    ).stdout.strip()
+    return {
+        "cpu_count": CORES,
+        "memory_gib": round(total_kb / 2**20, 1),
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "platform": platform.platform(),
+        "isolation_tier": isolation,
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "load_average_start": list(os.getloadavg()),
+        "git_commit": commit,
+        "note": "shared, noisy machine: other engineers run tests on it during the benchmark",
+    }
+
+
+def _vs_naive(rows: list[Row]) -> None:
+    """Speed-up of every row over the sequential naive pattern of the same group."""
+    groups: dict[tuple[str, float | None, str, int], Row] = {}
+    for row in rows:
+        if row.method == "naive, sequential":
+            groups[(row.backend, row.latency_ms, row.workload, row.batch)] = row
+    for row in rows:
+        base = groups.get((row.backend, row.latency_ms, row.workload, row.batch))
+        if base is not None:
+            row.vs_naive = base.wall_s / row.wall_s
+
+
+def run_local(sizes: Sizes, pool_size: int, report: Report, log: Callable[[str], None]) -> None:
+    work = [
+        trivial(sizes.batch),
+        mbpp(5, max(1, sizes.batch // 5)),
+        timeouts(sizes.timeout_batch),
+        mbpp(*sizes.grpo, name=f"grpo {sizes.grpo[0]}x{sizes.grpo[1]}"),
+    ]
+    with local_client() as client:
+        python = client.isolation.python
+        for w in work:
+            log(f"local / {w.name} ({w.size})")
+            report.local.append(naive("local", client, None, w, threads=1, limit=sizes.naive_max))
+            report.local.append(
+                naive("local", client, None, w, threads=THREADS, limit=sizes.threads_max)
+            )
+            report.local.append(pooled("local", client, None, w, pool_size))
+            report.local.append(bare(w, python, pool_size))
+            if w.name == "trivial":
+                # The pool at the naive fan-out's concurrency, for a like-for-like comparison.
+                report.local.append(pooled("local", client, None, w, THREADS))
+                # How much of the floor is site's start-up (.pth imports), not the program.
+                report.local.append(bare(w, python, pool_size, ["-S"]))
+    _vs_naive(report.local)
+
+
+def _host_floor(
+    cache: dict[str, float], work: Workload, pool_size: int, log: Callable[[str], None]
+) -> float:
+    """The local backend's pooled wall time for the same programs at the same concurrency:
+    the emulator runs them on this machine, so a remote batch cannot beat it."""
+    key = f"{work.name}/{work.size}/{pool_size}"
+    if key not in cache:
+        log(f"host floor: {work.name} ({work.size}) on the local backend, pool {pool_size}")
+        with local_client() as client:
+            cache[key] = pooled("local", client, None, work, pool_size).wall_s
+    return cache[key]
+
+
+def _bound(row: Row, floor: float) -> None:
+    row.host_floor_s = floor
+    row.lower_bound_s = max(row.latency_bound_s or 0.0, floor)
+
+
+def run_remote(sizes: Sizes, pool_size: int, report: Report, log: Callable[[str], None]) -> None:
+    floors: dict[str, float] = {}
+    for provider in sizes.providers:
+        for latency in sizes.latencies:
+            w = trivial(sizes.remote_batch)
+            log(f"{provider} @ {latency:g} ms / {w.name} ({w.size})")
+            host = _host_floor(floors, w, pool_size, log)
+            with emulated(provider, latency) as client:
+                rows = [
+                    naive("remote", client, latency, w, threads=1, limit=sizes.remote_naive_max),
+                    naive("remote", client, latency, w, threads=THREADS, limit=sizes.threads_max),
+                    pooled("remote", client, latency, w, pool_size, floor_runs=sizes.floor_runs),
+                ]
+            _bound(rows[-1], host)
+            report.remote.extend(rows)
+        if sizes.target_batch:
+            w = trivial(sizes.target_batch)
+            latency = sizes.target_latency
+            log(f"{provider} @ {latency:g} ms / target batch ({w.size})")
+            host = _host_floor(floors, w, pool_size, log)
+            with emulated(provider, latency) as client:
+                rows = [
+                    naive("remote", client, latency, w, threads=1, limit=sizes.remote_naive_max),
+                    pooled("remote", client, latency, w, pool_size, floor_runs=sizes.floor_runs),
+                ]
+            _bound(rows[-1], host)
+            report.remote.extend(rows)
+        if sizes.pool_memory:
+            log(f"{provider}: host memory of a pool of {sizes.pool_memory}")
+            with emulated(provider, 0) as client:
+                report.pool_memory.append(pool_memory(client, sizes.pool_memory))
+    _vs_naive(report.remote)
+
+
+OVERHEAD_LATENCY_MS = 50.0
+
+
+def run_overhead(sizes: Sizes, pool_size: int, report: Report, log: Callable[[str], None]) -> None:
+    """Pools on the latency-only backend: what sandboxkit adds to perfectly overlapped latency."""
+    latency = OVERHEAD_LATENCY_MS
+    for batch in sizes.overhead_batches:
+        w = trivial(batch)
+        log(f"latency-only backend @ {latency:g} ms / {w.name} ({w.size})")
+        client = SandboxClient(LatencyOnlyBackend(latency / 1e3))
+        rows = [
+            naive("remote", client, latency, w, threads=1, limit=sizes.remote_naive_max),
+            pooled("remote", client, latency, w, pool_size, floor_runs=sizes.floor_runs),
+        ]
+        pool = rows[-1]
+        pool.latency_bound_s = math.ceil(batch / pool.concurrency) * latency / 1e3
+        pool.lower_bound_s = pool.latency_bound_s
+        pool.note = "no execution: every call only waits; lower bound = ceil(batch/pool) x 50 ms"
+        report.remote.extend(rows)
+
+
+def pool_memory(client: SandboxClient, size: int) -> dict[str, Any]:
+    """Host memory for a started pool of ``size`` remote sandboxes (RSS and tracemalloc)."""
+    with client.sandbox() as sb:  # load the SDK, open its connections
+        sb.exec(["true"])
+    base = _rss_mb()
+    tracemalloc.start()
+    started = time.perf_counter()
+    pool = SandboxPool(client, size=size, progress=False)
+    try:
+        with PeakRss() as rss:
+            pool.start()
+            elapsed = time.perf_counter() - started
+            held = _rss_mb() - base
+            current, peak = tracemalloc.get_traced_memory()
+        created = pool.stats.created
+    finally:
+        tracemalloc.stop()
+        pool.close()
+    return {
+        "backend": client.name,
+        "size": size,
+        "created": created,
+        "start_s": elapsed,
+        "rss_held_mb": held,
+        "rss_peak_delta_mb": rss.delta,
+        "tracemalloc_current_mb": current / 2**20,
+        "tracemalloc_peak_mb": peak / 2**20,
+        "per_sandbox_kb": held * 1024 / max(created, 1),
+    }
+
+
+def evaluate_targets(report: Report) -> None:
+    targets = report.targets
+    for row in report.local:
+        if row.workload == "trivial" and row.method.startswith("sandboxkit"):
+            ok = row.per_s >= 300 and (row.vs_naive or 0) >= 20
+            targets.append(
+                {
+                    "target": "local trivial, full isolation: >= 20x naive, >= 300 completions/s",
+                    "measured": f"{row.method}: {row.per_s:.0f}/s, {row.vs_naive or 0:.1f}x naive",
+                    "met": ok,
+                }
+            )
+    for row in report.remote:
+        if row.method.startswith("sandboxkit") and row.latency_ms == 50 and row.batch >= 512:
+            ratio = row.wall_s / (row.lower_bound_s or row.wall_s)
+            ok = ratio <= 1.5 and (row.vs_naive or 0) >= 50
+            targets.append(
+                {
+                    "target": f"{row.backend} @ 50 ms, batch {row.batch}: <= 1.5x lower bound, "
+                    ">= 50x naive",
+                    "measured": f"{row.wall_s:.2f} s = {ratio:.2f}x lower bound "
+                    f"({row.lower_bound_s or 0:.2f} s), {row.vs_naive or 0:.0f}x naive",
+                    "met": ok,
+                }
+            )
+    for mem in report.pool_memory:
+        if mem["size"] >= 500:
+            targets.append(
+                {
+                    "target": f"{mem['backend']}: pool of {mem['size']} remote sandboxes < 300 MB",
+                    "measured": f"RSS +{mem['rss_held_mb']:.0f} MB held, tracemalloc peak "
+                    f"{mem['tracemalloc_peak_mb']:.0f} MB",
+                    "met": mem["rss_held_mb"] < 300,
+                }
+            )
+
+
+# -- output ----------------------------------------------------------------------------------
+
+
+def _f(value: float | None, digits: int = 2) -> str:
+    return "" if value is None else f"{value:.{digits}f}"
+
+
+def _batch(row: Row) -> str:
+    return f"{row.batch}" if row.measured == row.batch else f"{row.batch} ({row.measured}*)"
+
+
+def markdown(report: Report) -> str:
+    out: list[str] = []
+    m = report.machine
+    out.append(
+        f"{m['cpu_count']} cores, {m['memory_gib']} GiB, Python {m['python']}, kernel "
+        f"{m['kernel']}, isolation: {m['isolation_tier']}, {m['date']}; load average at start "
+        f"{m['load_average_start'][0]:.1f}. {m['note']}."
+    )
+    head = (
+        "| workload | method | batch | conc. | wall s | compl./s | p50 ms | p95 ms "
+        "| RSS Δ MB | sandboxes | mean reward | vs naive |"
+    )
+    if report.local:
+        out += ["", "### Local backend", "", head, "|---" * 12 + "|"]
+        for r in report.local:
+            created = f"{r.sandboxes_created}" + (
+                f" (+{r.cold_sandboxes_created} cold)" if r.cold_sandboxes_created else ""
+            )
+            out.append(
+                f"| {r.workload} | {r.method} | {_batch(r)} | {r.concurrency} | {r.wall_s:.2f} "
+                f"| {r.per_s:.1f} | {r.p50_ms:.0f} | {r.p95_ms:.0f} | {r.rss_peak_delta_mb:.1f} "
+                f"| {created} | {r.mean_reward:.2f} | {_f(r.vs_naive, 1)} |"
+            )
+    if report.remote:
+        out += [
+            "",
+            "### Remote: emulated providers, and a latency-only backend (trivial programs)",
+            "",
+            "| backend | latency ms | method | batch | conc. | wall s | compl./s | p50 ms "
+            "| p95 ms | RSS Δ MB | sandboxes | host CPU s | eval floor ms | latency bound s "
+            "| host floor s | wall / lower bound | vs naive |",
+            "|---" * 17 + "|",
+        ]
+        for r in report.remote:
+            ratio = r.wall_s / r.lower_bound_s if r.lower_bound_s else None
+            out.append(
+                f"| {r.backend} | {r.latency_ms:g} | {r.method} | {_batch(r)} | {r.concurrency} "
+                f"| {r.wall_s:.2f} | {r.per_s:.1f} | {r.p50_ms:.0f} | {r.p95_ms:.0f} "
+                f"| {r.rss_peak_delta_mb:.1f} | {r.sandboxes_created} | {_f(r.host_cpu_s)} "
+                f"| {_f(r.eval_floor_ms, 0)} "
+                f"| {_f(r.latency_bound_s)} | {_f(r.host_floor_s)} | {_f(ratio)} "
+                f"| {_f(r.vs_naive, 1)} |"
+            )
+    if report.pool_memory:
+        out += [
+            "",
+            "### Host memory of a started pool of remote sandboxes (emulator, 0 ms)",
+            "",
+            "| backend | sandboxes | start s | RSS held MB | RSS peak Δ MB | tracemalloc peak MB "
+            "| KB per sandbox (RSS) |",
+            "|---" * 7 + "|",
+        ]
+        for p in report.pool_memory:
+            out.append(
+                f"| {p['backend']} | {p['created']} | {p['start_s']:.1f} | {p['rss_held_mb']:.1f} "
+                f"| {p['rss_peak_delta_mb']:.1f} | {p['tracemalloc_peak_mb']:.1f} "
+                f"| {p['per_sandbox_kb']:.0f} |"
+            )
+    if report.targets:
+        out += ["", "### Targets", "", "| target | measured | met |", "|---|---|---|"]
+        for t in report.targets:
+            out.append(f"| {t['target']} | {t['measured']} | {'yes' if t['met'] else 'no'} |")
+    out += [
+        "",
+        "Notes: `*` = the naive pattern ran on that many completions and its wall time is "
+        "extrapolated linearly to the batch. Pool rows time a warm call; the first call "
+        "(which creates the pool) is in the JSON as `cold_wall_s`. p50/p95: per completion, "
+        "create-to-stop for the naive patterns, the exec alone for pools (`last_batch`), the "
+        "process for bare runs. RSS Δ: peak resident set of this process above its level "
+        "before the row, sampled every 10 ms (RSS rarely shrinks, so later rows read lower). "
+        "Remote lower bound = max(latency bound, host floor): latency bound = "
+        "ceil(batch / pool size) x the fastest single evaluation on the warm pool; host floor "
+        "= the local backend's pooled wall time for the same programs (the emulator runs them "
+        "on this machine's cores).",
+    ]
+    return "\n".join(out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="small batches, under a minute")
+    size.add_argument("--smoke", action="store_true", help="tiny batches, seconds (for tests)")
+    parser.add_argument("--only", choices=("local", "remote"), default=None)
+    parser.add_argument("--json", type=Path, default=None, help="where to write the results")
+    parser.add_argument("--local-pool-size", type=int, default=CORES * 2)
+    parser.add_argument("--remote-pool-size", type=int, default=64)
+    args = parser.parse_args(argv)
+    sizes = SMOKE if args.smoke else QUICK if args.quick else FULL
+    # The SDKs honour proxy variables: keep loopback traffic to the emulators off any proxy.
+    no_proxy = ",".join(filter(None, [os.environ.get("NO_PROXY"), "127.0.0.1,localhost"]))
+    os.environ["NO_PROXY"] = os.environ["no_proxy"] = no_proxy
+
+    def log(message: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+    with local_client() as client:
+        tier = client.isolation.tier.value
+    path = args.json or RESULTS / f"{sizes.mode}.json"
+    report = Report(
+        name=path.stem,
+        mode=sizes.mode,
+        machine=machine_info(tier),
+        config={
+            **asdict(sizes),
+            "only": args.only,
+            "local_pool_size": args.local_pool_size,
+            "remote_pool_size": args.remote_pool_size,
+            "naive_threads": THREADS,
+        },
+    )
+    started = time.perf_counter()
+    if args.only in (None, "local"):
+        run_local(sizes, args.local_pool_size, report, log)
+    if args.only in (None, "remote"):
+        run_overhead(sizes, args.remote_pool_size, report, log)
+        run_remote(sizes, args.remote_pool_size, report, log)
+    evaluate_targets(report)
+    report.machine["load_average_end"] = list(os.getloadavg())
+    report.machine["suite_seconds"] = round(time.perf_counter() - started, 1)
+    print(markdown(report))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(asdict(report), indent=2) + "\n")
+    log(f"wrote {path} ({report.machine['suite_seconds']} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""Smoke test of ``benchmarks/run.py``: tiny batches, the JSON's shape, no timing asserts."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+ROW_KEYS = {
+    "section",
+    "backend",
+    "latency_ms",
+    "workload",
+    "method",
+    "batch",
+    "measured",
+    "concurrency",
+    "wall_s",
+    "per_s",
+    "p50_ms",
+    "p95_ms",
+    "rss_peak_delta_mb",
+    "sandboxes_created",
+    "mean_reward",
+    "cold_wall_s",
+    "lower_bound_s",
+    "vs_naive",
+}
+MACHINE_KEYS = {"cpu_count", "memory_gib", "python", "kernel", "isolation_tier", "date"}
+
+
+def _remote_available() -> bool:
+    return all(importlib.util.find_spec(m) for m in ("daytona", "cwsandbox", "aiohttp", "grpc"))
+
+
+@pytest.mark.slow
+def test_smoke_run_writes_the_expected_json(tmp_path: Path) -> None:
+    out = tmp_path / "smoke.json"
+    argv = [sys.executable, "benchmarks/run.py", "--smoke", "--json", str(out)]
+    if not _remote_available():
+        argv += ["--only", "local"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "### Local backend" in done.stdout
+
+    report = json.loads(out.read_text())
+    assert report["mode"] == "smoke"
+    assert report["machine"].keys() >= MACHINE_KEYS
+    local = report["local"]
+    methods = {row["method"].split(",")[0] for row in local}
+    assert {"naive", "sandboxkit exec_reward", "sandboxkit assert_tests_reward"} <= methods
+    assert any(row["method"].startswith("bare subprocess.run") for row in local)
+    assert {row["workload"] for row in local} >= {"trivial", "mbpp", "timeouts"}
+    for row in [*local, *report["remote"]]:
+        assert row.keys() >= ROW_KEYS
+        assert row["wall_s"] > 0 and row["batch"] >= row["measured"] >= 1
+    timeouts = [r for r in local if r["workload"] == "timeouts" and r["measured"] == r["batch"]]
+    assert timeouts and all(r["mean_reward"] < 1.0 for r in timeouts)  # the loop scored 0
+    if _remote_available():
+        pools = [r for r in report["remote"] if r["method"].startswith("sandboxkit")]
+        assert {r["backend"] for r in pools} == {"daytona", "aviato", "latency-only"}
+        assert all(r["lower_bound_s"] and r["lower_bound_s"] > 0 for r in pools)
+        assert {m["backend"] for m in report["pool_memory"]} == {"daytona", "aviato"}
+        assert all(m["created"] == m["size"] for m in report["pool_memory"])
+    assert isinstance(report["targets"], list)
