@@ -45,6 +45,12 @@ def count_sandboxes(tag: str) -> int:
         return len(client.list(tags=[tag]))
 
 
+def backend_name() -> str:
+    """The backend ``SANDBOXKIT_BACKEND`` (or ``.env``) selects, as the registry resolves it."""
+    with sandboxkit.get_backend() as client:
+        return client.name
+
+
 def print_header(title: str, rows: Sequence[tuple[str, object]] = ()) -> None:
     print(title)
     print(RULE)
@@ -168,6 +174,48 @@ def grpo_config(output_dir: str, *, tiny: bool, **overrides: Any) -> GRPOConfig:
 def mean_rewards(trainer: GRPOTrainer) -> list[float]:
     """The mean reward TRL logged at each step."""
     return [float(e["reward"]) for e in trainer.state.log_history if "reward" in e]
+
+
+def run_grpo(
+    title: str,
+    model: Any,
+    *,
+    model_label: str,
+    tiny: bool,
+    output_dir: str | None = None,
+    processing_class: Any = None,
+    **config_overrides: Any,
+) -> int:
+    """The TRL and Unsloth examples' run: print the header, train one GRPO step on the coding
+    problems with the async sandbox reward, report. ``model`` is a hub id, a directory or a
+    loaded model (then ``processing_class`` is its tokenizer)."""
+    from trl import GRPOTrainer
+
+    from sandboxkit.integrations.trl import SandboxCleanupCallback
+
+    job_id = new_job_id()
+    dataset = coding_dataset()
+    print_header(
+        f"{title} (job: {job_id})",
+        [
+            ("Model", model_label),
+            ("Backend", backend_name()),
+            ("Dataset", f"{len(dataset)} coding problems"),
+        ],
+    )
+    reward = sandbox_reward(job_id)
+    config = grpo_config(
+        output_dir or tempfile.mkdtemp(prefix="grpo-"), tiny=tiny, **config_overrides
+    )
+    trainer = GRPOTrainer(
+        model=model,
+        processing_class=processing_class,
+        reward_funcs=[reward.as_async()],
+        args=config,
+        train_dataset=dataset,
+        callbacks=[SandboxCleanupCallback([reward])],
+    )
+    return train_and_report(trainer, reward, job_id)
 
 
 def train_and_report(trainer: GRPOTrainer, reward: RewardFunction, job_id: str) -> int:
