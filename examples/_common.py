@@ -9,6 +9,7 @@ imports (trl, datasets, torch) happen inside functions: Unsloth must be imported
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import secrets
 import tempfile
 from collections.abc import Sequence
@@ -25,6 +26,9 @@ if TYPE_CHECKING:
 RULE = "=" * 60
 THIN_RULE = "-" * 60
 DEFAULT_INSTRUCT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
+EXIT_UNSUPPORTED = 3
+"""Exit status of an example that cannot run on this machine (no GPU, a GPU-only package
+missing), so a script can tell "cannot run here" from a failure."""
 
 
 def new_job_id() -> str:
@@ -49,6 +53,25 @@ def backend_name() -> str:
     """The backend ``SANDBOXKIT_BACKEND`` (or ``.env``) selects, as the registry resolves it."""
     with sandboxkit.get_backend() as client:
         return client.name
+
+
+def gpu_unsupported_reason(what: str, packages: Sequence[str], cpu_alternative: str) -> str | None:
+    """Why ``what`` cannot run here (no CUDA GPU, or one of ``packages`` missing), or None.
+
+    Checked before importing those packages: vLLM and Unsloth fail to import without a GPU with
+    errors that do not say so.
+    """
+    import torch
+
+    if not torch.cuda.is_available():
+        return (
+            f"{what} needs an NVIDIA GPU with CUDA, and none is available here. "
+            f"For a CPU run, use: {cpu_alternative}"
+        )
+    missing = [p for p in packages if importlib.util.find_spec(p) is None]
+    if missing:
+        return f"{what} needs {', '.join(missing)}: pip install {' '.join(missing)}"
+    return None
 
 
 def print_header(title: str, rows: Sequence[tuple[str, object]] = ()) -> None:

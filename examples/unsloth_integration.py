@@ -11,28 +11,15 @@ exits with status 3 (``EXIT_UNSUPPORTED``), so scripts can tell "cannot run here
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 
-from _common import DEFAULT_INSTRUCT_MODEL, add_model_args, run_grpo
-
-EXIT_UNSUPPORTED = 3
-
-
-def unsupported_reason() -> str | None:
-    """Why Unsloth cannot run here, or None. Checked before importing it: its import fails
-    without a GPU, with an error that does not say so."""
-    import torch
-
-    if not torch.cuda.is_available():
-        return (
-            "Unsloth needs an NVIDIA GPU with CUDA, and none is available here. "
-            "For a CPU run of the same training, use: "
-            "python examples/trl_grpo_integration.py --tiny"
-        )
-    if importlib.util.find_spec("unsloth") is None:
-        return "Unsloth is not installed: pip install unsloth"
-    return None
+from _common import (
+    DEFAULT_INSTRUCT_MODEL,
+    EXIT_UNSUPPORTED,
+    add_model_args,
+    gpu_unsupported_reason,
+    run_grpo,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,7 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.tiny:
         parser.error("--tiny is not available here: Unsloth loads 4-bit models on a GPU only")
-    reason = unsupported_reason()
+    reason = gpu_unsupported_reason(
+        "Unsloth", ["unsloth"], "python examples/trl_grpo_integration.py --tiny"
+    )
     if reason is not None:
         print(f"error: {reason}", file=sys.stderr)
         return EXIT_UNSUPPORTED
