@@ -14,7 +14,7 @@ import secrets
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import sandboxkit
 from sandboxkit.rewards import RewardFunction, assert_tests_reward
@@ -233,7 +233,7 @@ def run_grpo(
     trainer = GRPOTrainer(
         model=model,
         processing_class=processing_class,
-        reward_funcs=[reward.as_async()],
+        reward_funcs=[cast(Any, reward.as_async())],  # TRL awaits async callables
         args=config,
         train_dataset=dataset,
         callbacks=[SandboxCleanupCallback([reward])],

@@ -114,7 +114,7 @@ class VLLMModel:
         if importlib.util.find_spec("vllm") is None:
             raise GPURequiredError("vLLM is not installed: pip install vllm")
         self.name = name
-        self.weights = name
+        self.weights: str | Path = name
         self.checkpoint_dir = Path(checkpoint_dir)
         self.gpu_memory_utilization = gpu_memory_utilization
         self.startup_timeout = startup_timeout

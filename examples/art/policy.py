@@ -26,7 +26,8 @@ class PolicyGradient:
         self.device = device
         self.tokenizer: Any = AutoTokenizer.from_pretrained(str(model))
         dtype = torch.bfloat16 if device == "cuda" else torch.float32
-        self.model: Any = AutoModelForCausalLM.from_pretrained(str(model), dtype=dtype).to(device)
+        loaded: Any = AutoModelForCausalLM.from_pretrained(str(model), dtype=dtype)
+        self.model: Any = loaded.to(device)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-5)
 
     def _ids(self, messages: Sequence[Message], *, prompt: bool = False) -> list[int]:
@@ -61,8 +62,8 @@ class PolicyGradient:
             weighted += [(t, (t.reward - mean) / (std + 1e-4)) for t in usable]
         if not weighted:
             return {"loss": 0.0, "trained_trajectories": 0.0}
-        for group in self.optimizer.param_groups:
-            group["lr"] = learning_rate
+        for params in self.optimizer.param_groups:
+            params["lr"] = learning_rate
         self.model.train()
         self.optimizer.zero_grad()
         total = 0.0
@@ -74,7 +75,7 @@ class PolicyGradient:
             taken = logprobs.gather(1, input_ids[0, 1:, None])[:, 0]
             mask = torch.tensor(written[1:], device=self.device, dtype=taken.dtype)
             loss = -advantage * (taken * mask).sum() / mask.sum().clamp(min=1) / len(weighted)
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]
             total += float(loss.detach())
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.optimizer.step()
