@@ -1,0 +1,259 @@
+"""What the examples share: job tags and cleanup checks, the toy coding dataset, the sandbox
+reward, GRPO settings and the run report.
+
+The TRL, Unsloth and Daytona-port examples differ only in how they load the model and which
+tasks they train on; everything else lives here so the examples cannot drift apart. Heavy
+imports (trl, datasets, torch) happen inside functions: Unsloth must be imported before them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import secrets
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import sandboxkit
+from sandboxkit.rewards import RewardFunction, assert_tests_reward
+
+if TYPE_CHECKING:
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+RULE = "=" * 60
+THIN_RULE = "-" * 60
+DEFAULT_INSTRUCT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
+EXIT_UNSUPPORTED = 3
+"""Exit status of an example that cannot run on this machine (no GPU, a GPU-only package
+missing), so a script can tell "cannot run here" from a failure."""
+
+
+def new_job_id() -> str:
+    """A short random id naming this run's sandboxes (8 hex characters)."""
+    return secrets.token_hex(4)
+
+
+def job_tag(job_id: str) -> str:
+    return f"job={job_id}"
+
+
+def count_sandboxes(tag: str) -> int:
+    """How many sandboxes the configured backend still lists under ``tag``.
+
+    Asked of the provider rather than of our own bookkeeping, so a leak shows up.
+    """
+    with sandboxkit.get_backend() as client:
+        return len(client.list(tags=[tag]))
+
+
+def backend_name() -> str:
+    """The backend ``SANDBOXKIT_BACKEND`` (or ``.env``) selects, as the registry resolves it."""
+    with sandboxkit.get_backend() as client:
+        return client.name
+
+
+def gpu_unsupported_reason(what: str, packages: Sequence[str], cpu_alternative: str) -> str | None:
+    """Why ``what`` cannot run here (no CUDA GPU, or one of ``packages`` missing), or None.
+
+    Checked before importing those packages: vLLM and Unsloth fail to import without a GPU with
+    errors that do not say so.
+    """
+    import torch
+
+    if not torch.cuda.is_available():
+        return (
+            f"{what} needs an NVIDIA GPU with CUDA, and none is available here. "
+            f"For a CPU run, use: {cpu_alternative}"
+        )
+    missing = [p for p in packages if importlib.util.find_spec(p) is None]
+    if missing:
+        return f"{what} needs {', '.join(missing)}: pip install {' '.join(missing)}"
+    return None
+
+
+def print_header(title: str, rows: Sequence[tuple[str, object]] = ()) -> None:
+    print(title)
+    print(RULE)
+    for label, value in rows:
+        print(f"{label + ':':<14}{value}")
+    if rows:
+        print(RULE)
+
+
+# -- the toy coding dataset of the TRL and Unsloth examples --------------------------------
+
+CODING_PROBLEMS: list[dict[str, Any]] = [
+    {
+        "task": "add",
+        "text": "Write a function add(a, b) that returns the sum of two integers.",
+        "test_list": ["assert add(1, 2) == 3", "assert add(-4, 4) == 0"],
+    },
+    {
+        "task": "reverse_string",
+        "text": "Write a function reverse_string(s) that returns s reversed.",
+        "test_list": ["assert reverse_string('abc') == 'cba'", "assert reverse_string('') == ''"],
+    },
+    {
+        "task": "is_even",
+        "text": "Write a function is_even(n) that returns True when n is even.",
+        "test_list": ["assert is_even(4) is True", "assert is_even(7) is False"],
+    },
+    {
+        "task": "count_vowels",
+        "text": "Write a function count_vowels(s) that counts the vowels (aeiou) in s.",
+        "test_list": ["assert count_vowels('hello') == 2", "assert count_vowels('xyz') == 0"],
+    },
+    {
+        "task": "squares",
+        "text": "Write a function squares(n) that returns [0, 1, 4, ...] up to (n-1)**2.",
+        "test_list": ["assert squares(3) == [0, 1, 4]", "assert squares(0) == []"],
+    },
+]
+"""Five small problems with MBPP-style asserts (``assert_tests_reward`` reads ``test_list``)."""
+
+
+def coding_dataset() -> Dataset:
+    """The problems as a conversational dataset: TRL applies the model's chat template."""
+    from datasets import Dataset
+
+    rows = [
+        {
+            "prompt": [
+                {
+                    "role": "user",
+                    "content": f"{p['text']} Answer with the code in one ```python block.",
+                }
+            ],
+            "task": p["task"],
+            "test_list": p["test_list"],
+        }
+        for p in CODING_PROBLEMS
+    ]
+    return Dataset.from_list(rows)
+
+
+def sandbox_reward(job_id: str, *, pool_size: int = 4, timeout: float = 5.0) -> RewardFunction:
+    """The TRL/Unsloth reward: the share of a problem's asserts the completion passes, run on
+    the backend ``SANDBOXKIT_BACKEND`` names, in sandboxes tagged with the job."""
+    return assert_tests_reward(timeout=timeout, pool_size=pool_size, tags=[job_tag(job_id)])
+
+
+# -- GRPO runs -----------------------------------------------------------------------------
+
+
+def add_model_args(parser: argparse.ArgumentParser, default_model: str) -> None:
+    parser.add_argument("--model", default=default_model, help="hub id or local directory")
+    parser.add_argument(
+        "--tiny",
+        action="store_true",
+        help="train a tiny random model built locally, on CPU (no hub, no GPU)",
+    )
+    parser.add_argument("--output-dir", default=None, help="where the trainer writes")
+
+
+def tiny_model_dir(extra_text: Sequence[str] = ()) -> Path:
+    """Build the tiny offline model (a few seconds) in a fresh temporary directory."""
+    from sandboxkit.testing.tiny_model import build_tiny_model
+
+    return build_tiny_model(tempfile.mkdtemp(prefix="sandboxkit-tiny-"), extra_text=extra_text)
+
+
+def grpo_config(output_dir: str, *, tiny: bool, **overrides: Any) -> GRPOConfig:
+    """GRPO settings: a CPU-sized run with ``tiny``, a single-GPU one otherwise."""
+    import torch
+    from trl import GRPOConfig
+
+    settings: dict[str, Any] = {
+        "output_dir": output_dir,
+        "report_to": "none",
+        "logging_steps": 1,
+        "save_strategy": "no",
+        "seed": 0,
+        "max_steps": 1,
+    }
+    if tiny:
+        settings |= {
+            "bf16": False,
+            "use_cpu": True,
+            "per_device_train_batch_size": 4,
+            "num_generations": 4,
+            "max_completion_length": 24,
+        }
+    else:
+        settings |= {
+            "bf16": torch.cuda.is_available() and torch.cuda.is_bf16_supported(),
+            "per_device_train_batch_size": 8,
+            "num_generations": 4,
+            "max_completion_length": 256,
+            "learning_rate": 5e-6,
+        }
+    settings |= overrides
+    return GRPOConfig(**settings)
+
+
+def mean_rewards(trainer: GRPOTrainer) -> list[float]:
+    """The mean reward TRL logged at each step."""
+    return [float(e["reward"]) for e in trainer.state.log_history if "reward" in e]
+
+
+def run_grpo(
+    title: str,
+    model: Any,
+    *,
+    model_label: str,
+    tiny: bool,
+    output_dir: str | None = None,
+    processing_class: Any = None,
+    **config_overrides: Any,
+) -> int:
+    """The TRL and Unsloth examples' run: print the header, train one GRPO step on the coding
+    problems with the async sandbox reward, report. ``model`` is a hub id, a directory or a
+    loaded model (then ``processing_class`` is its tokenizer)."""
+    from trl import GRPOTrainer
+
+    from sandboxkit.integrations.trl import SandboxCleanupCallback
+
+    job_id = new_job_id()
+    dataset = coding_dataset()
+    print_header(
+        f"{title} (job: {job_id})",
+        [
+            ("Model", model_label),
+            ("Backend", backend_name()),
+            ("Dataset", f"{len(dataset)} coding problems"),
+        ],
+    )
+    reward = sandbox_reward(job_id)
+    config = grpo_config(
+        output_dir or tempfile.mkdtemp(prefix="grpo-"), tiny=tiny, **config_overrides
+    )
+    trainer = GRPOTrainer(
+        model=model,
+        processing_class=processing_class,
+        reward_funcs=[cast(Any, reward.as_async())],  # TRL awaits async callables
+        args=config,
+        train_dataset=dataset,
+        callbacks=[SandboxCleanupCallback([reward])],
+    )
+    return train_and_report(trainer, reward, job_id)
+
+
+def train_and_report(trainer: GRPOTrainer, reward: RewardFunction, job_id: str) -> int:
+    """Train, print the completion line, and check that no sandbox of the job outlived it.
+
+    Returns the exit status: 1 when sandboxes were left behind.
+    """
+    try:
+        trainer.train()
+    finally:
+        reward.close()
+    steps = trainer.state.global_step
+    rewards = mean_rewards(trainer)
+    mean = sum(rewards) / len(rewards) if rewards else float("nan")
+    print(f"Training complete: {steps} step{'s' if steps != 1 else ''}, mean reward {mean:.2f}")
+    left = count_sandboxes(job_tag(job_id))
+    print(f"Sandboxes left under {job_tag(job_id)}: {left}")
+    return 0 if left == 0 else 1

@@ -1,0 +1,352 @@
+"""The examples, run as a user runs them: scripts in subprocesses, on their offline paths, with
+what they print and write checked. The ART loop talks to a real HTTP server speaking the
+OpenAI chat-completions API, scripted to fail first and fix its code after feedback."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+MBPP_SAMPLE = EXAMPLES / "art" / "data" / "mbpp_sample.jsonl"
+
+pytestmark = pytest.mark.slow
+
+
+def example_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {**os.environ, **(extra or {})}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+def run_example(
+    script: str, *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 540
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(EXAMPLES / script), *args],
+        cwd=cwd,
+        env=example_env(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+# -- the main demo -------------------------------------------------------------------------
+
+REWARD_DEMO = """\
+RL Training Reward Function Example (job: JOB)
+============================================================
+
+Evaluating 5 completions...
+
+
+Results:
+------------------------------------------------------------
+  Problem 0 (arithmetic): reward=1.0 [PASS] OK
+  Problem 1 (string-ops): reward=1.0 [PASS] OK
+  Problem 2 (syntax-error): reward=0.0 [FAIL] OK
+  Problem 3 (runtime-error): reward=0.0 [FAIL] OK
+  Problem 4 (list-comp): reward=1.0 [PASS] OK
+------------------------------------------------------------
+Total reward: 3.0/5
+Pass rate: 3/5 (60%)
+
+Cleaning up 0 sandbox(es)...
+"""
+
+
+def check_reward_demo(result: subprocess.CompletedProcess[str]) -> None:
+    assert result.returncode == 0, result.stdout + result.stderr
+    job = re.search(r"\(job: ([0-9a-f]{8})\)", result.stdout)
+    assert job is not None, result.stdout
+    assert result.stdout == REWARD_DEMO.replace("JOB", job.group(1))
+
+
+def test_reward_demo_prints_the_expected_rewards(tmp_path: Path) -> None:
+    check_reward_demo(run_example("reward_function.py", cwd=tmp_path))
+
+
+@pytest.mark.parametrize("backend", ["daytona", "aviato"])
+def test_reward_demo_gives_the_same_rewards_on_emulated_providers(
+    backend: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    request.getfixturevalue(f"{backend}_env")
+    monkeypatch.setenv("SANDBOXKIT_BACKEND", backend)
+    monkeypatch.setenv("CWSANDBOX_DISABLE_SIGNAL_HANDLERS", "1")
+    check_reward_demo(run_example("reward_function.py", cwd=tmp_path, env=dict(os.environ)))
+
+
+# -- GRPO runs -----------------------------------------------------------------------------
+
+
+def test_trl_example_trains_one_step_of_a_tiny_model(tmp_path: Path) -> None:
+    result = run_example("trl_grpo_integration.py", "--tiny", "--output-dir", "out", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert "Dataset:      5 coding problems" in result.stdout
+    assert re.search(r"^Training complete: 1 step, mean reward -?\d\.\d\d$", result.stdout, re.M)
+    assert re.search(r"^Sandboxes left under job=[0-9a-f]{8}: 0$", result.stdout, re.M)
+
+
+def test_daytona_port_writes_metrics_plot_and_model(tmp_path: Path) -> None:
+    result = run_example(
+        "daytona_trl/train_grpo.py", "--tiny", "--output-dir", "results", cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert re.search(r"^Training complete: 2 steps, mean reward -?\d\.\d\d$", result.stdout, re.M)
+    out = tmp_path / "results"
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [1, 2]
+    for line in lines:
+        assert -1.0 <= line["reward"] <= 1.0
+        assert line["function_tests_reward/infra_error_rate"] == 0.0
+    png = (out / "rewards.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and png[12:16] == b"IHDR"
+    assert (out / "model" / "config.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("script", "message"),
+    [
+        ("unsloth_integration.py", "Unsloth needs an NVIDIA GPU"),
+        ("daytona_trl/train_grpo.py", "Training with vLLM needs an NVIDIA GPU"),
+    ],
+)
+def test_gpu_only_paths_exit_3_on_cpu(script: str, message: str, tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: these paths would really run")
+    result = run_example(script, cwd=tmp_path)
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert message in result.stderr
+    assert "--tiny" in result.stderr
+
+
+# -- the ART-style MBPP loop ---------------------------------------------------------------
+
+RIGHT = {
+    "reverse_words": "def reverse_words(s):\n    return ' '.join(reversed(s.split()))\n",
+    "prime_num": "def prime_num(n):\n    return n > 1 and all(n % d for d in range(2, n))\n",
+    "is_upper": "def is_upper(s):\n    return s.upper()\n",
+}
+WRONG = {
+    "prime_num": "def prime_num(n):\n    return True\n",
+    "move_zero": "def move_zero(xs):\n    return xs\n",
+}
+
+
+class ScriptedChat(ThreadingHTTPServer):
+    """An OpenAI-compatible chat-completions server: for each problem (found by its function
+    name) it answers the wrong solution, if it has one, until the conversation holds feedback."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        super().__init__(("127.0.0.1", 0), _ChatHandler)
+        self.delay = delay
+        self.requests: list[list[dict[str, str]]] = []
+
+    def answer(self, messages: list[dict[str, str]]) -> str:
+        self.requests.append(messages)
+        time.sleep(self.delay)
+        task = messages[1]["content"]
+        name = next(n for n in (*RIGHT, *WRONG) if f"{n}(" in task)
+        had_feedback = sum(m["role"] == "assistant" for m in messages) > 0
+        code = RIGHT[name] if name in RIGHT and (had_feedback or name not in WRONG) else WRONG[name]
+        return f"Here is my solution:\n```python\n{code}```"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+
+class _ChatHandler(BaseHTTPRequestHandler):
+    server: ScriptedChat
+
+    def do_POST(self) -> None:
+        if not self.path.endswith("/chat/completions"):
+            self.send_error(404)
+            return
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        content = self.server.answer(body["messages"])
+        payload = json.dumps(
+            {
+                "id": "chatcmpl-test",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body["model"],
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": content},
+                        "finish_reason": "stop",
+                    }
+                ],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+            }
+        ).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def serve(delay: float = 0.0) -> Iterator[ScriptedChat]:
+    server = ScriptedChat(delay)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def chat_server() -> Iterator[ScriptedChat]:
+    yield from serve()
+
+
+@pytest.fixture
+def slow_chat_server() -> Iterator[ScriptedChat]:
+    yield from serve(delay=0.5)
+
+
+def art_args(server: ScriptedChat, *extra: str) -> list[str]:
+    return [
+        "--use-openai",
+        "--base-url",
+        server.url,
+        "--model",
+        "scripted",
+        "--dry-run",
+        "--dataset-path",
+        str(MBPP_SAMPLE),
+        "--rollouts-per-problem",
+        "1",
+        "--max-attempts",
+        "2",
+        "--output-dir",
+        "art",
+        *extra,
+    ]
+
+
+ART_ENV = {"NO_PROXY": "127.0.0.1,localhost", "OPENAI_API_KEY": "test"}
+
+
+def test_art_dry_run_feeds_errors_back_for_a_second_attempt(
+    chat_server: ScriptedChat, tmp_path: Path
+) -> None:
+    result = run_example(
+        "art/train_mbpp.py",
+        *art_args(chat_server, "--num-steps", "2", "--batch-size", "2"),
+        cwd=tmp_path,
+        env=ART_ENV,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    steps = re.findall(r"^Step \d+: .*$", result.stdout, re.M)
+    pattern = r"Step {}: reward={}, success={} \({}\), time=\d+\.\ds"
+    assert re.fullmatch(pattern.format(0, r"1\.000", r"100\.0%", "2/2"), steps[0]), steps
+    assert re.fullmatch(pattern.format(1, r"0\.500", r"50\.0%", "1/2"), steps[1]), steps
+    assert len(steps) == 2
+    assert "Mode:         dry run (no training update)" in result.stdout
+    assert "Sandboxes left: 0" in result.stdout
+
+    records = [
+        json.loads(x) for x in (tmp_path / "art/trajectories.jsonl").read_text().split("\n")[:-1]
+    ]
+    by_task = {r["task_id"]: r for r in records}
+    assert set(by_task) == {604, 605, 624, 632}
+    fixed = by_task[605]  # prime_num: wrong, then right after seeing the failing test
+    assert [a["kind"] for a in fixed["attempts"]] == ["failed", "passed"]
+    assert fixed["attempts"][0]["passed"] == 2 and fixed["solved"] and fixed["reward"] == 1.0
+    roles = [m["role"] for m in fixed["messages_and_choices"]]
+    assert roles == ["system", "user", "assistant", "user", "assistant"]
+    feedback = fixed["messages_and_choices"][3]["content"]
+    assert "passed 2 of 3 tests" in feedback and "AssertionError" in feedback
+    assert [a["kind"] for a in by_task[632]["attempts"]] == ["failed", "failed"]
+    assert by_task[632]["reward"] == 0.0 and not by_task[632]["solved"]
+    assert len(by_task[604]["attempts"]) == 1
+    # Every request after a failure carried the feedback the loop wrote.
+    assert sum(len(r) == 4 for r in chat_server.requests) == 2
+
+
+def test_art_loop_finishes_the_step_on_sigterm_and_cleans_up(
+    slow_chat_server: ScriptedChat, tmp_path: Path
+) -> None:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(EXAMPLES / "art/train_mbpp.py"),
+            *art_args(slow_chat_server, "--num-steps", "50", "--batch-size", "1"),
+        ],
+        cwd=tmp_path,
+        env=example_env(ART_ENV),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("Step 0:"):
+                break
+        proc.send_signal(signal.SIGTERM)
+        rest, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    out = "".join(lines) + rest
+    assert proc.returncode == 0, out + err
+    assert "SIGTERM: finishing the current step, then stopping" in out
+    steps = re.findall(r"^Step (\d+):", out, re.M)
+    assert 1 <= len(steps) < 50
+    assert f"Stopped early after {len(steps)} step(s) on request" in out
+    assert "Sandboxes left: 0" in out
+
+
+def test_policy_gradient_update_changes_the_tiny_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The update VLLMModel trains with, on CPU: a group with different rewards moves the
+    weights; a group whose rewards are all equal carries no signal."""
+    torch = pytest.importorskip("torch")
+    from sandboxkit.testing.tiny_model import build_tiny_model
+
+    monkeypatch.syspath_prepend(str(EXAMPLES / "art"))
+    from policy import PolicyGradient
+    from rollout import Trajectory
+
+    policy = PolicyGradient(build_tiny_model(tmp_path / "tiny"), device="cpu")
+    first = [
+        {"role": "user", "content": "write f"},
+        {"role": "assistant", "content": "def f(): pass"},
+    ]
+    retried = [*first, {"role": "user", "content": "fix it"}, {"role": "assistant", "content": "x"}]
+    ids, written = policy.tokens(retried)
+    assert 0 < sum(written) < len(ids)
+    before = [p.detach().clone() for p in policy.model.parameters()]
+    same = policy.step([[Trajectory(first, 0.5), Trajectory(retried, 0.5)]], 1e-3)
+    assert same["trained_trajectories"] == 0.0
+    metrics = policy.step([[Trajectory(first, 0.0), Trajectory(retried, 1.0)]], 1e-3)
+    assert metrics["trained_trajectories"] == 2.0
+    after = list(policy.model.parameters())
+    assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
