@@ -576,13 +576,15 @@ def test_default_size_limit() -> None:
 
 
 def test_adversarial_input_is_fast() -> None:
+    """Catches quadratic or backtracking blow-ups (minutes), not speed: the bound is loose so a
+    loaded 2-core machine passes (about 1 s when idle)."""
     started = time.perf_counter()
     sanitize(" " * 500_000 + "x", names=["sorted"])
     sanitize("`" * 1_000_000, names=["sorted"])
     sanitize("<|" * 500_000 + "|>", names=["sorted"])
     sanitize("x = a" + ".modules" * 8_000, names=["sorted"], max_bytes=10**6)
     sanitize("exec('" + "x;" * 30_000 + "')", names=["sorted"])
-    assert time.perf_counter() - started < 5
+    assert time.perf_counter() - started < 60
 
 
 # --- sanitize -------------------------------------------------------------------------------
