@@ -234,12 +234,9 @@ def _bench(args: argparse.Namespace) -> int:
     extra = list(args.args)
     if extra[:1] == ["--"]:
         extra = extra[1:]
-    if (directory / "run.py").is_file():
-        argv = [str(directory / "run.py"), "--quick", *extra]
-    elif (directory / "reward_throughput.py").is_file():
-        argv = [str(directory / "reward_throughput.py"), *(extra or ["--batch", "8"])]
-    else:
-        raise UsageError(f"{directory} has neither run.py nor reward_throughput.py")
+    if not (directory / "run.py").is_file():
+        raise UsageError(f"{directory} has no run.py")
+    argv = [str(directory / "run.py"), *(extra or ["--quick"])]
     package_root = str(Path(__file__).resolve().parent.parent)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))

@@ -22,7 +22,13 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..config import setting
-from ..errors import BackendMisconfiguredError, SandboxError, SandboxNotFoundError
+from ..errors import (
+    BackendError,
+    BackendMisconfiguredError,
+    SandboxError,
+    SandboxLostError,
+    SandboxNotFoundError,
+)
 from ..local.cgroup import PidsCgroups
 from ..local.isolation import SANDBOX_BIN, IsolationReport, Tier, bwrap_binary, detect
 from ..local.limits import Limits
@@ -240,10 +246,31 @@ class SubprocessBackend:
         else:
             cwd_arg = str(cwd_host)
             command = [self._localize(path, a) for a in command]
+        try:
+            result = await self._exec(sandbox_id, path, command, cwd_arg, run_env, timeout, stdin)
+        except OSError as exc:
+            if not (path / _META).exists():
+                raise SandboxLostError(f"sandbox {sandbox_id} was stopped during the exec") from exc
+            raise BackendError(f"exec in sandbox {sandbox_id} failed: {exc}") from exc
+        if not (path / _META).exists():
+            # Stopped under the command, which was killed: not the program's doing.
+            raise SandboxLostError(f"sandbox {sandbox_id} was stopped during the exec")
+        return result
+
+    async def _exec(
+        self,
+        sandbox_id: str,
+        path: Path,
+        command: list[str],
+        cwd: str,
+        env: dict[str, str],
+        timeout: float | None,
+        stdin: bytes | None,
+    ) -> ExecResult:
         if self.warm:
             try:
                 return await on_portal(
-                    self._warm_exec(sandbox_id, path, command, cwd_arg, run_env, timeout, stdin)
+                    self._warm_exec(sandbox_id, path, command, cwd, env, timeout, stdin)
                 )
             except ColdPath as exc:
                 logger.debug("sandbox %s: cold exec (%s)", sandbox_id, exc)
@@ -252,8 +279,8 @@ class SubprocessBackend:
             command,
             workspace=path / "workspace",
             tmp=path / "tmp",
-            cwd=cwd_arg,
-            env=run_env,
+            cwd=cwd,
+            env=env,
             timeout=timeout,
             stdin=stdin,
             running=self._running.setdefault(sandbox_id, set()),
