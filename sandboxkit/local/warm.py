@@ -181,7 +181,7 @@ class WarmTemplate:
         out = CappedReader(await _reader(out_r), self.output_cap)
         err = CappedReader(await _reader(err_r), self.output_cap)
         readers = asyncio.gather(out.run(), err.run())
-        feeder = asyncio.ensure_future(asyncio.to_thread(_write_all, stdin_w, stdin or b""))
+        feeder = asyncio.ensure_future(_feed(stdin_w, stdin or b""))
         timed_out = False
         try:
             answer = await self._answer(timeout)
@@ -208,6 +208,23 @@ async def _reader(fd: int) -> asyncio.StreamReader:
         lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", buffering=0)
     )
     return reader
+
+
+async def _feed(fd: int, data: bytes) -> None:
+    """Write what fits in the pipe at once; only a larger stdin needs a worker thread."""
+    os.set_blocking(fd, False)
+    try:
+        sent = os.write(fd, data) if data else 0
+    except BlockingIOError:
+        sent = 0
+    except OSError:
+        os.close(fd)
+        return
+    if sent == len(data):
+        os.close(fd)
+        return
+    os.set_blocking(fd, True)
+    await asyncio.to_thread(_write_all, fd, data[sent:])
 
 
 def _write_all(fd: int, data: bytes) -> None:
