@@ -460,8 +460,9 @@ def test_eval_names_the_line_that_is_not_json(tmp_path: Path, local_env: dict[st
 # -- bench and emulate --------------------------------------------------------------------
 
 
-def test_bench_runs_the_quick_benchmark(local_env: dict[str, str]) -> None:
-    done = cli("bench", "--", "--smoke", "--only", "local", env=local_env)
+def test_bench_runs_the_quick_benchmark(local_env: dict[str, str], tmp_path: Path) -> None:
+    out = str(tmp_path / "bench.json")
+    done = cli("bench", "--", "--smoke", "--only", "local", "--json", out, env=local_env)
     assert done.returncode == 0, done.stderr
     assert "exec_reward" in done.stdout and "naive" in done.stdout
 
