@@ -4,39 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import time
 import uuid
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 
 import pytest
 
 from sandboxkit import Sandbox, SandboxClient, await_first, spawn, wait, wait_async
+from sandboxkit.testing.remote import processes_with, wait_until
 
 
 @pytest.fixture
 def sb(local: SandboxClient) -> Iterator[Sandbox]:
     with local.sandbox() as sandbox:
         yield sandbox
-
-
-def processes_with(marker: str) -> list[int]:
-    """Pids whose command line contains ``marker`` (seen from the host, namespaces or not)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        try:
-            if proc.name.isdigit() and marker.encode() in (proc / "cmdline").read_bytes():
-                found.append(int(proc.name))
-        except OSError:
-            continue
-    return found
-
-
-def wait_until(condition: Callable[[], object], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 def sleeper_argv(marker: str) -> list[str]:
@@ -81,13 +61,13 @@ def test_cancelled_exec_leaves_no_process(sb: Sandbox) -> None:
     marker = f"sleeper-{uuid.uuid4().hex}"
     slow = spawn(sb.aexec(sleeper_argv(marker), timeout=120))
     quick = spawn(sb.aexec(["python3", "-c", "print('hi')"], timeout=120))
-    wait_until(lambda: processes_with(marker))
+    assert wait_until(lambda: processes_with(marker))
 
     done, pending = wait([slow, quick], num_returns=1, timeout=60, cancel_pending=True)
 
     assert done == [quick] and quick.result().stdout == "hi\n"
     assert pending == [slow] and slow.cancelled()
-    wait_until(lambda: not processes_with(marker))
+    assert wait_until(lambda: not processes_with(marker))
 
 
 def test_await_first_cancels_the_rest_before_returning(sb: Sandbox) -> None:
@@ -100,7 +80,7 @@ def test_await_first_cancels_the_rest_before_returning(sb: Sandbox) -> None:
         return await await_first([slow, after(0, "first")])
 
     assert asyncio.run(main()) == ["first"]
-    wait_until(lambda: not processes_with(marker), timeout=10)
+    assert wait_until(lambda: not processes_with(marker), timeout=10)
 
 
 def test_await_first_raises_a_finished_failure() -> None:
@@ -123,7 +103,7 @@ def test_wait_async_keeps_pending_unless_asked(sb: Sandbox) -> None:
         assert (done, pending) == ([], [slow]) and slow.cancelled()
 
     asyncio.run(main())
-    wait_until(lambda: not processes_with(marker))
+    assert wait_until(lambda: not processes_with(marker))
 
 
 def test_cancelling_wait_async_cancels_the_coroutines_it_started(sb: Sandbox) -> None:
@@ -138,4 +118,4 @@ def test_cancelling_wait_async_cancels_the_coroutines_it_started(sb: Sandbox) ->
             await waiting
 
     asyncio.run(main())
-    wait_until(lambda: not processes_with(marker))
+    assert wait_until(lambda: not processes_with(marker))
