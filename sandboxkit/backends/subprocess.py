@@ -32,7 +32,7 @@ from ..errors import (
 from ..local.cgroup import PidsCgroups
 from ..local.isolation import SANDBOX_BIN, IsolationReport, Tier, bwrap_binary, detect
 from ..local.limits import Limits
-from ..local.supervisor import Confinement, kill_session, run
+from ..local.supervisor import Confinement, exit_of, kill_session, run
 from ..local.warm import ColdPath, WarmTemplate
 from ..portal import on_portal
 from ..protocol import DEFAULT_WORKDIR, ExecResult, SandboxInfo, SandboxSpec, SandboxStatus
@@ -357,14 +357,23 @@ class SubprocessBackend:
             raise SandboxNotFoundError(f"no sandbox {sandbox_id!r}") from None
         template = self._templates.pop(sandbox_id, None)
         self._starting.pop(sandbox_id, None)
+        pids = self._running.pop(sandbox_id, set())
         if template is not None:
             template.close()
-        for pid in self._running.pop(sandbox_id, set()):
+            pids.add(template.spawned.proc.pid)
+        for pid in pids:
             kill_session(pid)  # its exec returns at once, killed
-        try:
-            await asyncio.to_thread(shutil.rmtree, graveyard, True)
-        except RuntimeError:  # interpreter shutdown: no new threads
-            shutil.rmtree(graveyard, True)
+        # Dying processes may still write into the directory: let them go first.
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*(exit_of(pid) for pid in pids)), 10)
+        for _ in range(3):
+            try:
+                await asyncio.to_thread(shutil.rmtree, graveyard, True)
+            except RuntimeError:  # interpreter shutdown: no new threads
+                shutil.rmtree(graveyard, True)
+            if not graveyard.exists():
+                break
+            await asyncio.sleep(0.1)
 
     async def list(
         self, *, tags: Sequence[str] = (), status: SandboxStatus | None = None
