@@ -133,6 +133,8 @@ class SandboxPool:
         self._in_use = 0
         self._closed = False
         self._tasks: set[asyncio.Task[None]] = set()
+        self._stopping: set[asyncio.Task[None]] = set()
+        """Background stops: awaited, not cancelled, by close (a half-done stop leaks)."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._changed: asyncio.Event | None = None
 
@@ -156,6 +158,7 @@ class SandboxPool:
                 logger.debug("pool moves to a new event loop; its old one stopped")
             self._loop, self._changed, self._creating, self._in_use = loop, None, 0, 0
             self._tasks.clear()
+            self._stopping.clear()
             for slot in self._slots:
                 slot.leases = 0
         return await make()
@@ -274,7 +277,9 @@ class SandboxPool:
         slot.leases -= 1
         self._in_use -= 1
         if slot.retired and slot.leases == 0:
-            self._spawn(self._stop(slot))
+            stopping = asyncio.ensure_future(self._stop(slot))
+            self._stopping.add(stopping)
+            stopping.add_done_callback(self._stopping.discard)
         self._wake()
 
     async def _lease_healthy(self) -> _Slot:
@@ -353,7 +358,7 @@ class SandboxPool:
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, *self._stopping, return_exceptions=True)
         slots = [*self._slots, *self._retiring]
         await asyncio.gather(*(self._stop(slot) for slot in slots))
         self._slots.clear()

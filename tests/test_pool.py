@@ -146,7 +146,8 @@ def test_flaky_provider_never_crashes_nor_leaks(
     local_root: Path,
 ) -> None:
     faulty.faults = Faults(error_rate=0.3, die_rate=0.1, seed=7)
-    pool = pool_factory(size=4, per_sandbox=2, health_check_after=0)
+    # Two faultable calls per attempt: with 6 attempts about 2 of 64 evaluations run out.
+    pool = pool_factory(size=4, per_sandbox=2, health_check_after=0, retries=5)
 
     async def main() -> list[int | BaseException]:
         runs = [pool.arun(lambda sb, n=n: square(sb, n)) for n in range(64)]

@@ -15,8 +15,9 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -32,7 +33,7 @@ from ..errors import (
 from ..local.cgroup import PidsCgroups
 from ..local.isolation import SANDBOX_BIN, IsolationReport, Tier, bwrap_binary, detect
 from ..local.limits import Limits
-from ..local.supervisor import Confinement, exit_of, kill_session, run
+from ..local.supervisor import Confinement, kill_session, run
 from ..local.warm import ColdPath, WarmTemplate
 from ..portal import on_portal
 from ..protocol import DEFAULT_WORKDIR, ExecResult, SandboxInfo, SandboxSpec, SandboxStatus
@@ -43,6 +44,19 @@ ENV_ALLOWLIST = ("LANG", "LC_ALL", "LC_CTYPE", "TZ")
 """The only host variables a sandbox inherits; everything else it sees comes from the spec."""
 _META = "sandbox.json"
 _VIRTUAL_ROOTS = ("/workspace", "/tmp")
+
+
+def _bury(graveyard: Path, pids: set[int]) -> None:
+    """Delete a stopped sandbox's directory once the processes killed in it are gone (a dying
+    process may still create files), retrying for a few seconds."""
+    deadline = time.monotonic() + 10
+    while any(os.path.exists(f"/proc/{pid}") for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    while True:
+        shutil.rmtree(graveyard, ignore_errors=True)
+        if not graveyard.exists() or time.monotonic() > deadline:
+            return
+        time.sleep(0.05)
 
 
 def _default_root() -> Path:
@@ -248,9 +262,11 @@ class SubprocessBackend:
             command = [self._localize(path, a) for a in command]
         try:
             result = await self._exec(sandbox_id, path, command, cwd_arg, run_env, timeout, stdin)
-        except OSError as exc:
+        except (OSError, BackendError) as exc:
             if not (path / _META).exists():
                 raise SandboxLostError(f"sandbox {sandbox_id} was stopped during the exec") from exc
+            if isinstance(exc, BackendError):
+                raise
             raise BackendError(f"exec in sandbox {sandbox_id} failed: {exc}") from exc
         if not (path / _META).exists():
             # Stopped under the command, which was killed: not the program's doing.
@@ -316,29 +332,50 @@ class SubprocessBackend:
                 self._templates[sandbox_id] = template
             return template
 
+    @contextlib.contextmanager
+    def _lost_if_stopped(self, sandbox_id: str, sandbox_dir: Path) -> Iterator[None]:
+        """A file operation that fails because the sandbox was stopped under it is a lost
+        sandbox, not a missing file."""
+        try:
+            yield
+        except OSError as exc:
+            if not (sandbox_dir / _META).exists():
+                raise SandboxLostError(f"sandbox {sandbox_id} was stopped") from exc
+            raise
+
     async def write_file(self, sandbox_id: str, path: str, data: bytes) -> None:
         sandbox_dir = self._dir(sandbox_id)
         target = self._host_path(sandbox_dir, path, self._meta(sandbox_dir)["workdir"])
         base = sandbox_dir / PurePosixPath(path if path.startswith("/") else "/workspace").parts[1]
-        missing = [p for p in [target.parent, *target.parent.parents] if not p.exists()]
-        target.parent.mkdir(parents=True, exist_ok=True)
-        for created in missing:
-            if base in created.parents:
-                self._chown(created)
-        tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}")
-        tmp.write_bytes(data)
-        self._chown(tmp)
-        tmp.replace(target)
+        with self._lost_if_stopped(sandbox_id, sandbox_dir):
+            parents = []
+            directory = target.parent
+            while directory != base and base in directory.parents:
+                parents.append(directory)
+                directory = directory.parent
+            for directory in reversed(parents):  # never above the sandbox: it may be gone
+                with contextlib.suppress(FileExistsError):
+                    directory.mkdir()
+                    self._chown(directory)
+            tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}")
+            tmp.write_bytes(data)
+            self._chown(tmp)
+            tmp.replace(target)
 
     async def read_file(self, sandbox_id: str, path: str) -> bytes:
         sandbox_dir = self._dir(sandbox_id)
         target = self._host_path(sandbox_dir, path, self._meta(sandbox_dir)["workdir"])
-        try:
-            return target.read_bytes()
-        except FileNotFoundError:
-            raise FileNotFoundError(f"{path}: no such file in sandbox {sandbox_id}") from None
-        except IsADirectoryError:
-            raise IsADirectoryError(f"{path}: is a directory in sandbox {sandbox_id}") from None
+        with self._lost_if_stopped(sandbox_id, sandbox_dir):
+            try:
+                return target.read_bytes()
+            except FileNotFoundError:
+                if (sandbox_dir / _META).exists():
+                    raise FileNotFoundError(
+                        f"{path}: no such file in sandbox {sandbox_id}"
+                    ) from None
+                raise
+            except IsADirectoryError:
+                raise IsADirectoryError(f"{path}: is a directory in sandbox {sandbox_id}") from None
 
     async def stop(self, sandbox_id: str, *, missing_ok: bool = True) -> None:
         try:
@@ -363,17 +400,13 @@ class SubprocessBackend:
             pids.add(template.spawned.proc.pid)
         for pid in pids:
             kill_session(pid)  # its exec returns at once, killed
-        # Dying processes may still write into the directory: let them go first.
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(asyncio.gather(*(exit_of(pid) for pid in pids)), 10)
-        for _ in range(3):
-            try:
-                await asyncio.to_thread(shutil.rmtree, graveyard, True)
-            except RuntimeError:  # interpreter shutdown: no new threads
-                shutil.rmtree(graveyard, True)
-            if not graveyard.exists():
-                break
-            await asyncio.sleep(0.1)
+        try:
+            # A thread, shielded: a cancelled stop must still delete the directory.
+            await asyncio.shield(
+                asyncio.get_running_loop().run_in_executor(None, _bury, graveyard, pids)
+            )
+        except RuntimeError:  # interpreter shutdown: no new threads
+            _bury(graveyard, pids)
 
     async def list(
         self, *, tags: Sequence[str] = (), status: SandboxStatus | None = None

@@ -110,12 +110,13 @@ class PidsCgroups:
         for _ in range(1000):
             try:
                 pids = [int(p) for p in (group / "cgroup.procs").read_text().split()]
-            except FileNotFoundError:
+            except OSError:  # gone, or being removed by a concurrent kill (ENODEV)
                 return
             if not pids:
                 break
             if kill_file.exists():
-                kill_file.write_text("1")
+                with contextlib.suppress(OSError):
+                    kill_file.write_text("1")
             else:
                 for pid in pids:
                     with contextlib.suppress(ProcessLookupError):

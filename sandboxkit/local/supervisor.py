@@ -116,7 +116,7 @@ def _launcher(confinement: Confinement, block_fd: int) -> list[str]:
     return [confinement.isolation.python, "-I", "-S", "-c", _LAUNCH, str(block_fd), str(drop)]
 
 
-async def exit_of(pid: int) -> None:
+async def _exit_of(pid: int) -> None:
     """Returns when ``pid`` exits, even while its descendants keep its pipes open (asyncio's
     ``Process.wait`` also waits for the pipes)."""
     try:
@@ -309,7 +309,7 @@ async def run(
     try:
         feeder = asyncio.ensure_future(_feed(proc.stdin, stdin))
         try:
-            await asyncio.wait_for(exit_of(proc.pid), timeout)
+            await asyncio.wait_for(_exit_of(proc.pid), timeout)
         except asyncio.TimeoutError:
             timed_out = True
         feeder.cancel()
