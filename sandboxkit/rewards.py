@@ -29,7 +29,8 @@ from .sanitize import Completion, completion_text
 
 Planner = Callable[[int, Any, Completion, Mapping[str, Sequence[Any]]], Plan]
 """(row index, prompt, completion, dataset columns) -> what to run for that row."""
-Mapping_ = Callable[[Outcome], float | None]
+RewardMapping = Callable[[Outcome], float | None]
+"""An outcome's reward; infrastructure outcomes never reach it."""
 
 BackendLike = SandboxClient | Backend | str | None
 
@@ -75,7 +76,7 @@ class RewardFunction:
         self,
         name: str,
         planner: Planner,
-        mapping: Mapping_,
+        mapping: RewardMapping,
         *,
         backend: BackendLike = None,
         pool_size: int = 8,
@@ -280,16 +281,19 @@ def assert_tests_reward(
     )
 
 
-def _find_task(tasks: Mapping[str, FunctionTask], prompt: Any) -> FunctionTask:
-    text = completion_text(prompt) if not isinstance(prompt, str) else prompt
-    if not isinstance(prompt, str) and isinstance(prompt, list):
+def _find_task(tasks: Mapping[str, FunctionTask], prompt: Any) -> str:
+    """The name of the task whose prompt this is (exactly, else contained in it: TRL may add
+    a system prompt or chat messages around it)."""
+    if isinstance(prompt, list):
         text = "\n".join(str(m.get("content", "")) for m in prompt if isinstance(m, dict))
-    for task in tasks.values():
+    else:
+        text = str(prompt)
+    for name, task in tasks.items():
         if task.prompt == text:
-            return task
-    for task in tasks.values():
+            return name
+    for name, task in tasks.items():
         if task.prompt.strip() and task.prompt.strip() in text:
-            return task
+            return name
     raise KeyError(f"no task has this prompt: {text[:80]!r}")
 
 
@@ -307,8 +311,8 @@ def function_tests_reward(
     harnesses = {name: task.harness(timeout) for name, task in table.items()}
 
     def planner(i: int, prompt: Any, completion: Completion, columns: Any) -> Plan:
-        task = _find_task(table, prompt)
-        name = next(n for n, t in table.items() if t is task)
+        name = _find_task(table, prompt)
+        task = table[name]
         return plan(
             completion, harnesses[name], prompt=task.prompt, banned_patterns=task.banned_patterns
         )
