@@ -10,6 +10,7 @@ error (which rewards turn into ``None``) rather than as a crash or a leaked sand
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import logging
 import sys
@@ -136,7 +137,8 @@ class SandboxPool:
         self._stopping: set[asyncio.Task[None]] = set()
         """Background stops: awaited, not cancelled, by close (a half-done stop leaks)."""
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._changed: asyncio.Event | None = None
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        """Leases waiting for a sandbox, first come first served; each release wakes one."""
 
     def __repr__(self) -> str:
         return f"<SandboxPool {self.session.run_tag} {self.stats}>"
@@ -156,7 +158,8 @@ class SandboxPool:
         if home is not loop:
             if home is not None:
                 logger.debug("pool moves to a new event loop; its old one stopped")
-            self._loop, self._changed, self._creating, self._in_use = loop, None, 0, 0
+            self._loop, self._creating, self._in_use = loop, 0, 0
+            self._waiters.clear()
             self._tasks.clear()
             self._stopping.clear()
             for slot in self._slots:
@@ -164,15 +167,30 @@ class SandboxPool:
         return await make()
 
     def _wake(self) -> None:
-        """Tell every waiting lease that a sandbox, a lease or an error became available."""
-        if self._changed is not None:
-            self._changed.set()
-            self._changed = None
+        """Tell the longest-waiting lease that a sandbox, a lease or an error became available
+        (one at a time: a release serves one waiter, and waking all of them would cost
+        O(waiters) per release)."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
 
-    async def _wait_for_change(self) -> None:
-        if self._changed is None:
-            self._changed = asyncio.Event()
-        await self._changed.wait()
+    async def _wait_for_change(self, *, first: bool) -> None:
+        """Queue until woken; a waiter woken in vain goes back to the front (``first``)."""
+        waiter = asyncio.get_running_loop().create_future()
+        if first:
+            self._waiters.appendleft(waiter)
+        else:
+            self._waiters.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+            elif not waiter.cancelled():
+                self._wake()  # woken, then cancelled: the wake-up is the next waiter's
+            raise
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.ensure_future(coro)
@@ -254,16 +272,21 @@ class SandboxPool:
         return min(free, key=lambda s: s.leases, default=None)
 
     async def _lease(self) -> _Slot:
-        while (slot := self._pick()) is None:
+        woken = False
+        while True:
             if self._closed:
+                self._wake()
                 raise RuntimeError("the pool is closed")
+            # Newcomers queue behind those already waiting.
+            if (woken or not self._waiters) and (slot := self._pick()) is not None:
+                break
             if not self._slots and not self._creating and self._create_error is not None:
                 error, self._create_error = self._create_error, None
+                self._wake()
                 raise error
             self._fill()
-            await self._wait_for_change()
-        if self._closed:
-            raise RuntimeError("the pool is closed")
+            await self._wait_for_change(first=woken)
+            woken = True
         slot.leases += 1
         slot.uses += 1
         self._in_use += 1
@@ -271,6 +294,8 @@ class SandboxPool:
         if slot.uses >= self.max_uses:
             logger.debug("recycling %s after %d uses", slot.sandbox.id, slot.uses)
             self._retire(slot, lost=False)
+        if self._waiters and self._pick() is not None:
+            self._wake()  # room for more than this lease (a new sandbox, per_sandbox > 1)
         return slot
 
     def _release(self, slot: _Slot) -> None:
@@ -354,7 +379,7 @@ class SandboxPool:
         if self._closed:
             return
         self._closed = True
-        self._wake()
+        self._wake()  # each waiter wakes the next on its way out
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()

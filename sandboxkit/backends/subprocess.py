@@ -314,11 +314,12 @@ class SubprocessBackend:
     ) -> ExecResult:
         """Run through the sandbox's template; always on the portal loop, which outlives
         any caller's loop and so can own the template's process and socket."""
-        template = await self._template(sandbox_id, path, env)
+        template = await self._template(sandbox_id, path)
         return await template.run(argv, cwd=cwd, env=env, timeout=timeout, stdin=stdin)
 
-    async def _template(self, sandbox_id: str, path: Path, env: dict[str, str]) -> WarmTemplate:
-        """The sandbox's warm template, started on first use."""
+    async def _template(self, sandbox_id: str, path: Path) -> WarmTemplate:
+        """The sandbox's warm template, started on first use with the sandbox's environment
+        (not the exec's: the template compares each exec's locale with its own)."""
         template = self._templates.get(sandbox_id)
         if template is not None and not template.broken:
             return template
@@ -327,7 +328,10 @@ class SubprocessBackend:
             template = self._templates.get(sandbox_id)
             if template is None or template.broken:
                 template = await WarmTemplate.start(
-                    self.confinement, workspace=path / "workspace", tmp=path / "tmp", env=env
+                    self.confinement,
+                    workspace=path / "workspace",
+                    tmp=path / "tmp",
+                    env=self._env(self._meta(path), None, path),
                 )
                 self._templates[sandbox_id] = template
             return template

@@ -8,8 +8,12 @@ one:
 - the template forks C, which unshares a new user and pid namespace and forks G, the init of
   that namespace (it dies with C, and its death kills everything in the namespace), which forks
   H, the command: limits, a new session, its own stdio, cwd and environment;
-- a Python command (``python[3] [-IEsSBuq] -c CODE | SCRIPT ...``) runs in H directly, from the
-  already-started interpreter; anything else is exec'd;
+- a Python command (``python [-IEsSPBuq] -c CODE | SCRIPT ...`` that names this interpreter,
+  with no ``PYTHON*`` variables and the template's locale) runs in H directly, from the
+  already-started interpreter, set up as a fresh one would be (streams, argv, ``sys.path``
+  with site-packages, site's builtins); anything else is exec'd. What still differs from a
+  fresh interpreter: ``sys.flags``, the hash seed (shared by a sandbox's execs), and .pth
+  import lines and ``sitecustomize``, which never run here (``SANDBOXKIT_WARM=0`` runs them);
 - the template is non-dumpable, so commands cannot read its memory or descriptors.
 
 Protocol on the SOCK_SEQPACKET socket whose fd is ``argv[1]``: the template sends
@@ -21,25 +25,48 @@ kills the running command.
 
 from __future__ import annotations
 
+import atexit
 import builtins
 import contextlib
 import ctypes
+import io
 import json
 import os
 import resource
 import select
 import signal
+import site
 import socket
 import sys
-import traceback
-import types
 from typing import Any
 
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
-PYTHON_FLAGS = set("IEsSBuq")
+PYTHON_FLAGS = set("IEsSPBuq")
+WARM_UP_PROGRAM = """
+import sys
+class A:
+    def f(self, x: int = 1, *a, **k) -> list[int]:
+        return [i * x for i in range(3) if i] + [*a] + list({**k})
+try:
+    print(f"{A().f(2)!r:>10}", lambda y: y, (z := 1), file=sys.stderr)
+except Exception as e:
+    raise SystemExit(1) from e
+"""
+LOCALE_VARIABLES = ("LC_ALL", "LC_CTYPE", "LANG")
+START_LOCALE = {name: os.environ.get(name) for name in LOCALE_VARIABLES}
+_stdout = sys.__stdout__
+STDIO_ENCODING: str = _stdout.encoding if _stdout else "utf-8"
+STDIO_ERRORS: str = (_stdout.errors if _stdout else None) or "strict"
+"""What this interpreter's locale made of stdio: a fresh one with the same locale agrees."""
+SITE_BUILTINS = ("exit", "quit", "help", "copyright", "credits", "license")
+EXECUTABLE = os.path.realpath(sys.executable)
+BASE_PATH = list(sys.path)
+"""sys.path without site (the template runs with ``-I -S``)."""
+SITE_PATH: list[str] = []
+"""sys.path after a normal start's ``site.main()``, learnt by ``learn_site``."""
 libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -56,18 +83,50 @@ def send(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = N
         sock.send(data)
 
 
-def python_program(argv: list[str]) -> tuple[str, str, list[str]] | None:
-    """(source, filename, sys.argv) when ``argv`` runs Python code this interpreter can run."""
-    if os.path.basename(argv[0]) not in ("python", "python3") and argv[0] != sys.executable:
+class Program:
+    """A Python program this interpreter runs in place of a fresh ``python``."""
+
+    def __init__(self, source: str, filename: str, args: list[str], flags: set[str]) -> None:
+        self.source = source
+        self.filename = filename
+        self.args = args
+        self.flags = flags
+
+
+def runs_this_interpreter(name: str, path: str) -> bool:
+    """Whether ``name``, looked up as ``execvp`` would, is this interpreter (an explicit
+    ``/usr/bin/python3`` may be another Python)."""
+    candidates = [name] if "/" in name else [os.path.join(d or ".", name) for d in path.split(":")]
+    for candidate in candidates:
+        if os.access(candidate, os.X_OK) and not os.path.isdir(candidate):
+            return os.path.realpath(candidate) == EXECUTABLE
+    return False
+
+
+def python_program(argv: list[str], env: dict[str, str]) -> Program | None:
+    """The program when ``argv`` is ``python [-IEsSPBuq] -c CODE | SCRIPT ...`` for this
+    interpreter and nothing in ``env`` changes how Python starts; else None (exec it)."""
+    if not runs_this_interpreter(argv[0], env.get("PATH", "")):
         return None
+    flags: set[str] = set()
+    code = None
     i = 1
     while i < len(argv) and argv[i].startswith("-") and len(argv[i]) > 1:
-        flags = argv[i][1:]
-        if flags == "c" and i + 1 < len(argv):
-            return argv[i + 1], "<string>", ["-c", *argv[i + 2 :]]
-        if not set(flags) <= PYTHON_FLAGS:
+        option = argv[i][1:]
+        if option[-1] == "c" and set(option[:-1]) <= PYTHON_FLAGS and i + 1 < len(argv):
+            flags |= set(option[:-1])
+            code = argv[i + 1]
+            break
+        if not set(option) <= PYTHON_FLAGS:
             return None
+        flags |= set(option)
         i += 1
+    if not flags & {"E", "I"} and any(key.startswith("PYTHON") for key in env):
+        return None  # PYTHONPATH and friends: the real interpreter reads them
+    if any(env.get(name) != START_LOCALE[name] for name in LOCALE_VARIABLES):
+        return None  # another locale: other stdio encodings
+    if code is not None:
+        return Program(code, "<string>", ["-c", *argv[i + 2 :]], flags)
     if i >= len(argv) or argv[i] == "-":
         return None
     try:
@@ -75,26 +134,57 @@ def python_program(argv: list[str]) -> tuple[str, str, list[str]] | None:
             source = f.read().decode("utf-8")
     except (OSError, UnicodeDecodeError):
         return None
-    return source, argv[i], argv[i:]
+    return Program(source, argv[i], argv[i:], flags)
 
 
-def run_python(source: str, filename: str, args: list[str]) -> int:
-    """Run a program in this process as ``python`` would, and return its exit status."""
-    sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
-    sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
-    sys.stderr = open(  # noqa: SIM115
-        2, "w", encoding="utf-8", errors="backslashreplace", closefd=False, buffering=1
+def text_stream(fd: int, flags: set[str], *, errors: str = STDIO_ERRORS) -> io.TextIOWrapper:
+    """sys.stdout or sys.stderr as Python makes them: block-buffered, stderr line-buffered,
+    nothing buffered under ``-u``."""
+    raw = io.FileIO(fd, "w", closefd=False)
+    if "u" in flags:
+        return io.TextIOWrapper(raw, encoding=STDIO_ENCODING, errors=errors, write_through=True)
+    return io.TextIOWrapper(
+        io.BufferedWriter(raw), encoding=STDIO_ENCODING, errors=errors, line_buffering=fd == 2
     )
-    sys.argv = args
-    sys.path[0] = "" if filename == "<string>" else os.path.dirname(os.path.abspath(filename))
-    main = types.ModuleType("__main__")
+
+
+def start_up(program: Program) -> None:
+    """What the interpreter's start-up would have given this program: streams, argv, sys.path
+    (with the site-packages of a normal start unless ``-S``, the user site unless ``-s``,
+    ``-I`` or ``-S``, the script's directory unless ``-I`` or ``-P``) and site's builtins."""
+    flags = program.flags
+    sys.stdin = open(0, encoding=STDIO_ENCODING, errors=STDIO_ERRORS, closefd=False)  # noqa: SIM115
+    sys.stdout = text_stream(1, flags)
+    sys.stderr = text_stream(2, flags, errors="backslashreplace")
+    sys.argv = program.args
+    sys.dont_write_bytecode = "B" in flags
+    sys.path[:] = BASE_PATH
+    if "S" in flags:
+        for name in SITE_BUILTINS:
+            builtins.__dict__.pop(name, None)
+    else:
+        if not flags & {"s", "I"}:
+            site.USER_BASE = site.USER_SITE = None  # from this exec's HOME
+            user_site = site.getusersitepackages()
+            if os.path.isdir(user_site):
+                site.addsitedir(user_site)
+        sys.path += [entry for entry in SITE_PATH if entry not in sys.path]
+    if not flags & {"I", "P"}:
+        script_dir = os.path.dirname(os.path.realpath(program.filename))
+        sys.path.insert(0, "" if program.filename == "<string>" else script_dir)
+
+
+def run_python(program: Program) -> int:
+    """Run a program in this process as ``python`` would, and return its exit status."""
+    start_up(program)
+    main = type(sys)("__main__")
     main.__dict__["__builtins__"] = builtins
-    if filename != "<string>":
-        main.__file__ = filename
+    if program.filename != "<string>":
+        main.__file__ = os.path.abspath(program.filename)
     sys.modules["__main__"] = main
     status = 0
     try:
-        exec(compile(source, filename, "exec"), main.__dict__)
+        exec(compile(program.source, program.filename, "exec"), main.__dict__)
     except SystemExit as exc:
         if exc.code is None:
             status = 0
@@ -104,16 +194,19 @@ def run_python(source: str, filename: str, args: list[str]) -> int:
             print(exc.code, file=sys.stderr)
             status = 1
     except BaseException as exc:
-        # As the interpreter prints it: without this function's own frame.
-        traceback.print_exception(
-            type(exc), exc, exc.__traceback__.tb_next if exc.__traceback__ else None
-        )
+        # As the interpreter reports it: through sys.excepthook, without this function's frame.
+        exc.__traceback__ = exc.__traceback__.tb_next if exc.__traceback__ else None
+        try:
+            sys.excepthook(type(exc), exc, exc.__traceback__)
+        except BaseException:
+            sys.__excepthook__(type(exc), exc, exc.__traceback__)
         status = 130 if isinstance(exc, KeyboardInterrupt) else 1
     try:
-        import atexit
-        import threading
-
-        threading._shutdown()  # type: ignore[attr-defined]
+        # The interpreter's shutdown: join non-daemon threads (if the program made any),
+        # run atexit handlers, flush the streams.
+        threading = sys.modules.get("threading")
+        if threading is not None:
+            threading._shutdown()
         atexit._run_exitfuncs()
     except BaseException:
         status = status or 1
@@ -139,9 +232,9 @@ def command(request: dict[str, Any], stdin_r: int, out_w: int, err_w: int) -> No
         os.environ.clear()
         os.environ.update(request["env"])
         argv = request["argv"]
-        program = python_program(argv)
+        program = python_program(argv, request["env"])
         if program is not None:
-            os._exit(run_python(*program))
+            os._exit(run_python(program))
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
         os.execvpe(argv[0], argv, request["env"])
     except FileNotFoundError as exc:
@@ -225,7 +318,45 @@ def probe() -> str | None:
     return None
 
 
+def warm_up() -> None:
+    """Do once here what every exec would otherwise pay for in its fresh fork: the first
+    ``compile`` builds the compiler's AST types (~1.3 ms), the first text stream looks up its
+    codec. (Nothing here may import ``threading``: its at-fork hook costs every fork ~0.3 ms.)"""
+    compile(WARM_UP_PROGRAM, "<warm-up>", "exec")
+    with open(0, encoding="utf-8", closefd=False), open(1, "w", encoding="utf-8", closefd=False):
+        pass
+
+
+def learn_site() -> None:
+    """Learn the sys.path a normal start gives (site-packages and .pth path lines) in a
+    throw-away child: whatever .pth files and sitecustomize import (often much, sometimes
+    ``threading``) stays out of this process and so out of every fork. Site's builtins
+    (``exit``, ``quit``, ``help``...) are cheap and made here."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read_end)
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            site.main()
+            os.write(write_end, json.dumps(sys.path).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with open(read_end, "rb") as f:
+        data = f.read()
+    os.waitpid(pid, 0)
+    SITE_PATH[:] = json.loads(data)
+    site.setquit()
+    site.setcopyright()
+    site.sethelper()
+
+
 def main() -> None:
+    learn_site()
+    warm_up()
     sock = socket.socket(fileno=int(sys.argv[1]))
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)

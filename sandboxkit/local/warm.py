@@ -57,10 +57,13 @@ class WarmTemplate:
     ) -> WarmTemplate:
         """Start a template in the sandbox; raises :class:`ColdPath` if it cannot serve."""
         host_end, template_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        # -S: what site imports (.pth files) would make every fork dearer; the template
+        # learns site's sys.path in a throw-away child instead.
+        argv = [confinement.isolation.python, "-I", "-S", "-c", SOURCE, str(template_end.fileno())]
         try:
             spawned = await spawn(
                 confinement,
-                [confinement.isolation.python, "-I", "-c", SOURCE, str(template_end.fileno())],
+                argv,
                 workspace=workspace,
                 tmp=tmp,
                 cwd="/workspace",

@@ -1,0 +1,182 @@
+"""The warm template runs Python programs as a fresh interpreter would.
+
+Each program runs twice in the same sandbox, through the template (warm) and through one
+bwrap and a new interpreter per exec (cold); what the program can observe must match.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import sandboxkit
+from sandboxkit import get_backend
+from sandboxkit.backends.subprocess import SubprocessBackend
+from sandboxkit.local import isolation
+
+SCRIPT = """\
+import sys
+print(sys.argv, __name__, __file__, sys.path[0])
+"""
+
+
+@pytest.fixture(scope="module")
+def clients() -> Iterator[tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient]]:
+    if isolation._probe_namespaces(isolation.bwrap_binary()) is not None:
+        pytest.skip("no user namespaces here: no warm template")
+    import shutil
+    import tempfile
+
+    root = tempfile.mkdtemp(prefix="sandboxkit-warm-", dir="/tmp")
+    os.chmod(root, 0o711)
+    try:
+        with (
+            get_backend("subprocess", root=root, warm=True) as warm,
+            get_backend("subprocess", root=root, warm=False) as cold,
+        ):
+            assert warm.warm and not cold.warm
+            yield warm, cold
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def both(
+    clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
+    argv: list[str],
+    *,
+    files: dict[str, str] | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 60,
+) -> tuple[sandboxkit.ExecResult, sandboxkit.ExecResult]:
+    """Run ``argv`` warm, then cold, in one sandbox (the warm client owns it)."""
+    warm, cold = clients
+    with warm.sandbox() as sb:
+        for name, text in (files or {}).items():
+            sb.write_file(name, text.encode())
+        assert isinstance(warm.backend, SubprocessBackend)
+        warm_result = sb.exec(argv, env=env, timeout=timeout)
+        assert sb.id in warm.backend._templates, "the warm run did not use the template"
+        cold_result = cold.get(sb.id).exec(argv, env=env, timeout=timeout)
+    return warm_result, cold_result
+
+
+def same(
+    clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
+    argv: list[str],
+    **options: object,
+) -> sandboxkit.ExecResult:
+    warm, cold = both(clients, argv, **options)  # type: ignore[arg-type]
+    assert (warm.returncode, warm.stdout, warm.stderr) == (
+        cold.returncode,
+        cold.stdout,
+        cold.stderr,
+    )
+    return warm
+
+
+PROGRAMS = {
+    "sys.path": ["python3", "-c", "import sys; print(sys.path)"],
+    "isolated sys.path": ["python3", "-I", "-c", "import sys; print(sys.path)"],
+    "no-site sys.path": ["python3", "-S", "-c", "import sys; print(sys.path)"],
+    "safe-path": ["python3", "-P", "-c", "import sys; print(sys.path[0])"],
+    "combined flags": ["python3", "-Ic", "import sys; print(sys.argv, sys.path[:1])", "a"],
+    "exit()": ["python3", "-c", "print('bye'); exit(3)"],
+    "quit()": ["python3", "-c", "quit()"],
+    "no exit under -S": ["python3", "-S", "-c", "exit(3)"],
+    "site builtins": ["python3", "-c", "print(callable(help), str(copyright)[:9])"],
+    "uncaught exception": ["python3", "-c", "def f():\n    return 1 / 0\nf()"],
+    "syntax error": ["python3", "-c", "def f(:\n    pass"],
+    "excepthook": [
+        "python3",
+        "-c",
+        "import sys\nsys.excepthook = lambda t, v, tb: print('hooked', t.__name__)\n"
+        "raise KeyError('k')",
+    ],
+    "SystemExit(str)": ["python3", "-c", "raise SystemExit('failed here')"],
+    "streams": [
+        "python3",
+        "-c",
+        "import sys\nfor s in (sys.stdin, sys.stdout, sys.stderr):\n"
+        "    print(s.encoding, s.errors, s.line_buffering, file=sys.stderr)",
+    ],
+    "threads are joined": [
+        "python3",
+        "-c",
+        "import threading, time\n"
+        "threading.Thread(target=lambda: (time.sleep(0.2), print('late'))).start()",
+    ],
+    "atexit": ["python3", "-c", "import atexit; atexit.register(print, 'at exit')"],
+    "fresh random": ["python3", "-c", "import random, sys; sys.exit(random.random() == 0.5)"],
+    "kills itself": ["python3", "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"],
+    "script": ["python3", "prog.py", "x", "y"],
+    "script in a directory": ["python3", "-B", "sub/prog.py"],
+}
+
+
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_what_a_program_sees_matches_a_fresh_interpreter(
+    clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient], name: str
+) -> None:
+    files = {"prog.py": SCRIPT, "sub/prog.py": SCRIPT}
+    same(clients, PROGRAMS[name], files=files)
+
+
+def test_unbuffered_output_survives_a_timeout(
+    clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
+) -> None:
+    program = "import time\nprint('before', flush=False)\ntime.sleep(60)"
+    unbuffered = same(clients, ["python3", "-u", "-c", program], timeout=1)
+    assert unbuffered.timed_out and unbuffered.stdout == "before\n"
+    buffered = same(clients, ["python3", "-c", program], timeout=1)
+    assert buffered.timed_out and buffered.stdout == ""
+
+
+def test_pythonpath_in_the_environment_is_honoured(
+    clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
+) -> None:
+    result = same(
+        clients,
+        ["python3", "-c", "import helper; print(helper.VALUE)"],
+        files={"lib/helper.py": "VALUE = 42\n"},
+        env={"PYTHONPATH": "/workspace/lib"},
+    )
+    assert result.stdout == "42\n"
+
+
+def test_another_interpreter_named_by_path_is_not_replaced(
+    clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
+) -> None:
+    other = Path("/usr/bin/python3")
+    if not other.exists():
+        pytest.skip("no /usr/bin/python3")
+    same(clients, [str(other), "-c", "import sys; print(sys.version, sys.executable)"])
+
+
+IN_PROCESS = "import sys; print('json' in sys.modules)"
+"""True only in the template's process, which imported json before forking."""
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "in_process"),
+    [
+        (["python3", "-c", IN_PROCESS], None, True),
+        (["python", "-I", "-S", "-u", "-B", "-c", IN_PROCESS], None, True),
+        (["/opt/sandboxkit/bin/python3", "-Sc", IN_PROCESS], None, True),
+        (["python3", "-c", IN_PROCESS], {"PYTHONPATH": "/workspace"}, False),
+        (["python3", "-E", "-c", IN_PROCESS], {"PYTHONPATH": "/workspace"}, True),
+        (["python3", "-c", IN_PROCESS], {"LC_ALL": "C"}, False),
+        (["python3", "-X", "dev", "-c", IN_PROCESS], None, False),
+    ],
+)
+def test_which_programs_run_in_the_template(
+    clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
+    argv: list[str],
+    env: dict[str, str] | None,
+    in_process: bool,
+) -> None:
+    warm, _ = both(clients, argv, env=env)
+    assert warm.returncode == 0, warm.stderr
+    assert warm.stdout == f"{in_process}\n"
