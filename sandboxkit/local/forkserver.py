@@ -16,11 +16,16 @@ one:
   import lines and ``sitecustomize``, which never run here (``SANDBOXKIT_WARM=0`` runs them);
 - the template is non-dumpable, so commands cannot read its memory or descriptors.
 
+The template also feeds the command's stdin, collects its output (capped) and enforces its
+timeout, so an exec costs the host one request and one answer.
+
 Protocol on the SOCK_SEQPACKET socket whose fd is ``argv[1]``: the template sends
-``{"ready": true}`` (or ``{"ready": false, "reason"}``); each request
-``{"argv", "cwd", "env", "limits"}`` is answered by ``{"started": true}`` carrying the fds
-(stdin write end, stdout and stderr read ends), later by ``{"exit": code}``; ``{"kill": true}``
-kills the running command.
+``{"ready": true}`` (or ``{"ready": false, "reason"}``). A request is ``r`` + a JSON header
+``{"argv", "cwd", "env", "limits", "cap", "timeout"}`` + a newline + the stdin bytes; it is
+answered by packets ``o`` + stdout bytes and ``e`` + stderr bytes (none when empty), then
+``x`` + ``{"exit", "timed_out", "truncated", "duration"}`` (or ``x`` + ``{"error"}`` when it
+could not start: the host runs it the cold way). ``k`` kills the running command, which is
+then answered as usual.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import signal
 import site
 import socket
 import sys
+import time
 from typing import Any
 
 CLONE_NEWUSER = 0x10000000
@@ -55,6 +61,14 @@ try:
 except Exception as e:
     raise SystemExit(1) from e
 """
+MAX_REQUEST = 128 * 1024
+"""Largest request (header and stdin) the host sends in one packet."""
+CHUNK = 60 * 1024
+"""Output goes back in packets of at most this much (a SEQPACKET message must fit the socket
+buffer)."""
+PIPE_CHUNK = 64 * 1024
+DRAIN_SECONDS = 2.0
+"""How long to read the pipes after the command's namespace died (they close at once)."""
 LOCALE_VARIABLES = ("LC_ALL", "LC_CTYPE", "LANG")
 START_LOCALE = {name: os.environ.get(name) for name in LOCALE_VARIABLES}
 _stdout = sys.__stdout__
@@ -73,14 +87,6 @@ libc = ctypes.CDLL(None, use_errno=True)
 def exit_code(status: int) -> int:
     code = os.waitstatus_to_exitcode(status)
     return 128 - code if code < 0 else code
-
-
-def send(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
-    data = json.dumps(message).encode()
-    if fds:
-        socket.send_fds(sock, [data], fds)
-    else:
-        sock.send(data)
 
 
 class Program:
@@ -267,17 +273,51 @@ def new_namespace_init(request: dict[str, Any], fds: tuple[int, int, int]) -> No
         os._exit(126)
 
 
-def serve(sock: socket.socket, request: dict[str, Any]) -> bool:
-    """Run one request to its end; False when the host has gone."""
+class Output:
+    """One stream of the command, kept up to ``cap`` bytes; the rest is read and dropped."""
+
+    def __init__(self, fd: int, cap: int) -> None:
+        self.fd = fd
+        self.cap = cap
+        self.chunks: list[bytes] = []
+        self.kept = 0
+        self.truncated = False
+
+    def read(self) -> bool:
+        """Read what is there; False at end of stream (the fd is then closed)."""
+        data = os.read(self.fd, 1 << 16)
+        if not data:
+            os.close(self.fd)
+            self.fd = -1
+            return False
+        room = self.cap - self.kept
+        if len(data) > room:
+            self.truncated = True
+            data = data[:room]
+        if data:
+            self.chunks.append(data)
+            self.kept += len(data)
+        return True
+
+    def send(self, sock: socket.socket, tag: bytes) -> None:
+        data = b"".join(self.chunks)
+        for start in range(0, len(data), CHUNK):
+            sock.send(tag + data[start : start + CHUNK])
+
+
+def serve(sock: socket.socket, request: dict[str, Any], stdin: bytes) -> bool:
+    """Run one request to its end and send its output and exit status; False when the host
+    has gone. The command's pipes stay here: the host gets one answer, not three streams."""
     stdin_r, stdin_w = os.pipe()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
+    started = time.monotonic()
     try:
         pid = os.fork()
     except OSError as exc:  # out of processes: the host runs this one the cold way
         for fd in (stdin_r, stdin_w, out_r, out_w, err_r, err_w):
             os.close(fd)
-        send(sock, {"error": str(exc)})
+        sock.send(b"x" + json.dumps({"error": str(exc)}).encode())
         return True
     if pid == 0:
         sock.close()
@@ -286,24 +326,79 @@ def serve(sock: socket.socket, request: dict[str, Any]) -> bool:
         new_namespace_init(request, (stdin_r, out_w, err_w))
     for fd in (stdin_r, out_w, err_w):
         os.close(fd)
-    send(sock, {"started": True}, [stdin_w, out_r, err_r])
-    for fd in (stdin_w, out_r, err_r):
-        os.close(fd)
     pidfd = os.pidfd_open(pid)
-    alive = True
+    outputs = [Output(out_r, request["cap"]), Output(err_r, request["cap"])]
+    pending = memoryview(stdin)
+    os.set_blocking(stdin_w, False)
+    if not pending:
+        os.close(stdin_w)
+        stdin_w = -1
+    timeout = request["timeout"]
+    deadline = started + timeout if timeout is not None else None
+    status: int | None = None
+    drain_until = 0.0
+    timed_out = host_gone = False
     while True:
-        ready, _, _ = select.select([sock.fileno(), pidfd], [], [])
-        if pidfd in ready:
-            break
-        message = sock.recv(1 << 16)
-        if not message or json.loads(message).get("kill"):
+        streams = [o.fd for o in outputs if o.fd >= 0]
+        if status is not None and (not streams or time.monotonic() > drain_until):
+            break  # the namespace died with its init: its pipes close at once
+        wait = None
+        if status is not None:
+            wait = max(0.0, drain_until - time.monotonic())
+        elif deadline is not None:
+            wait = max(0.0, deadline - time.monotonic())
+        readable, writable, _ = select.select(
+            [*streams, sock.fileno(), *([pidfd] if status is None else [])],
+            [stdin_w] if stdin_w >= 0 else [],
+            [],
+            wait,
+        )
+        if status is None and deadline is not None and time.monotonic() >= deadline:
+            timed_out = True
+            deadline = None
             os.kill(pid, signal.SIGKILL)
-            alive = bool(message)
+        for output in outputs:
+            if output.fd in readable:
+                output.read()
+        if stdin_w in writable:
+            try:
+                pending = pending[os.write(stdin_w, pending[:PIPE_CHUNK]) :]
+            except BlockingIOError:
+                pass
+            except OSError:  # the command closed its stdin
+                pending = pending[:0]
+            if not pending:
+                os.close(stdin_w)
+                stdin_w = -1
+        if sock.fileno() in readable:
+            message = sock.recv(MAX_REQUEST)
+            if not message:
+                host_gone = True
+            if message in (b"", b"k"):
+                os.kill(pid, signal.SIGKILL)
+        if pidfd in readable:
+            _, wait_status = os.waitpid(pid, 0)
+            status = exit_code(wait_status)
+            drain_until = time.monotonic() + DRAIN_SECONDS
+            if stdin_w >= 0:
+                os.close(stdin_w)
+                stdin_w = -1
     os.close(pidfd)
-    _, status = os.waitpid(pid, 0)
-    if alive:
-        send(sock, {"exit": exit_code(status)})
-    return alive
+    for output in outputs:
+        if output.fd >= 0:
+            os.close(output.fd)
+    if host_gone:
+        return False
+    outputs[0].send(sock, b"o")
+    outputs[1].send(sock, b"e")
+    answer = {
+        "exit": status,
+        "timed_out": timed_out,
+        "truncated": outputs[0].truncated or outputs[1].truncated,
+        "duration": time.monotonic() - started,
+    }
+    sock.send(b"x" + json.dumps(answer).encode())
+    return True
 
 
 def probe() -> str | None:
@@ -361,15 +456,17 @@ def main() -> None:
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     reason = probe()
-    send(sock, {"ready": reason is None, "reason": reason or ""})
+    sock.send(json.dumps({"ready": reason is None, "reason": reason or ""}).encode())
     if reason is not None:
         return
     while True:
-        message = sock.recv(1 << 20)
+        message = sock.recv(MAX_REQUEST)
         if not message:
             return
-        request = json.loads(message)
-        if "argv" in request and not serve(sock, request):
+        if message[:1] != b"r":
+            continue  # a kill that came after its command ended
+        header, _, stdin = message[1:].partition(b"\n")
+        if not serve(sock, json.loads(header), stdin):
             return
 
 

@@ -4,32 +4,34 @@ One template per namespaced sandbox, started on its first exec and killed with t
 An exec that finds the template busy runs the cold way, so execs in one sandbox still run
 concurrently.
 Anything unusual (a request too large for one packet, a template that could not fork, a
-cancelled exec, a call from another event loop) drops back to the cold path, one bwrap per
-exec, which gives the same guarantees at a higher start-up cost.
+call from another event loop) drops back to the cold path, one bwrap per exec, which gives
+the same guarantees at a higher start-up cost. A cancelled exec kills its command; the
+template lives on.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
-import os
+import signal
 import socket
-import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ..protocol import ExecResult
 from . import forkserver
-from .supervisor import CappedReader, Confinement, Spawned, finish, result, spawn
+from .supervisor import Confinement, Spawned, spawn
 
 logger = logging.getLogger("sandboxkit.local")
 
 SOURCE = Path(forkserver.__file__).read_text()
-MAX_REQUEST = 128 * 1024
-"""Largest request sent as one packet (argv and env); larger execs take the cold path."""
+MAX_REQUEST = forkserver.MAX_REQUEST
+"""Largest request (argv, env and stdin) sent as one packet; larger execs take the cold path."""
 _START_TIMEOUT = 60.0
+_STUCK_AFTER = 30.0
+"""Seconds past an exec's timeout after which a silent template counts as stuck."""
 
 
 class ColdPath(Exception):
@@ -47,9 +49,9 @@ class WarmTemplate:
         ]
         self.output_cap = limits.output_bytes
         self.loop = asyncio.get_running_loop()
-        self.lock = asyncio.Lock()
+        self.busy = False
         self.broken = False
-        self.closed = asyncio.Event()
+        self._draining: set[asyncio.Task[None]] = set()
 
     @classmethod
     async def start(
@@ -94,50 +96,16 @@ class WarmTemplate:
         return template
 
     def close(self) -> None:
-        """Kill the template and everything running in it (also from another thread)."""
+        """Kill the template and everything running in it (also from another thread); an
+        exec waiting on it gets its answer as a killed command."""
         self.broken = True
         self.spawned.kill()
         if not self.loop.is_closed():
             self.loop.call_soon_threadsafe(self._closed)
 
-    def spawned_alive(self) -> bool:
-        return not self.broken
-
     def _closed(self) -> None:
-        self.closed.set()
-        if not self.lock.locked():  # else the running exec closes it on its way out
+        if not self.busy:  # else the running exec closes it on its way out
             self.sock.close()
-
-    async def _answer(self, timeout: float | None) -> bytes:
-        """The next message, or b"" once the template is closed."""
-        receive = asyncio.ensure_future(self.loop.sock_recv(self.sock, 4096))
-        closed = asyncio.ensure_future(self.closed.wait())
-        try:
-            done, _ = await asyncio.wait(
-                {receive, closed}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-            )
-        finally:
-            closed.cancel()
-            if not receive.done():
-                receive.cancel()
-        if receive in done:
-            return receive.result()
-        if closed in done:
-            return b""
-        raise asyncio.TimeoutError
-
-    async def _recv_with_fds(self) -> tuple[bytes, list[int]]:
-        while True:
-            try:
-                message, fds, _flags, _addr = socket.recv_fds(self.sock, 1 << 16, 3)
-                return message, fds
-            except BlockingIOError:
-                readable = self.loop.create_future()
-                self.loop.add_reader(self.sock, readable.set_result, None)
-                try:
-                    await readable
-                finally:
-                    self.loop.remove_reader(self.sock)
 
     async def run(
         self,
@@ -148,96 +116,98 @@ class WarmTemplate:
         timeout: float | None,
         stdin: bytes | None,
     ) -> ExecResult:
-        request = json.dumps({"argv": list(argv), "cwd": cwd, "env": env, "limits": self.rlimits})
+        header = {
+            "argv": list(argv),
+            "cwd": cwd,
+            "env": env,
+            "limits": self.rlimits,
+            "cap": self.output_cap,
+            "timeout": timeout,
+        }
+        request = b"r" + json.dumps(header).encode() + b"\n" + (stdin or b"")
         if len(request) > MAX_REQUEST:
             raise ColdPath("request too large for the template")
-        if self.lock.locked():
+        if self.busy:
             raise ColdPath("the template is busy: concurrent execs run the cold way")
-        async with self.lock:
-            if self.broken:
-                raise ColdPath("the template is gone")
-            try:
-                return await self._run(request.encode(), timeout, stdin)
-            except ColdPath:
-                raise
-            except asyncio.CancelledError:
-                self.close()  # it may still be running the command: end it all
-                raise
-            except (OSError, ValueError, KeyError) as exc:
-                self.close()
-                raise ColdPath(f"the template failed: {exc!r}") from exc
-            finally:
-                if self.closed.is_set() or not self.spawned_alive():
-                    self.sock.close()
-
-    async def _run(self, request: bytes, timeout: float | None, stdin: bytes | None) -> ExecResult:
-        started = time.monotonic()
-        await self.loop.sock_sendall(self.sock, request)
-        message, fds = await self._recv_with_fds()
-        if message and b'"error"' in message and not fds:
-            raise ColdPath(json.loads(message)["error"])
-        if not message or len(fds) != 3:
-            for fd in fds:
-                os.close(fd)
-            raise ValueError(f"bad answer from the template: {message[:200]!r}")
-        stdin_w, out_r, err_r = fds
-        out = CappedReader(await _reader(out_r), self.output_cap)
-        err = CappedReader(await _reader(err_r), self.output_cap)
-        readers = asyncio.gather(out.run(), err.run())
-        feeder = asyncio.ensure_future(_feed(stdin_w, stdin or b""))
-        timed_out = False
+        if self.broken:
+            raise ColdPath("the template is gone")
+        self.busy = True
+        stuck_after = None if timeout is None else timeout + _STUCK_AFTER
+        sent = False
         try:
-            answer = await self._answer(timeout)
+            await self.loop.sock_sendall(self.sock, request)
+            sent = True
+            answer, out, err = await asyncio.wait_for(self._answer(), stuck_after)
+        except asyncio.CancelledError:
+            if sent:
+                self._abandon()
+            else:
+                self._finish(failed=False)
+            raise
         except asyncio.TimeoutError:
-            timed_out = True
-            await self.loop.sock_sendall(self.sock, b'{"kill": true}')
-            answer = await self._answer(None)
-        code = int(json.loads(answer)["exit"]) if answer else 128 + 9  # closed: killed
-        duration = time.monotonic() - started
+            logger.warning("the sandbox's template stopped answering; killing it")
+            self._finish(failed=True)
+            return ExecResult(128 + signal.SIGKILL, timed_out=True, duration=stuck_after or 0.0)
+        except (OSError, ValueError, KeyError) as exc:
+            self._finish(failed=True)
+            raise ColdPath(f"the template failed: {exc!r}") from exc
+        self._finish(failed=False)
+        if "error" in answer:
+            raise ColdPath(str(answer["error"]))
+        return _result(answer, out, err)
 
-        async def status() -> int:
-            with contextlib.suppress(Exception):
-                await feeder
-            return code
+    async def _answer(self) -> tuple[dict[str, Any], bytes, bytes]:
+        """The template's answer to the request; a closed template answers "killed"."""
+        out: list[bytes] = []
+        err: list[bytes] = []
+        while True:
+            packet = await self.loop.sock_recv(self.sock, 2 * forkserver.CHUNK)
+            tag, body = packet[:1], packet[1:]
+            if tag == b"o":
+                out.append(body)
+            elif tag == b"e":
+                err.append(body)
+            elif tag == b"x":
+                return json.loads(body), b"".join(out), b"".join(err)
+            elif not packet:  # killed with the sandbox (or by a limit)
+                return {"exit": 128 + signal.SIGKILL}, b"".join(out), b"".join(err)
+            else:
+                raise ValueError(f"bad packet from the template: {packet[:100]!r}")
 
-        code = await finish(readers, status())
-        return result(code, out, err, timed_out, duration)
+    def _finish(self, *, failed: bool) -> None:
+        self.busy = False
+        if failed:
+            self.close()
+        if self.broken:
+            self.sock.close()
+
+    def _abandon(self) -> None:
+        """A cancelled exec: kill its command and drop the answer, in the background."""
+
+        async def drain() -> None:
+            try:
+                await self.loop.sock_sendall(self.sock, b"k")
+                await asyncio.wait_for(self._answer(), _STUCK_AFTER)
+            except BaseException:
+                self._finish(failed=True)
+                raise
+            self._finish(failed=False)
+
+        task = self.loop.create_task(drain())
+        self._draining.add(task)
+        task.add_done_callback(self._draining.discard)
 
 
-async def _reader(fd: int) -> asyncio.StreamReader:
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", buffering=0)
+def _result(answer: dict[str, Any], out: bytes, err: bytes) -> ExecResult:
+    code = int(answer["exit"])
+    timed_out = bool(answer.get("timed_out"))
+    if timed_out and code == 0:
+        code = 128 + signal.SIGKILL
+    return ExecResult(
+        returncode=code,
+        stdout_bytes=out,
+        stderr_bytes=err,
+        timed_out=timed_out,
+        duration=float(answer.get("duration", 0.0)),
+        truncated=bool(answer.get("truncated")),
     )
-    return reader
-
-
-async def _feed(fd: int, data: bytes) -> None:
-    """Write what fits in the pipe at once; only a larger stdin needs a worker thread."""
-    os.set_blocking(fd, False)
-    try:
-        sent = os.write(fd, data) if data else 0
-    except BlockingIOError:
-        sent = 0
-    except OSError:
-        os.close(fd)
-        return
-    if sent == len(data):
-        os.close(fd)
-        return
-    os.set_blocking(fd, True)
-    await asyncio.to_thread(_write_all, fd, data[sent:])
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    """Feed a command's stdin (in a worker thread) and close it; a command that does not read
-    it all just breaks the pipe."""
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
