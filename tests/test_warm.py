@@ -180,3 +180,70 @@ def test_which_programs_run_in_the_template(
     warm, _ = both(clients, argv, env=env)
     assert warm.returncode == 0, warm.stderr
     assert warm.stdout == f"{in_process}\n"
+
+
+def test_stdin_and_output_larger_than_a_pipe(
+    clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
+) -> None:
+    data = bytes(range(256)) * 400  # 100 KiB: more than a pipe holds, less than one request
+    warm, cold = clients
+    with warm.sandbox() as sb:
+        echo = ["python3", "-c", "import sys; sys.stdout.buffer.write(sys.stdin.buffer.read())"]
+        result = sb.exec(echo, stdin=data, timeout=60)
+        assert result.returncode == 0 and result.stdout_bytes == data
+        # A program that never reads its stdin ends anyway.
+        ignored = sb.exec(["python3", "-c", "print('done')"], stdin=data, timeout=60)
+        assert (ignored.returncode, ignored.stdout) == (0, "done\n")
+
+
+def test_a_cancelled_exec_kills_its_command_and_keeps_the_template(
+    clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
+) -> None:
+    import asyncio
+    import time
+    import uuid
+
+    marker = f"cancel-{uuid.uuid4().hex}"
+    warm, _ = clients
+    backend = warm.backend
+    assert isinstance(backend, SubprocessBackend)
+
+    async def main() -> None:
+        sb = await warm.asandbox()
+        try:
+            await sb.aexec(["true"], timeout=60)
+            template = backend._templates[sb.id]
+            running = asyncio.ensure_future(
+                sb.aexec(["sh", "-c", f"sleep 300; : {marker}"], timeout=600)
+            )
+            deadline = time.monotonic() + 30
+            while not _processes_with(marker) and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            assert _processes_with(marker), "the command never started"
+            running.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await running
+            deadline = time.monotonic() + 30
+            while _processes_with(marker) and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            assert not _processes_with(marker)
+            after = await sb.aexec(["python3", "-c", "print('still warm')"], timeout=60)
+            assert after.stdout == "still warm\n"
+            assert backend._templates[sb.id] is template and not template.broken
+        finally:
+            await sb.astop()
+
+    asyncio.run(main())
+
+
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if marker.encode() in f.read():
+                        found.append(int(entry))
+            except OSError:
+                pass
+    return found
