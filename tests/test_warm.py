@@ -111,6 +111,12 @@ PROGRAMS = {
     "atexit": ["python3", "-c", "import atexit; atexit.register(print, 'at exit')"],
     "fresh random": ["python3", "-c", "import random, sys; sys.exit(random.random() == 0.5)"],
     "kills itself": ["python3", "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"],
+    "ids": [
+        "python3",
+        "-c",
+        "import os; print(os.getuid(), os.geteuid(), os.getgid(), os.getegid())",
+    ],
+    "ids of an exec'd command": ["sh", "-c", "id; touch mine; ls -ln mine"],
     "script": ["python3", "prog.py", "x", "y"],
     "script in a directory": ["python3", "-B", "sub/prog.py"],
 }

@@ -5,9 +5,12 @@ holds nothing of the caller's. Starting an interpreter costs tens of millisecond
 warm one costs about one. Every exec is still a new process tree that cannot see the previous
 one:
 
-- the template forks C, which unshares a new user and pid namespace and forks G, the init of
-  that namespace (it dies with C, and its death kills everything in the namespace), which forks
-  H, the command: limits, a new session, its own stdio, cwd and environment;
+- the template moves into a user namespace of its own and forks the server S, pid 1 of a pid
+  namespace owned by that user namespace (see ``become_server``);
+- per exec, S forks G into a fresh pid namespace; G, its init, takes a user namespace of its
+  own (so the command has no capability over S's namespaces) and forks H, the command: limits,
+  a new session, its own stdio, cwd and environment. When H ends, G exits with its status, and
+  the death of G kills everything left in the namespace (as does a kill of G on timeout);
 - a Python command (``python [-IEsSPBuq] -c CODE | SCRIPT ...`` that names this interpreter,
   with no ``PYTHON*`` variables and the template's locale) runs in H directly, from the
   already-started interpreter, set up as a fresh one would be (streams, argv, ``sys.path``
@@ -81,6 +84,10 @@ BASE_PATH = list(sys.path)
 """sys.path without site (the template runs with ``-I -S``)."""
 SITE_PATH: list[str] = []
 """sys.path after a normal start's ``site.main()``, learnt by ``learn_site``."""
+OUTER_IDS = (os.geteuid(), os.getegid())
+"""The sandbox's uid and gid, kept in every user namespace the template makes."""
+SERVER_PID_NS: list[int] = []
+"""The fd of the server's own pid namespace, once it is the server."""
 libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -251,26 +258,57 @@ def command(request: dict[str, Any], stdin_r: int, out_w: int, err_w: int) -> No
         os._exit(126)
 
 
-def new_namespace_init(request: dict[str, Any], fds: tuple[int, int, int]) -> None:
-    """C: make a fresh pid namespace whose init runs the command. Never returns."""
+def namespace_init(request: dict[str, Any], fds: tuple[int, int, int]) -> None:
+    """G, pid 1 of the exec's fresh pid namespace: run the command, reap, exit with its status
+    (and so kill whatever it left). Never returns."""
     try:
-        if libc.unshare(CLONE_NEWUSER | CLONE_NEWPID) != 0:
-            raise OSError(ctypes.get_errno(), "unshare")
-        init = os.fork()
-        if init:
-            _, status = os.waitpid(init, 0)
-            os._exit(exit_code(status))
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        # A user namespace of its own: the command keeps no capability over the server's
+        # namespaces.
+        new_user_namespace()
         child = os.fork()
         if child == 0:
             command(request, *fds)
-        while True:  # G, the namespace's init: reap until the command ends
+        while True:
             pid, status = os.wait()
             if pid == child:
                 os._exit(exit_code(status))
     except BaseException as exc:
         os.write(fds[2], f"sandbox template: {type(exc).__name__}: {exc}\n".encode())
         os._exit(126)
+
+
+def new_user_namespace(flags: int = 0) -> None:
+    """Unshare a user namespace (and ``flags``) in which this process keeps its uid and gid:
+    unmapped, programs would see themselves as nobody, unlike a cold exec."""
+    if libc.unshare(CLONE_NEWUSER | flags) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"unshare: {os.strerror(errno)}")
+    uid, gid = OUTER_IDS
+    for name, text in (
+        ("uid_map", f"{uid} {uid} 1"),
+        ("setgroups", "deny"),
+        ("gid_map", f"{gid} {gid} 1"),
+    ):
+        fd = os.open(f"/proc/self/{name}", os.O_WRONLY)
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+
+
+def fork_into_new_pid_namespace() -> int:
+    """``os.fork`` whose child is pid 1 of a fresh pid namespace (the server's own pid
+    namespace is restored for its next fork)."""
+    if libc.unshare(CLONE_NEWPID) != 0:
+        raise OSError(ctypes.get_errno(), "unshare")
+    pid = -1
+    try:
+        pid = os.fork()
+        return pid
+    finally:
+        if pid != 0 and libc.setns(SERVER_PID_NS[0], CLONE_NEWPID) != 0:
+            os._exit(70)  # cannot fork into its own namespace any more: the host sees it gone
 
 
 class Output:
@@ -313,7 +351,7 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin: bytes) -> bool:
     err_r, err_w = os.pipe()
     started = time.monotonic()
     try:
-        pid = os.fork()
+        pid = fork_into_new_pid_namespace()
     except OSError as exc:  # out of processes: the host runs this one the cold way
         for fd in (stdin_r, stdin_w, out_r, out_w, err_r, err_w):
             os.close(fd)
@@ -323,7 +361,7 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin: bytes) -> bool:
         sock.close()
         for fd in (stdin_w, out_r, err_r):
             os.close(fd)
-        new_namespace_init(request, (stdin_r, out_w, err_w))
+        namespace_init(request, (stdin_r, out_w, err_w))
     for fd in (stdin_r, out_w, err_w):
         os.close(fd)
     pidfd = os.pidfd_open(pid)
@@ -401,15 +439,40 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin: bytes) -> bool:
     return True
 
 
-def probe() -> str | None:
-    """Why forking a fresh namespace per exec is impossible here, or None."""
-    pid = os.fork()
+def become_server(sock: socket.socket) -> str | None:
+    """Move into a user namespace of our own (capabilities there, none outside) and fork the
+    server S as pid 1 of a pid namespace it owns: S can then unshare a fresh pid namespace per
+    exec and return to its own, so an exec costs two forks (G, H) instead of three. The process
+    bwrap started stays as S's parent. Returns (in S) why this is impossible here, or None.
+
+    bwrap keeps CAP_SETFCAP for this process alone, because the kernel lets a user namespace
+    map uid 0 (a sandbox run by root) only if its creator had it; the capability belongs to
+    the sandbox's outer user namespace and is gone with the unshare, before any other code
+    runs."""
+    try:
+        new_user_namespace(CLONE_NEWPID)
+    except OSError as exc:
+        return f"nested user and pid namespaces are not allowed ({exc})"
+    server = os.fork()
+    if server:
+        sock.close()  # the host sees the server's end only
+        _, status = os.waitpid(server, 0)
+        os._exit(exit_code(status))
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    SERVER_PID_NS.append(os.open("/proc/self/ns/pid", os.O_RDONLY))
+    try:
+        pid = fork_into_new_pid_namespace()
+    except OSError as exc:
+        return f"cannot make a pid namespace per exec: {exc}"
     if pid == 0:
-        ok = libc.unshare(CLONE_NEWUSER | CLONE_NEWPID) == 0
-        os._exit(0 if ok else 1)
+        try:
+            new_user_namespace()
+            os._exit(0 if os.getpid() == 1 and os.getuid() == OUTER_IDS[0] else 1)
+        finally:
+            os._exit(1)
     _, status = os.waitpid(pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
-        return "nested user and pid namespaces are not allowed"
+        return "a fresh pid namespace per exec does not work here"
     return None
 
 
@@ -450,12 +513,14 @@ def learn_site() -> None:
 
 
 def main() -> None:
-    learn_site()
-    warm_up()
     sock = socket.socket(fileno=int(sys.argv[1]))
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    reason = probe()
+    # First: nothing may run while this process holds the capability bwrap kept for it.
+    reason = become_server(sock)
+    if reason is None:
+        learn_site()
+        warm_up()
     sock.send(json.dumps({"ready": reason is None, "reason": reason or ""}).encode())
     if reason is not None:
         return

@@ -111,9 +111,13 @@ def bwrap_argv(
     read_only: tuple[str, ...] = (),
     info_fd: int | None = None,
     block_fd: int | None = None,
+    capabilities: tuple[str, ...] = (),
 ) -> list[str]:
-    """The bwrap command line for one command (the command itself is appended after it)."""
+    """The bwrap command line for one command (the command itself is appended after it);
+    ``capabilities`` are kept (in the sandbox's user namespace), all others dropped."""
     args = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    for capability in capabilities:
+        args += ["--cap-add", capability]
     if info_fd is not None:
         args += ["--info-fd", str(info_fd)]
     if block_fd is not None:

@@ -179,9 +179,11 @@ async def spawn(
     pass_fds: tuple[int, ...] = (),
     rlimits: bool = True,
     pids_max: int | None = None,
+    capabilities: tuple[str, ...] = (),
 ) -> Spawned:
     """Start ``argv`` blocked, confine it (rlimits unless ``rlimits`` is False, a pids cgroup
-    of ``pids_max`` or the limit's process count), then release it."""
+    of ``pids_max`` or the limit's process count, bwrap's ``capabilities``), then release
+    it."""
     tier = confinement.isolation.tier
     limits = confinement.limits
     block_r, block_w = os.pipe()
@@ -201,6 +203,7 @@ async def spawn(
             read_only=confinement.read_only,
             info_fd=info_w,
             block_fd=block_r,
+            capabilities=capabilities,
         ) + list(argv)
         child_fds = (info_w, block_r)
         # bwrap's own processes (its namespace init among them) must not carry our
