@@ -89,6 +89,7 @@ PROGRAMS = {
     "site builtins": ["python3", "-c", "print(callable(help), str(copyright)[:9])"],
     "uncaught exception": ["python3", "-c", "def f():\n    return 1 / 0\nf()"],
     "syntax error": ["python3", "-c", "def f(:\n    pass"],
+    "syntax error in a large program": ["python3", "-c", "x = 1\n" * 1000 + "def f(:\n"],
     "excepthook": [
         "python3",
         "-c",
@@ -192,7 +193,7 @@ def test_stdin_and_output_larger_than_a_pipe(
     clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
 ) -> None:
     data = bytes(range(256)) * 400  # 100 KiB: more than a pipe holds, less than one request
-    warm, cold = clients
+    warm, _ = clients
     with warm.sandbox() as sb:
         echo = ["python3", "-c", "import sys; sys.stdout.buffer.write(sys.stdin.buffer.read())"]
         result = sb.exec(echo, stdin=data, timeout=60)
@@ -253,3 +254,14 @@ def _processes_with(marker: str) -> list[int]:
             except OSError:
                 pass
     return found
+
+
+def test_annotations_are_not_postponed(
+    clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
+) -> None:
+    # The template's own source has `from __future__ import annotations`; programs must not.
+    program = "def f(x: int) -> None: pass\nprint(f.__annotations__)"
+    result = same(clients, ["python3", "-c", program])
+    assert result.stdout == "{'x': <class 'int'>, 'return': None}\n"
+    big = program + "\n" + "# padding\n" * 1000  # large enough to be compiled by the server
+    assert same(clients, ["python3", "-c", big]).stdout == result.stdout
