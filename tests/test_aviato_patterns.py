@@ -57,13 +57,14 @@ def test_parallel_creation_then_wait(session: Session, remote_emulator: Emulator
 # -- the first N, cancelling the rest -----------------------------------------------------------
 
 
-@pytest.fixture
-def aviato_sandbox(aviato_emulator: Emulator) -> Iterator[Sandbox]:
-    """A sandbox on a private Aviato emulator. Only Aviato: a cancelled Daytona exec is not
-    killed (Daytona's HTTP exec has no cancel, so the command runs on to its timeout)."""
+@pytest.fixture(params=["aviato", "daytona"])
+def aviato_sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
+    """A sandbox on a private emulator: Aviato cancels an exec's stream; Daytona's HTTP exec
+    has no cancel, so its backend kills a cancelled command with a second exec."""
+    provider = str(request.param)
     with (
-        start_emulator("aviato") as emu,
-        client_for("aviato", emu.url) as c,
+        start_emulator(provider) as emu,
+        client_for(provider, emu.url) as c,
         c.sandbox() as sb,
     ):
         yield sb

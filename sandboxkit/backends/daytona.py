@@ -12,7 +12,10 @@ Choices where Daytona and the protocol differ:
   chatty program cannot fill the disk; the rest is drained, not broken off) into files under
   ``/tmp/.sandboxkit/<exec id>/``, then prints the exit status and both files in base64. One
   round trip per exec (two with stdin, which is uploaded first); needs ``sh``, ``head``,
-  ``cat`` and ``base64``, which every mainstream image has.
+  ``cat``, ``base64`` and ``mkfifo``, which every mainstream image has.
+- **Cancellation**: Daytona's exec is one HTTP request with no cancel; the wrapper keeps a
+  FIFO in its scratch directory, and a cancelled exec sends a second exec (in the background)
+  that writes a line into it, on which the wrapper kills its command.
 - **Timeouts**: a watchdog in the wrapper kills the command at ``timeout`` (sub-second, with
   the output so far) -> ``ExecResult(timed_out=True, returncode=137)``. Daytona's own limit
   (whole seconds, rounded up, plus a grace) is the backstop for a command whose children keep
@@ -35,8 +38,10 @@ import asyncio
 import base64
 import binascii
 import builtins
+import concurrent.futures
 import contextlib
 import hashlib
+import logging
 import math
 import posixpath
 import re
@@ -80,6 +85,7 @@ from ..errors import (
     SandboxTimeoutError,
     TransientBackendError,
 )
+from ..portal import portal
 from ..protocol import DEFAULT_WORKDIR, ExecResult, SandboxInfo, SandboxSpec, SandboxStatus
 
 T = TypeVar("T")
@@ -91,10 +97,14 @@ REQUEST_LABEL = "sandboxkit.request"
 OUTPUT_CAP = 1024 * 1024
 """Bytes kept per stream; the rest is dropped and ``truncated`` set (as the local backend)."""
 SCRATCH_DIR = "/tmp/.sandboxkit"
+logger = logging.getLogger("sandboxkit.daytona")
+
 UNLIMITED_EXEC_SECONDS = 24 * 3600
 """Sent for ``timeout=None``: the daemon would otherwise apply its 10 s default."""
 TIMEOUT_RETURNCODE = 137
 TIMEOUT_GRACE_SECONDS = 5
+KILL_EXEC_SECONDS = 30
+"""Daytona's limit on the exec that kills a cancelled exec's command."""
 _SDK_ERRORS = (DaytonaError, aiohttp.ClientError, ConnectionError, asyncio.TimeoutError)
 _ENCODED = "b32-"
 _PLAIN_VALUE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,61}[A-Za-z0-9])?")
@@ -185,7 +195,9 @@ k=
 c() {{ head -c {cap + 1} >"$1"; cat >/dev/null; }}
 {{ {{ ( exec {shlex.join(argv)} ) <{stdin} 3>&- & p=$!
     {watchdog}
-    wait "$p" 2>/dev/null; echo $? >"$d/s"; [ -z "$k" ] || kill "$k" 2>/dev/null
+    mkfifo "$d/k" && {{ read _ <"$d/k" && kill -9 "$p"; }} </dev/null >/dev/null 2>&1 3>&- & x=$!
+    wait "$p" 2>/dev/null; echo $? >"$d/s"; kill "$x" 2>/dev/null
+    [ -z "$k" ] || kill "$k" 2>/dev/null
   }} 2>&1 >&3 | c "$d/e"; }} 3>&1 | c "$d/o"
 read s <"$d/s" || s=255
 t=0; [ ! -e "$d/t" ] || t=1
@@ -193,6 +205,20 @@ echo {_MARK} "$s" "$t"; base64 <"$d/o"; echo .; base64 <"$d/e"
 rm -rf "$d"
 exit "$s"
 """
+    return shlex.join(["sh", "-c", script])
+
+
+def kill_command(scratch: str) -> str:
+    """The shell command that has the wrapper of the exec whose scratch directory this is kill
+    its command: a line into the wrapper's FIFO (waiting up to two seconds for it to exist,
+    and holding it open a second so that a reader still opening it gets the line). A FIFO
+    rather than a pid: a provider may run each exec in a pid namespace of its own (as the
+    emulators' local sandboxes do)."""
+    fifo = shlex.quote(f"{scratch}/k")
+    script = (
+        f"i=0; while [ ! -p {fifo} ] && [ $i -lt 20 ]; do sleep 0.1; i=$((i + 1)); done; "
+        f"[ -p {fifo} ] || exit 0; exec 3<>{fifo}; echo >&3; sleep 1"
+    )
     return shlex.join(["sh", "-c", script])
 
 
@@ -307,6 +333,8 @@ class DaytonaBackend:
         self.create_timeout = create_timeout
         self.output_cap = output_cap_bytes
         self._connections: dict[asyncio.AbstractEventLoop, _Connection] = {}
+        self._killing: set[concurrent.futures.Future[None]] = set()
+        """Background kills of cancelled execs (``_kill_later``); awaited by ``aclose``."""
         self._warned_resources = False
 
     def __repr__(self) -> str:
@@ -509,6 +537,9 @@ class DaytonaBackend:
 
     async def aclose(self) -> None:
         """Close this loop's client here and other loops' clients on their own loops."""
+        if self._killing:
+            kills = [asyncio.wrap_future(f) for f in self._killing]
+            await asyncio.wait(kills, timeout=KILL_EXEC_SECONDS)
         current = asyncio.get_running_loop()
         connections, self._connections = self._connections, {}
         for loop, connection in connections.items():
@@ -556,6 +587,9 @@ class DaytonaBackend:
             seconds = math.ceil(timeout) + TIMEOUT_GRACE_SECONDS
         try:
             response = await sb.process.exec(command, env=dict(env or {}), timeout=seconds)
+        except asyncio.CancelledError:
+            self._kill_later(sandbox_id, scratch)
+            raise
         except _SDK_ERRORS as exc:
             if not (
                 isinstance(exc, DaytonaProcessExecutionTimeoutError) or _http_status(exc) == 408
@@ -564,6 +598,22 @@ class DaytonaBackend:
             stdout, stderr = await self._salvage(sb, scratch)
             return self._result(TIMEOUT_RETURNCODE, stdout, stderr, started=started, timed_out=True)
         return self._parse(response.result or "", cwd=cwd, workdir=workdir, started=started)
+
+    def _kill_later(self, sandbox_id: str, scratch: str) -> None:
+        """Kill a cancelled exec's command with another exec, in the background (the caller is
+        leaving) and on sandboxkit's own loop (the caller's may be ``asyncio.run``'s, which
+        ends now); the wrapper's watchdog and Daytona's own limit remain the backstop."""
+
+        async def kill() -> None:
+            try:
+                sb = await self._sandbox(await self._connection(), sandbox_id)
+                await sb.process.exec(kill_command(scratch), timeout=KILL_EXEC_SECONDS)
+            except Exception as exc:  # best effort: logged, never raised into a caller
+                logger.info("could not kill a cancelled exec in %s: %r", sandbox_id, exc)
+
+        future = asyncio.run_coroutine_threadsafe(kill(), portal().loop)
+        self._killing.add(future)
+        future.add_done_callback(self._killing.discard)
 
     def _result(
         self, code: int, stdout: bytes, stderr: bytes, *, started: float, timed_out: bool = False
