@@ -33,6 +33,7 @@ from sandboxkit import (
     AuthenticationError,
     BackendMisconfiguredError,
     SandboxClient,
+    SandboxError,
     SandboxLostError,
     SandboxNotFoundError,
     SandboxStatus,
@@ -41,6 +42,7 @@ from sandboxkit import (
 )
 from sandboxkit.emulators.aviato import AviatoEmulator
 from sandboxkit.emulators.faults import Faults
+from sandboxkit.testing.remote import processes_with, sleeper_argv
 
 PY = "python3"
 REPO = Path(__file__).resolve().parents[1]
@@ -181,25 +183,12 @@ def test_list_by_tags_and_status_pages_through() -> None:
 # -- exec ---------------------------------------------------------------------------------------
 
 
-def _processes_with(marker: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if marker.encode() in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
-
-
 def test_exec_timeout_kills_the_command(client: SandboxClient) -> None:
     marker = f"marker-{uuid.uuid4().hex}"
     with client.sandbox() as sb:
-        code = "import sys, time; print('started', flush=True); time.sleep(120)"
-        result = sb.exec([PY, "-c", code, marker], timeout=3)
+        result = sb.exec(sleeper_argv(marker, 120), timeout=3)
         assert result.timed_out and result.returncode != 0
-        assert wait_until(lambda: not _processes_with(marker)), "the command outlived its timeout"
+        assert wait_until(lambda: not processes_with(marker)), "the command outlived its timeout"
         assert sb.exec(["true"], timeout=60).ok  # the sandbox is still usable
 
 
@@ -208,12 +197,12 @@ def test_stop_kills_running_commands(client: SandboxClient) -> None:
     marker = f"marker-{uuid.uuid4().hex}"
     sb = client.sandbox()
     with ThreadPoolExecutor(1) as pool:
-        running = pool.submit(sb.exec, [PY, "-c", "import time; time.sleep(120)", marker])
-        assert wait_until(lambda: bool(_processes_with(marker)))
+        running = pool.submit(sb.exec, sleeper_argv(marker, 120))
+        assert wait_until(lambda: bool(processes_with(marker)))
         sb.stop()
         with pytest.raises((SandboxLostError, SandboxNotFoundError)):
             running.result(timeout=60)
-    assert wait_until(lambda: not _processes_with(marker))
+    assert wait_until(lambda: not processes_with(marker))
 
 
 # -- faults -------------------------------------------------------------------------------------
@@ -380,3 +369,56 @@ def test_client_signal_handlers_are_off_unless_asked_for(
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == expected
+
+
+# -- the emulator's direct Python path ----------------------------------------------------------
+
+SEES = (
+    "import os, sys\n"
+    "print(sorted(os.environ.items()), os.getcwd(), sys.argv, sys.stdin.read())\n"
+    "print('err', file=sys.stderr); sys.exit(int(os.environ.get('CODE', '0')))"
+)
+
+
+@pytest.mark.parametrize(
+    ("argv", "cwd", "env"),
+    [
+        ([PY, "-c", SEES, "a b"], None, None),
+        ([PY, "-c", SEES], "sub", {"CODE": "3", "QUOTED": 'it\'s "x" = y', "EMPTY": ""}),
+        (["python", "-c", "raise KeyError('k')"], "sub", None),
+        ([PY, "-c", SEES], "missing", None),
+        (["sh", "-c", "echo $PWD $OLDPWD"], "sub", None),
+    ],
+)
+def test_direct_python_runs_as_through_sh(
+    argv: list[str], cwd: str | None, env: dict[str, str] | None
+) -> None:
+    """The emulator may skip the backend's sh wrapper around Python; nothing may tell."""
+    results = []
+    for direct in (True, False):
+        with (
+            AviatoEmulator(api_key="k", direct_python=direct) as emu,
+            get_backend("aviato", base_url=emu.url, api_key="k") as c,
+            c.sandbox() as sb,
+        ):
+            sb.exec(["mkdir", "sub"], timeout=120)
+            try:
+                r = sb.exec(argv, cwd=cwd, env=env, stdin=b"in", timeout=120)
+                results.append((r.returncode, r.stdout, r.stderr))
+            except SandboxError as exc:
+                results.append((type(exc).__name__, str(exc).replace(sb.id, "<id>"), ""))
+    assert results[0] == results[1]
+
+
+def test_direct_python_skips_the_interpreter_start() -> None:
+    in_process = [PY, "-c", "import sys; print('json' in sys.modules)"]
+    seen = {}
+    for direct in (True, False):
+        with (
+            AviatoEmulator(api_key="k", direct_python=direct) as emu,
+            get_backend("aviato", base_url=emu.url, api_key="k") as c,
+            c.sandbox() as sb,
+        ):
+            seen[direct] = sb.exec(in_process, timeout=120).stdout
+    # The warm template imported json before forking; a fresh interpreter behind sh did not.
+    assert seen == {True: "True\n", False: "False\n"}

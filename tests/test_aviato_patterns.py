@@ -18,6 +18,7 @@ from sandboxkit.testing.remote import (
     Emulator,
     client_for,
     processes_with,
+    sleeper_argv,
     start_emulator,
     wait_until,
 )
@@ -70,13 +71,9 @@ def aviato_sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
         yield sb
 
 
-def sleeper(marker: str) -> list[str]:
-    return [PY, "-c", "import time; time.sleep(300)", marker]
-
-
 def test_wait_for_the_first_n_cancels_the_rest(aviato_sandbox: Sandbox) -> None:
     marker = f"slow-{uuid.uuid4().hex}"
-    slow = [spawn(aviato_sandbox.aexec(sleeper(marker), timeout=600)) for _ in range(3)]
+    slow = [spawn(aviato_sandbox.aexec(sleeper_argv(marker), timeout=600)) for _ in range(3)]
     assert wait_until(lambda: len(processes_with(marker)) >= 3)
     quick = [spawn(aviato_sandbox.aexec([PY, "-c", f"print({i})"], timeout=120)) for i in (1, 2)]
 
@@ -92,7 +89,7 @@ def test_await_first_cancels_the_rest(aviato_sandbox: Sandbox) -> None:
     marker = f"slow-{uuid.uuid4().hex}"
 
     async def best_of() -> list[str]:
-        slow = [aviato_sandbox.aexec(sleeper(marker), timeout=600) for _ in range(3)]
+        slow = [aviato_sandbox.aexec(sleeper_argv(marker), timeout=600) for _ in range(3)]
         quick = aviato_sandbox.aexec([PY, "-c", "print('first')"], timeout=120)
         return [r.stdout for r in await await_first([*slow, quick])]
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from sandboxkit import Sandbox, SandboxClient, await_first, spawn, wait, wait_async
-from sandboxkit.testing.remote import processes_with, wait_until
+from sandboxkit.testing.remote import processes_with, sleeper_argv, wait_until
 
 
 @pytest.fixture
@@ -19,14 +19,8 @@ def sb(local: SandboxClient) -> Iterator[Sandbox]:
         yield sandbox
 
 
-def sleeper_argv(marker: str) -> list[str]:
-    """A program sleeping a minute, exec'd so that ``marker`` shows in its command line (a
-    Python program run by the local backend's warm template shows the template's)."""
-    return ["sh", "-c", 'exec python3 -c "import time; time.sleep(60)" "$0"', marker]
-
-
 def sleeper(sandbox: Sandbox, marker: str) -> asyncio.Future[object]:
-    return asyncio.ensure_future(sandbox.aexec(sleeper_argv(marker), timeout=120))
+    return asyncio.ensure_future(sandbox.aexec(sleeper_argv(marker, 60), timeout=120))
 
 
 async def after(seconds: float, value: str) -> str:
@@ -59,7 +53,7 @@ def test_wait_checks_num_returns() -> None:
 
 def test_cancelled_exec_leaves_no_process(sb: Sandbox) -> None:
     marker = f"sleeper-{uuid.uuid4().hex}"
-    slow = spawn(sb.aexec(sleeper_argv(marker), timeout=120))
+    slow = spawn(sb.aexec(sleeper_argv(marker, 60), timeout=120))
     quick = spawn(sb.aexec(["python3", "-c", "print('hi')"], timeout=120))
     assert wait_until(lambda: processes_with(marker))
 
@@ -110,7 +104,7 @@ def test_cancelling_wait_async_cancels_the_coroutines_it_started(sb: Sandbox) ->
     marker = f"sleeper-{uuid.uuid4().hex}"
 
     async def main() -> None:
-        waiting = asyncio.ensure_future(wait_async([sb.aexec(sleeper_argv(marker))]))
+        waiting = asyncio.ensure_future(wait_async([sb.aexec(sleeper_argv(marker, 60))]))
         while not processes_with(marker):
             await asyncio.sleep(0.05)
         waiting.cancel()

@@ -16,6 +16,7 @@ import sandboxkit
 from sandboxkit import get_backend
 from sandboxkit.backends.subprocess import SubprocessBackend
 from sandboxkit.local import isolation
+from sandboxkit.testing.remote import processes_with
 
 SCRIPT = """\
 import sys
@@ -224,16 +225,16 @@ def test_a_cancelled_exec_kills_its_command_and_keeps_the_template(
                 sb.aexec(["sh", "-c", f"sleep 300; : {marker}"], timeout=600)
             )
             deadline = time.monotonic() + 30
-            while not _processes_with(marker) and time.monotonic() < deadline:
+            while not processes_with(marker) and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
-            assert _processes_with(marker), "the command never started"
+            assert processes_with(marker), "the command never started"
             running.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await running
             deadline = time.monotonic() + 30
-            while _processes_with(marker) and time.monotonic() < deadline:
+            while processes_with(marker) and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
-            assert not _processes_with(marker)
+            assert not processes_with(marker)
             after = await sb.aexec(["python3", "-c", "print('still warm')"], timeout=60)
             assert after.stdout == "still warm\n"
             assert backend._templates[sb.id] is template and not template.broken
@@ -241,27 +242,3 @@ def test_a_cancelled_exec_kills_its_command_and_keeps_the_template(
             await sb.astop()
 
     asyncio.run(main())
-
-
-def _processes_with(marker: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if marker.encode() in f.read():
-                        found.append(int(entry))
-            except OSError:
-                pass
-    return found
-
-
-def test_annotations_are_not_postponed(
-    clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
-) -> None:
-    # The template's own source has `from __future__ import annotations`; programs must not.
-    program = "def f(x: int) -> None: pass\nprint(f.__annotations__)"
-    result = same(clients, ["python3", "-c", program])
-    assert result.stdout == "{'x': <class 'int'>, 'return': None}\n"
-    big = program + "\n" + "# padding\n" * 1000  # large enough to be compiled by the server
-    assert same(clients, ["python3", "-c", big]).stdout == result.stdout

@@ -146,6 +146,13 @@ def remote_emulator(remote_provider: str) -> Iterator[Emulator]:
         yield emu
 
 
+def sleeper_argv(marker: str, seconds: int = 300) -> list[str]:
+    """A program that sleeps, exec'd so that ``marker`` shows in its command line: a Python
+    program run in a warm template's fork (locally, or behind an emulator) shows the
+    template's."""
+    return ["sh", "-c", f'exec python3 -c "import time; time.sleep({seconds})" "$0"', marker]
+
+
 def processes_with(marker: str) -> list[int]:
     """Pids whose command line contains ``marker``, seen from the host: the emulators run
     sandboxed programs as local processes, so this shows whether a remote command still runs."""
