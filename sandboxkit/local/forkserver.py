@@ -349,15 +349,35 @@ def fork_into_new_pid_namespace() -> int:
             os._exit(70)  # cannot fork into its own namespace any more: the host sees it gone
 
 
-class Output:
-    """One stream of the command, kept up to ``cap`` bytes; the rest is read and dropped."""
+class Capped:
+    """Output kept up to ``cap`` bytes; what comes after is dropped and ``truncated`` set.
+    (The host's cold path keeps its output with this class too.)"""
 
-    def __init__(self, fd: int, cap: int) -> None:
-        self.fd = fd
+    def __init__(self, cap: int) -> None:
         self.cap = cap
         self.chunks: list[bytes] = []
         self.kept = 0
         self.truncated = False
+
+    def add(self, data: bytes) -> None:
+        room = self.cap - self.kept
+        if len(data) > room:
+            self.truncated = True
+            data = data[:room]
+        if data:
+            self.chunks.append(data)
+            self.kept += len(data)
+
+    def data(self) -> bytes:
+        return b"".join(self.chunks)
+
+
+class Output(Capped):
+    """One stream of the command, read from its pipe."""
+
+    def __init__(self, fd: int, cap: int) -> None:
+        super().__init__(cap)
+        self.fd = fd
 
     def read(self) -> bool:
         """Read what is there; False at end of stream (the fd is then closed)."""
@@ -366,17 +386,11 @@ class Output:
             os.close(self.fd)
             self.fd = -1
             return False
-        room = self.cap - self.kept
-        if len(data) > room:
-            self.truncated = True
-            data = data[:room]
-        if data:
-            self.chunks.append(data)
-            self.kept += len(data)
+        self.add(data)
         return True
 
     def send(self, sock: socket.socket, tag: bytes) -> None:
-        data = b"".join(self.chunks)
+        data = self.data()
         for start in range(0, len(data), CHUNK):
             sock.send(tag + data[start : start + CHUNK])
 

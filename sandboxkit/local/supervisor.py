@@ -22,6 +22,7 @@ from typing import Any
 from ..errors import BackendError
 from ..protocol import ExecResult
 from .cgroup import PidsCgroups
+from .forkserver import Capped
 from .isolation import IsolationReport, Tier, bwrap_argv
 from .limits import Limits
 
@@ -40,28 +41,16 @@ class Confinement:
     read_only: tuple[str, ...] = ()
 
 
-class CappedReader:
+class CappedReader(Capped):
     """Drains a stream to EOF, keeping at most ``cap`` bytes."""
 
     def __init__(self, stream: asyncio.StreamReader, cap: int) -> None:
+        super().__init__(cap)
         self.stream = stream
-        self.cap = cap
-        self.chunks: list[bytes] = []
-        self.kept = 0
-        self.truncated = False
 
     async def run(self) -> None:
         while chunk := await self.stream.read(1 << 16):
-            room = self.cap - self.kept
-            if len(chunk) > room:
-                self.truncated = True
-                chunk = chunk[:room]
-            if chunk:
-                self.chunks.append(chunk)
-                self.kept += len(chunk)
-
-    def data(self) -> bytes:
-        return b"".join(self.chunks)
+            self.add(chunk)
 
 
 async def _read_info(fd: int) -> int:
