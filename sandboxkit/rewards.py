@@ -207,6 +207,8 @@ class RewardFunction:
             values[f"{prefix}/pool_size"] = float(stats.pool.size)
             values[f"{prefix}/sandboxes_created"] = float(stats.pool.created)
             values[f"{prefix}/retries"] = float(stats.pool.retries)
+            values[f"{prefix}/rate_limited"] = float(stats.pool.rate_limited)
+            values[f"{prefix}/concurrency_limit"] = float(stats.pool.concurrency_limit)
         return values
 
     async def aclose(self) -> None:
