@@ -69,6 +69,13 @@ class IsolationUnavailableError(BackendUnavailableError):
     """``SANDBOXKIT_ISOLATION=strict`` was asked for but namespaces cannot be had here."""
 
 
+class DeadlineExceededError(SandboxError):
+    """An evaluation was cut off at its deadline (a reward function's ``batch_timeout``).
+
+    Says nothing about the program, which may merely be slow, nor about the provider.
+    """
+
+
 class CircuitOpenError(SandboxError):
     """Too many evaluations of a batch failed for infrastructure reasons: training stops
     rather than learn from a batch where most rewards are missing."""

@@ -5,7 +5,8 @@ pool for the whole run and calls :meth:`SandboxPool.arun` per evaluation. The po
 provider's flakiness from training: transient errors are retried with backoff, dead sandboxes
 are replaced, worn ones recycled, and what cannot be recovered surfaces as an infrastructure
 error (which rewards turn into ``None``) rather than as a crash or a leaked sandbox. A provider
-that rate-limits gets fewer calls at once (:class:`~sandboxkit.budget.ConcurrencyBudget`).
+that rate-limits gets fewer calls at once (:class:`~sandboxkit.budget.ConcurrencyBudget`), and
+an evaluation given a deadline is cut off there rather than holding up its batch.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from .budget import ConcurrencyBudget
 from .client import Sandbox, SandboxClient
 from .errors import (
     INFRASTRUCTURE_ERRORS,
+    DeadlineExceededError,
     RateLimitedError,
     SandboxLostError,
     SandboxNotFoundError,
@@ -64,6 +66,11 @@ class PoolStats:
     """Leases held now."""
     leases: int = 0
     """Leases handed out so far."""
+    abandoned: int = 0
+    """Sandboxes retired because an evaluation was cancelled while running in them (its
+    deadline passed, or its caller gave up): its command may still be running there."""
+    expired: int = 0
+    """Evaluations cut off at their deadline."""
     rate_limited: int = 0
     """Calls the provider refused for its rate (``RateLimitedError``), creations included."""
     concurrency_limit: int = 0
@@ -110,6 +117,41 @@ class _Queue:
             elif not waiter.cancelled():
                 self.wake()  # woken, then cancelled: the wake-up is the next waiter's
             raise
+
+
+async def _until(deadline: float, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """``await make()``, cancelled once ``time.monotonic()`` passes ``deadline``.
+
+    Then raises :class:`DeadlineExceededError`, but only once the cancelled work has unwound,
+    so that the commands it was running have been killed (where the backend can kill them).
+    Past the deadline already, it starts nothing (which would take a sandbox out of service).
+    """
+    if time.monotonic() >= deadline:
+        raise DeadlineExceededError("its deadline had passed before it started")
+    task = asyncio.ensure_future(make())
+    expired = False
+
+    def expire() -> None:
+        nonlocal expired
+        expired = True
+        task.cancel()
+
+    timer = asyncio.get_running_loop().call_later(max(0.0, deadline - time.monotonic()), expire)
+    try:
+        return await task
+    except asyncio.CancelledError:
+        if expired and task.cancelled() and not _cancel_requested():
+            raise DeadlineExceededError("cut off at its deadline") from None
+        raise
+    finally:
+        timer.cancel()
+
+
+def _cancel_requested() -> bool:
+    """Whether the running task itself is being cancelled (knowable on Python >= 3.11; on
+    3.10 a cancellation that lands just as the deadline passes reads as the deadline)."""
+    cancelling = getattr(asyncio.current_task(), "cancelling", None)
+    return cancelling is not None and bool(cancelling())
 
 
 @dataclasses.dataclass(eq=False)
@@ -291,7 +333,7 @@ class SandboxPool:
             self._creating -= 1
             self._waiters.wake()
 
-    def _retire(self, slot: _Slot, *, why: Literal["lost", "worn"]) -> None:
+    def _retire(self, slot: _Slot, *, why: Literal["lost", "worn", "abandoned"]) -> None:
         """Take a slot out of service and start creating its successor."""
         if slot.retired:
             return
@@ -300,8 +342,10 @@ class SandboxPool:
         self._retiring.append(slot)
         if why == "lost":
             self._stats.replaced += 1
-        else:
+        elif why == "worn":
             self._stats.recycled += 1
+        else:
+            self._stats.abandoned += 1
         self._fill()
 
     async def _stop(self, slot: _Slot) -> None:
@@ -396,14 +440,31 @@ class SandboxPool:
 
     # -- running evaluations ---------------------------------------------------------------
 
-    async def arun(self, fn: Callable[[Sandbox], Awaitable[T]]) -> T:
+    async def arun(
+        self, fn: Callable[[Sandbox], Awaitable[T]], *, deadline: float | None = None
+    ) -> T:
         """``await fn(sandbox)`` on a leased sandbox, retried as the pool's settings say.
 
         Errors ``fn`` raises that say nothing about the infrastructure propagate at once;
         infrastructure errors (``sandboxkit.errors.INFRASTRUCTURE_ERRORS``) propagate once the
         retry budget is spent.
+
+        ``deadline`` (a ``time.monotonic()`` value): past it, the evaluation is cancelled
+        wherever it is (waiting for a lease, running, backing off) and raises
+        :class:`DeadlineExceededError` once its command has been cancelled. A cancelled command
+        may still run on a provider that cannot kill it (Daytona), so the sandbox it ran in
+        takes no more leases: it is stopped when its other leases end, and replaced.
         """
-        return await self._at_home(lambda: self._retried(fn))
+        return await self._at_home(lambda: self._run(fn, deadline))
+
+    async def _run(self, fn: Callable[[Sandbox], Awaitable[T]], deadline: float | None) -> T:
+        if deadline is None:
+            return await self._retried(fn)
+        try:
+            return await _until(deadline, lambda: self._retried(fn))
+        except DeadlineExceededError:
+            self._stats.expired += 1
+            raise
 
     def _count_retry(self, state: RetryCallState) -> None:
         self._stats.retries += 1
@@ -437,6 +498,10 @@ class SandboxPool:
             self._retire(slot, why="lost")
             if isinstance(exc, SandboxNotFoundError):
                 raise SandboxLostError(f"sandbox {slot.sandbox.id} disappeared: {exc}") from exc
+            raise
+        except asyncio.CancelledError:
+            logger.info("an evaluation in %s was cancelled; retiring it", slot.sandbox.id)
+            self._retire(slot, why="abandoned")
             raise
         finally:
             self._release(slot)

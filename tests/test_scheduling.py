@@ -1,16 +1,18 @@
-"""Scheduling under pressure: the concurrency budget that backs off on rate limits. Real local
-sandboxes and real SDKs against the emulators; the faults are injected by ``FaultyBackend`` and
-the emulators' ``Faults``."""
+"""Scheduling under pressure: the concurrency budget that backs off on rate limits, and the
+per-batch deadline that cuts off stragglers. Real local sandboxes and real SDKs against the
+emulators; the faults are injected by ``FaultyBackend`` and the emulators' ``Faults``."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from sandboxkit import (
+    DeadlineExceededError,
     ExecResult,
     RateLimitedError,
     Sandbox,
@@ -23,7 +25,7 @@ from sandboxkit.emulators.faults import Faults
 from sandboxkit.pool import PoolStats
 from sandboxkit.rewards import exec_reward
 from sandboxkit.testing.faulty import FaultyBackend
-from sandboxkit.testing.remote import Emulator, client_for, start_emulator
+from sandboxkit.testing.remote import Emulator, client_for, processes_with, start_emulator
 
 # -- the budget on its own ----------------------------------------------------------------------
 
@@ -227,3 +229,118 @@ def test_a_batch_under_emulated_rate_limits_completes(
     assert scores == [1.0] * n
     assert stats is not None and stats.pool is not None
     assert stats.pool.rate_limited >= 1 and stats.pool.concurrency_limit < 8, stats.pool
+
+
+# -- the batch deadline -------------------------------------------------------------------------
+
+MARKER = "SBXK_DEADLINE_STRAGGLER"
+STRAGGLER = (
+    "import os, sys\n"
+    "os.nice(19)\n"
+    f"os.execv(sys.executable, [sys.executable, '-c', 'while True: pass', '{MARKER}'])"
+)
+"""Loops forever under a command line the host's /proc shows, warm template or not (niced, so
+that on two cores the quick programs of its batch still finish in time)."""
+
+
+def leftovers(client: SandboxClient, root: Path) -> list[str]:
+    return [i.id for i in client.list()] + [p.name for p in root.iterdir() if "sbx-" in p.name]
+
+
+def test_deadline_cuts_off_stragglers_kills_them_and_keeps_the_pool(
+    local: SandboxClient, local_root: Path
+) -> None:
+    reward = exec_reward(local, timeout=120, pool_size=4, batch_timeout=6)
+    # Three stragglers hold three sandboxes to the end; the quick ones share the fourth.
+    completions = [f"print({i})" for i in range(9)]
+    for i in (1, 4, 7):
+        completions.insert(i, STRAGGLER)
+    quick = [c != STRAGGLER for c in completions]
+    try:
+        reward.pool.start()  # the deadline is for running programs, not for making sandboxes
+        started = time.monotonic()
+        scores = reward(["p"] * len(completions), completions)
+        elapsed = time.monotonic() - started
+
+        assert elapsed < 60, elapsed  # not the stragglers' own 120 s
+        assert scores == [1.0 if q else None for q in quick]
+        assert processes_with(MARKER) == []
+        stats = reward.last_batch
+        assert stats is not None and stats.pool is not None
+        assert stats.outcomes["deadline"] == 3 and stats.outcomes["passed"] == 9
+        assert reward.metrics(stats)["exec_reward/deadline_rate"] == pytest.approx(3 / 12)
+        assert (stats.pool.expired, stats.pool.abandoned) == (3, 3)
+
+        assert reward(["p"] * 3, ["print(5)"] * 3) == [1.0] * 3  # the same pool, replenished
+    finally:
+        reward.close()
+    assert leftovers(local, local_root) == []
+
+
+def test_deadline_on_the_async_face_does_not_trip_the_breaker(
+    local: SandboxClient, local_root: Path
+) -> None:
+    reward = exec_reward(local, timeout=120, pool_size=4, batch_timeout=6, max_infra_share=0.5)
+    completions = [STRAGGLER, "print(1)", STRAGGLER, STRAGGLER]
+    twin = reward.as_async()
+
+    async def main() -> tuple[list[float | None], int]:
+        await reward.pool.astart()
+        batch = asyncio.ensure_future(twin(["p"] * 4, completions))
+        # The stragglers really run (so that their absence afterwards means something).
+        while len(processes_with(MARKER)) < 3 and not batch.done():
+            await asyncio.sleep(0.05)
+        seen = len(processes_with(MARKER))
+        return await batch, seen
+
+    try:
+        scores, seen = asyncio.run(main())
+        assert seen == 3
+        assert scores == [None, 1.0, None, None]  # most of the batch, yet no CircuitOpenError
+        assert processes_with(MARKER) == []
+        assert asyncio.run(twin(["p"], ["print(2)"])) == [1.0]
+    finally:
+        reward.close()
+    assert leftovers(local, local_root) == []
+
+
+def test_pool_deadline_drops_waiting_leases_and_retires_running_ones(
+    local: SandboxClient,
+) -> None:
+    async def main(pool: SandboxPool) -> None:
+        await pool.astart()
+        hold = asyncio.Event()  # never set
+
+        async def forever(sandbox: Sandbox) -> str:
+            await hold.wait()
+            return sandbox.id
+
+        deadline = time.monotonic() + 1.0
+        running = asyncio.ensure_future(pool.arun(forever, deadline=deadline))
+        waiting = asyncio.ensure_future(pool.arun(forever, deadline=deadline))
+        for task in (running, waiting):
+            with pytest.raises(DeadlineExceededError):
+                await asyncio.wait_for(task, 60)
+        stats = pool.stats
+        assert (stats.expired, stats.abandoned, stats.leases, stats.in_use) == (2, 1, 1, 0)
+
+        cancelled = asyncio.ensure_future(pool.arun(forever))  # a caller that gives up
+        while pool.stats.in_use == 0:
+            await asyncio.sleep(0.01)
+        cancelled.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        assert pool.stats.abandoned == 2 and pool.stats.expired == 2
+
+        async def sandbox_id(sandbox: Sandbox) -> str:
+            return sandbox.id
+
+        assert await pool.arun(sandbox_id, deadline=time.monotonic() + 60)
+        with pytest.raises(DeadlineExceededError):  # too late to start: takes no sandbox
+            await pool.arun(sandbox_id, deadline=time.monotonic() - 1)
+        assert (pool.stats.leases, pool.stats.expired, pool.stats.abandoned) == (3, 3, 2)
+
+    with SandboxPool(local, size=1) as pool:
+        asyncio.run(main(pool))
+        assert pool.stats.created == 3  # the first sandbox and two replacements
+    assert local.list() == []
