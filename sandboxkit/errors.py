@@ -32,6 +32,19 @@ class TransientBackendError(BackendError):
     """Rate limiting, 5xx answers, dropped connections: retrying later may succeed."""
 
 
+class RateLimitedError(TransientBackendError):
+    """The provider refused a call for its rate (HTTP 429, gRPC ``RESOURCE_EXHAUSTED``).
+
+    Retrying later may succeed, as for any transient error, but a pool also takes it as the
+    signal to have fewer calls in flight. ``retry_after`` is the wait the provider asked for,
+    in seconds, when it said one.
+    """
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class SandboxLostError(BackendError):
     """The sandbox died under a running call; the work must move to another sandbox."""
 
@@ -54,6 +67,13 @@ class UnknownBackendError(SandboxError, LookupError):
 
 class IsolationUnavailableError(BackendUnavailableError):
     """``SANDBOXKIT_ISOLATION=strict`` was asked for but namespaces cannot be had here."""
+
+
+class DeadlineExceededError(SandboxError):
+    """An evaluation was cut off at its deadline (a reward function's ``batch_timeout``).
+
+    Says nothing about the program, which may merely be slow, nor about the provider.
+    """
 
 
 class CircuitOpenError(SandboxError):

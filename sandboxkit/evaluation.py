@@ -1,8 +1,8 @@
 """One evaluation: a completion, sanitized, run under a harness in a pooled sandbox, judged.
 
 Nothing here raises for what the model wrote or for a failing provider: every path ends in an
-:class:`Outcome` (``INFRA`` for the provider), so a training loop can never be stopped by a
-completion.
+:class:`Outcome` (``INFRA`` for the provider, ``DEADLINE`` when cut off), so a training loop can
+never be stopped by a completion.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .client import Sandbox
-from .errors import INFRASTRUCTURE_ERRORS, SandboxError
+from .errors import INFRASTRUCTURE_ERRORS, DeadlineExceededError, SandboxError
 from .harness import Harness
 from .outcomes import Outcome, OutcomeKind
 from .pool import SandboxPool
@@ -70,8 +70,9 @@ def plan(
     return Plan(code=cleaned.code, harness=harness)
 
 
-async def run_plan(pool: SandboxPool, plan: Plan) -> Outcome:
-    """The outcome of one plan; provider failures (after the pool's retries) become INFRA."""
+async def run_plan(pool: SandboxPool, plan: Plan, *, deadline: float | None = None) -> Outcome:
+    """The outcome of one plan; provider failures (after the pool's retries) become INFRA, and
+    a run still pending at ``deadline`` (``time.monotonic()``) is cut off as DEADLINE."""
     if plan.outcome is not None:
         return plan.outcome
     assert plan.harness is not None
@@ -83,7 +84,13 @@ async def run_plan(pool: SandboxPool, plan: Plan) -> Outcome:
 
     started = time.monotonic()
     try:
-        result = await pool.arun(attempt)
+        result = await pool.arun(attempt, deadline=deadline)
+    except DeadlineExceededError:
+        return Outcome(
+            OutcomeKind.DEADLINE,
+            detail="cut off at the batch deadline",
+            duration=time.monotonic() - started,
+        )
     except INFRASTRUCTURE_ERRORS as exc:
         logger.warning("infrastructure error, no reward: %s: %s", type(exc).__name__, exc)
         detail = f"{type(exc).__name__}: {exc}"

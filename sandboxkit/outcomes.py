@@ -20,6 +20,10 @@ class OutcomeKind(str, enum.Enum):
     """Nothing to run: no code, oversized code, NUL bytes."""
     INFRA = "infra"
     """The sandbox provider failed; says nothing about the code."""
+    DEADLINE = "deadline"
+    """Still pending when its batch's deadline passed (``batch_timeout``): cut off, no reward.
+    Says nothing sure about the code (it may be slow, or have waited for a sandbox) nor about
+    the provider."""
 
 
 @dataclass(frozen=True)

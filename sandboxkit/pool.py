@@ -4,7 +4,9 @@ Creating a sandbox costs far more than running a test in one, so a reward functi
 pool for the whole run and calls :meth:`SandboxPool.arun` per evaluation. The pool hides the
 provider's flakiness from training: transient errors are retried with backoff, dead sandboxes
 are replaced, worn ones recycled, and what cannot be recovered surfaces as an infrastructure
-error (which rewards turn into ``None``) rather than as a crash or a leaked sandbox.
+error (which rewards turn into ``None``) rather than as a crash or a leaked sandbox. A provider
+that rate-limits gets fewer calls at once (:class:`~sandboxkit.budget.ConcurrencyBudget`), and
+an evaluation given a deadline is cut off there rather than holding up its batch.
 """
 
 from __future__ import annotations
@@ -17,22 +19,31 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from tenacity import RetryCallState
 from tqdm import tqdm
 
+from .budget import ConcurrencyBudget
 from .client import Sandbox, SandboxClient
-from .errors import INFRASTRUCTURE_ERRORS, SandboxLostError, SandboxNotFoundError
+from .errors import (
+    INFRASTRUCTURE_ERRORS,
+    DeadlineExceededError,
+    RateLimitedError,
+    SandboxLostError,
+    SandboxNotFoundError,
+)
 from .portal import blocking
 from .protocol import SandboxStatus
-from .retry import TRANSIENT_ERRORS, retrying
+from .retry import TRANSIENT_ERRORS, retried
 from .session import Session
 
 logger = logging.getLogger("sandboxkit.pool")
 
 T = TypeVar("T")
 _ALIVE = (SandboxStatus.RUNNING, SandboxStatus.PENDING)
+_RETRIED = (*TRANSIENT_ERRORS, SandboxLostError)
+"""What an evaluation is tried again for (a lost sandbox: on another one)."""
 
 
 @dataclasses.dataclass
@@ -55,6 +66,92 @@ class PoolStats:
     """Leases held now."""
     leases: int = 0
     """Leases handed out so far."""
+    abandoned: int = 0
+    """Sandboxes retired because an evaluation was cancelled while running in them (its
+    deadline passed, or its caller gave up): its command may still be running there."""
+    expired: int = 0
+    """Evaluations cut off at their deadline."""
+    rate_limited: int = 0
+    """Calls the provider refused for its rate (``RateLimitedError``), creations included."""
+    concurrency_limit: int = 0
+    """Leases, and sandbox creations, allowed in flight now: ``max_concurrency``, lowered
+    while the provider rate-limits."""
+
+
+class _Queue:
+    """Tasks waiting for something to become available, first come first served.
+
+    Each wake-up goes to one waiter: a release serves one, and waking all of them would cost
+    O(waiters) per release. A waiter woken in vain goes back to the front.
+    """
+
+    def __init__(self) -> None:
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    def __bool__(self) -> bool:
+        return bool(self._waiters)
+
+    def clear(self) -> None:
+        self._waiters.clear()
+
+    def wake(self) -> None:
+        """Tell the longest-waiting task that something became available."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    async def wait(self, *, first: bool) -> None:
+        """Queue until woken; ``first``: at the front (a waiter that was woken in vain)."""
+        waiter = asyncio.get_running_loop().create_future()
+        if first:
+            self._waiters.appendleft(waiter)
+        else:
+            self._waiters.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+            elif not waiter.cancelled():
+                self.wake()  # woken, then cancelled: the wake-up is the next waiter's
+            raise
+
+
+async def _until(deadline: float, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """``await make()``, cancelled once ``time.monotonic()`` passes ``deadline``.
+
+    Then raises :class:`DeadlineExceededError`, but only once the cancelled work has unwound,
+    so that the commands it was running have been killed (where the backend can kill them).
+    Past the deadline already, it starts nothing (which would take a sandbox out of service).
+    """
+    if time.monotonic() >= deadline:
+        raise DeadlineExceededError("its deadline had passed before it started")
+    task = asyncio.ensure_future(make())
+    expired = False
+
+    def expire() -> None:
+        nonlocal expired
+        expired = True
+        task.cancel()
+
+    timer = asyncio.get_running_loop().call_later(max(0.0, deadline - time.monotonic()), expire)
+    try:
+        return await task
+    except asyncio.CancelledError:
+        if expired and task.cancelled() and not _cancel_requested():
+            raise DeadlineExceededError("cut off at its deadline") from None
+        raise
+    finally:
+        timer.cancel()
+
+
+def _cancel_requested() -> bool:
+    """Whether the running task itself is being cancelled (knowable on Python >= 3.11; on
+    3.10 a cancellation that lands just as the deadline passes reads as the deadline)."""
+    cancelling = getattr(asyncio.current_task(), "cancelling", None)
+    return cancelling is not None and bool(cancelling())
 
 
 @dataclasses.dataclass(eq=False)
@@ -70,7 +167,11 @@ class _Slot:
 class SandboxPool:
     """``size`` sandboxes, each leased to up to ``per_sandbox`` evaluations at once.
 
-    - ``max_concurrency`` caps leases over the whole pool (default ``size * per_sandbox``);
+    - ``max_concurrency`` caps leases over the whole pool (default ``size * per_sandbox``),
+      and sandbox creations in flight;
+    - ``adaptive_concurrency``: a provider's rate limiting (``RateLimitedError``) lowers that
+      cap, which grows back while calls get through (see :mod:`sandboxkit.budget`); False
+      keeps it fixed;
     - ``retries``: how many times an evaluation is tried again after a transient error or the
       loss of its sandbox (on a replacement), waiting ``backoff`` seconds, doubling, jittered;
     - ``max_uses``: leases after which a sandbox is replaced, bounding what state one program
@@ -95,6 +196,7 @@ class SandboxPool:
         per_sandbox: int = 1,
         max_uses: int = 200,
         max_concurrency: int | None = None,
+        adaptive_concurrency: bool = True,
         retries: int = 3,
         backoff: float = 0.5,
         health_check_after: float = 30.0,
@@ -126,10 +228,16 @@ class SandboxPool:
             **sandbox_options,
         }
         self._stats = PoolStats()
+        self._budget = ConcurrencyBudget(self.max_concurrency, adaptive=adaptive_concurrency)
         self._slots: list[_Slot] = []
         self._retiring: list[_Slot] = []
         """Slots that take no new leases; stopped when their last lease ends."""
         self._creating = 0
+        """Sandboxes being made, waiting for a turn included."""
+        self._create_calls = 0
+        """Create calls in flight: at most the budget's limit."""
+        self._create_turns = _Queue()
+        """Creations waiting for a turn to call the provider."""
         self._create_error: Exception | None = None
         self._in_use = 0
         self._closed = False
@@ -137,15 +245,21 @@ class SandboxPool:
         self._stopping: set[asyncio.Task[None]] = set()
         """Background stops: awaited, not cancelled, by close (a half-done stop leaks)."""
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
-        """Leases waiting for a sandbox, first come first served; each release wakes one."""
+        self._waiters = _Queue()
+        """Leases waiting for a sandbox, a lease or an error; each release wakes one."""
 
     def __repr__(self) -> str:
         return f"<SandboxPool {self.session.run_tag} {self.stats}>"
 
     @property
     def stats(self) -> PoolStats:
-        return dataclasses.replace(self._stats, size=len(self._slots), in_use=self._in_use)
+        return dataclasses.replace(
+            self._stats,
+            size=len(self._slots),
+            in_use=self._in_use,
+            rate_limited=self._budget.signals,
+            concurrency_limit=self._budget.limit,
+        )
 
     # -- the home event loop ---------------------------------------------------------------
 
@@ -158,39 +272,14 @@ class SandboxPool:
         if home is not loop:
             if home is not None:
                 logger.debug("pool moves to a new event loop; its old one stopped")
-            self._loop, self._creating, self._in_use = loop, 0, 0
+            self._loop, self._creating, self._create_calls, self._in_use = loop, 0, 0, 0
             self._waiters.clear()
+            self._create_turns.clear()
             self._tasks.clear()
             self._stopping.clear()
             for slot in self._slots:
                 slot.leases = 0
         return await make()
-
-    def _wake(self) -> None:
-        """Tell the longest-waiting lease that a sandbox, a lease or an error became available
-        (one at a time: a release serves one waiter, and waking all of them would cost
-        O(waiters) per release)."""
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return
-
-    async def _wait_for_change(self, *, first: bool) -> None:
-        """Queue until woken; a waiter woken in vain goes back to the front (``first``)."""
-        waiter = asyncio.get_running_loop().create_future()
-        if first:
-            self._waiters.appendleft(waiter)
-        else:
-            self._waiters.append(waiter)
-        try:
-            await waiter
-        except asyncio.CancelledError:
-            if waiter in self._waiters:
-                self._waiters.remove(waiter)
-            elif not waiter.cancelled():
-                self._wake()  # woken, then cancelled: the wake-up is the next waiter's
-            raise
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.ensure_future(coro)
@@ -208,11 +297,31 @@ class SandboxPool:
         self._creating += max(0, missing)
         return [self._spawn(self._add_sandbox()) for _ in range(missing)]
 
+    async def _create(self) -> Sandbox:
+        """One create call, in turn: no more in flight than the budget's limit (creating
+        hundreds of sandboxes at once is how a pool hammers a rate-limited provider)."""
+        woken = False
+        while (self._create_turns and not woken) or self._create_calls >= self._budget.limit:
+            await self._create_turns.wait(first=woken)
+            woken = True
+        self._create_calls += 1
+        if self._create_calls < self._budget.limit:
+            self._create_turns.wake()  # room for more than this one (the limit grew)
+        epoch = self._budget.epoch
+        try:
+            sandbox = await self.session.asandbox(**self._sandbox_options)
+            self._budget.succeeded(in_flight=self._create_calls)
+        except RateLimitedError:
+            self._budget.rate_limited(epoch)
+            raise
+        finally:
+            self._create_calls -= 1
+            self._create_turns.wake()
+        return sandbox
+
     async def _add_sandbox(self) -> None:
         try:
-            sandbox: Sandbox = await retrying(attempts=self.retries + 1, backoff=self.backoff)(
-                self.session.asandbox, **self._sandbox_options
-            )
+            sandbox = await retried(self._create, attempts=self.retries + 1, backoff=self.backoff)
         except Exception as exc:
             self._create_error = exc
             logger.info("could not create a sandbox: %r", exc)
@@ -222,19 +331,21 @@ class SandboxPool:
             logger.debug("created %s", sandbox.id)
         finally:
             self._creating -= 1
-            self._wake()
+            self._waiters.wake()
 
-    def _retire(self, slot: _Slot, *, lost: bool) -> None:
+    def _retire(self, slot: _Slot, *, why: Literal["lost", "worn", "abandoned"]) -> None:
         """Take a slot out of service and start creating its successor."""
         if slot.retired:
             return
         slot.retired = True
         self._slots.remove(slot)
         self._retiring.append(slot)
-        if lost:
+        if why == "lost":
             self._stats.replaced += 1
-        else:
+        elif why == "worn":
             self._stats.recycled += 1
+        else:
+            self._stats.abandoned += 1
         self._fill()
 
     async def _stop(self, slot: _Slot) -> None:
@@ -266,7 +377,7 @@ class SandboxPool:
     # -- leases ----------------------------------------------------------------------------
 
     def _pick(self) -> _Slot | None:
-        if self._in_use >= self.max_concurrency:
+        if self._in_use >= self._budget.limit:
             return None
         free = [s for s in self._slots if s.leases < self.per_sandbox]
         return min(free, key=lambda s: s.leases, default=None)
@@ -275,17 +386,17 @@ class SandboxPool:
         woken = False
         while True:
             if self._closed:
-                self._wake()
+                self._waiters.wake()
                 raise RuntimeError("the pool is closed")
             # Newcomers queue behind those already waiting.
             if (woken or not self._waiters) and (slot := self._pick()) is not None:
                 break
             if not self._slots and not self._creating and self._create_error is not None:
                 error, self._create_error = self._create_error, None
-                self._wake()
+                self._waiters.wake()
                 raise error
             self._fill()
-            await self._wait_for_change(first=woken)
+            await self._waiters.wait(first=woken)
             woken = True
         slot.leases += 1
         slot.uses += 1
@@ -293,9 +404,9 @@ class SandboxPool:
         self._stats.leases += 1
         if slot.uses >= self.max_uses:
             logger.debug("recycling %s after %d uses", slot.sandbox.id, slot.uses)
-            self._retire(slot, lost=False)
+            self._retire(slot, why="worn")
         if self._waiters and self._pick() is not None:
-            self._wake()  # room for more than this lease (a new sandbox, per_sandbox > 1)
+            self._waiters.wake()  # room for more than this lease (a new sandbox, per_sandbox > 1)
         return slot
 
     def _release(self, slot: _Slot) -> None:
@@ -305,7 +416,7 @@ class SandboxPool:
             stopping = asyncio.ensure_future(self._stop(slot))
             self._stopping.add(stopping)
             stopping.add_done_callback(self._stopping.discard)
-        self._wake()
+        self._waiters.wake()
 
     async def _lease_healthy(self) -> _Slot:
         """A lease on a sandbox known to be alive, replacing dead ones found on the way."""
@@ -324,33 +435,50 @@ class SandboxPool:
                 slot.checked = time.monotonic()
                 return slot
             logger.info("%s failed its health check; replacing it", slot.sandbox.id)
-            self._retire(slot, lost=True)
+            self._retire(slot, why="lost")
             self._release(slot)
 
     # -- running evaluations ---------------------------------------------------------------
 
-    async def arun(self, fn: Callable[[Sandbox], Awaitable[T]]) -> T:
+    async def arun(
+        self, fn: Callable[[Sandbox], Awaitable[T]], *, deadline: float | None = None
+    ) -> T:
         """``await fn(sandbox)`` on a leased sandbox, retried as the pool's settings say.
 
         Errors ``fn`` raises that say nothing about the infrastructure propagate at once;
         infrastructure errors (``sandboxkit.errors.INFRASTRUCTURE_ERRORS``) propagate once the
         retry budget is spent.
+
+        ``deadline`` (a ``time.monotonic()`` value): past it, the evaluation is cancelled
+        wherever it is (waiting for a lease, running, backing off) and raises
+        :class:`DeadlineExceededError` once its command has been cancelled. A cancelled command
+        may still run on a provider that cannot kill it (Daytona), so the sandbox it ran in
+        takes no more leases: it is stopped when its other leases end, and replaced.
         """
-        return await self._at_home(lambda: self._run(fn))
+        return await self._at_home(lambda: self._run(fn, deadline))
 
-    async def _run(self, fn: Callable[[Sandbox], Awaitable[T]]) -> T:
-        def count_retry(state: RetryCallState) -> None:
-            self._stats.retries += 1
-
-        policy = retrying(
-            attempts=self.retries + 1,
-            backoff=self.backoff,
-            on=(*TRANSIENT_ERRORS, SandboxLostError),
-            logger=logger,
-            before_sleep=count_retry,
-        )
+    async def _run(self, fn: Callable[[Sandbox], Awaitable[T]], deadline: float | None) -> T:
+        if deadline is None:
+            return await self._retried(fn)
         try:
-            return await policy(self._attempt, fn)
+            return await _until(deadline, lambda: self._retried(fn))
+        except DeadlineExceededError:
+            self._stats.expired += 1
+            raise
+
+    def _count_retry(self, state: RetryCallState) -> None:
+        self._stats.retries += 1
+
+    async def _retried(self, fn: Callable[[Sandbox], Awaitable[T]]) -> T:
+        try:
+            return await retried(
+                lambda: self._attempt(fn),
+                attempts=self.retries + 1,
+                backoff=self.backoff,
+                on=_RETRIED,
+                logger=logger,
+                before_sleep=self._count_retry,
+            )
         except INFRASTRUCTURE_ERRORS as exc:
             self._stats.failures += 1
             logger.info("evaluation failed after %d retries: %r", self.retries, exc)
@@ -358,16 +486,26 @@ class SandboxPool:
 
     async def _attempt(self, fn: Callable[[Sandbox], Awaitable[T]]) -> T:
         slot = await self._lease_healthy()
+        epoch = self._budget.epoch
         try:
-            return await fn(slot.sandbox)
+            result = await fn(slot.sandbox)
+            self._budget.succeeded(in_flight=self._in_use)
+        except RateLimitedError:
+            self._budget.rate_limited(epoch)
+            raise
         except (SandboxLostError, SandboxNotFoundError) as exc:
             logger.info("%s was lost (%r); replacing it", slot.sandbox.id, exc)
-            self._retire(slot, lost=True)
+            self._retire(slot, why="lost")
             if isinstance(exc, SandboxNotFoundError):
                 raise SandboxLostError(f"sandbox {slot.sandbox.id} disappeared: {exc}") from exc
             raise
+        except asyncio.CancelledError:
+            logger.info("an evaluation in %s was cancelled; retiring it", slot.sandbox.id)
+            self._retire(slot, why="abandoned")
+            raise
         finally:
             self._release(slot)
+        return result
 
     # -- closing ---------------------------------------------------------------------------
 
@@ -379,7 +517,7 @@ class SandboxPool:
         if self._closed:
             return
         self._closed = True
-        self._wake()  # each waiter wakes the next on its way out
+        self._waiters.wake()  # each waiter wakes the next on its way out
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()

@@ -11,7 +11,9 @@ teaches the model that correct code is wrong), and reports what happened through
 from __future__ import annotations
 
 import asyncio
+import logging
 import statistics
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +35,8 @@ RewardMapping = Callable[[Outcome], float | None]
 """An outcome's reward; infrastructure outcomes never reach it."""
 
 BackendLike = SandboxClient | Backend | str | None
+
+logger = logging.getLogger("sandboxkit.rewards")
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,13 @@ class RewardFunction:
     ``max_infra_share`` is the circuit breaker: when a larger share of a batch (of at least
     ``min_batch_for_breaker`` completions) failed for infrastructure reasons, the call raises
     :class:`CircuitOpenError` and training stops with that message (None disables it).
+
+    ``batch_timeout`` (seconds from the start of a call; None: no limit) bounds how long one
+    straggler can hold up a training step: when it passes, every evaluation still pending is
+    cancelled (its command killed where the backend can, its sandbox replaced) and gets
+    ``None``, as outcome ``DEADLINE``. Those do not count towards the circuit breaker: slow
+    programs, not a failing provider, are their usual cause, and stopping the run for them
+    would be wrong; ``<name>/deadline_rate`` shows them.
     """
 
     def __init__(
@@ -84,14 +95,18 @@ class RewardFunction:
         infra_reward: float | None = None,
         max_infra_share: float | None = 0.5,
         min_batch_for_breaker: int = 4,
+        batch_timeout: float | None = None,
         **pool_options: Any,
     ) -> None:
+        if batch_timeout is not None and not batch_timeout > 0:
+            raise ValueError(f"batch_timeout must be > 0 seconds or None, got {batch_timeout}")
         self.__name__ = name
         self.planner = planner
         self.mapping = mapping
         self.infra_reward = infra_reward
         self.max_infra_share = max_infra_share
         self.min_batch_for_breaker = min_batch_for_breaker
+        self.batch_timeout = batch_timeout
         self.last_batch: BatchStats | None = None
         # A SandboxClient passes for a Backend too (its sync methods have the protocol's names).
         client = (
@@ -120,12 +135,15 @@ class RewardFunction:
     def reward(self, outcome: Outcome) -> float | None:
         if outcome.kind is OutcomeKind.INFRA:
             return self.infra_reward
+        if outcome.kind is OutcomeKind.DEADLINE:
+            return None
         return self.mapping(outcome)
 
     async def aoutcomes(
         self, prompts: Sequence[Any], completions: Sequence[Completion], **columns: Any
     ) -> list[Outcome]:
         """The outcome of every completion (what the rewards are computed from)."""
+        deadline = None if self.batch_timeout is None else time.monotonic() + self.batch_timeout
         plans = []
         for i, completion in enumerate(completions):
             prompt = prompts[i] if i < len(prompts) else None
@@ -137,7 +155,17 @@ class RewardFunction:
                     "dataset columns this reward function reads"
                 ) from exc
         pool = self.pool
-        return list(await asyncio.gather(*(run_plan(pool, p) for p in plans)))
+        outcomes = await asyncio.gather(*(run_plan(pool, p, deadline=deadline) for p in plans))
+        late = sum(o.kind is OutcomeKind.DEADLINE for o in outcomes)
+        if late:
+            logger.warning(
+                "%s: %d of %d evaluations were cut off at the batch deadline (%g s); no reward",
+                self.__name__,
+                late,
+                len(outcomes),
+                self.batch_timeout,
+            )
+        return list(outcomes)
 
     async def acall(
         self, prompts: Sequence[Any], completions: Sequence[Completion], **kwargs: Any
@@ -199,6 +227,7 @@ class RewardFunction:
             f"{prefix}/timeout_rate": stats.rate(OutcomeKind.TIMEOUT),
             f"{prefix}/error_rate": stats.rate(OutcomeKind.ERROR),
             f"{prefix}/infra_error_rate": stats.rate(OutcomeKind.INFRA),
+            f"{prefix}/deadline_rate": stats.rate(OutcomeKind.DEADLINE),
             f"{prefix}/pass_rate": stats.rate(OutcomeKind.PASSED),
             f"{prefix}/latency_p50": stats.latency_p50,
             f"{prefix}/latency_p95": stats.latency_p95,
@@ -207,6 +236,8 @@ class RewardFunction:
             values[f"{prefix}/pool_size"] = float(stats.pool.size)
             values[f"{prefix}/sandboxes_created"] = float(stats.pool.created)
             values[f"{prefix}/retries"] = float(stats.pool.retries)
+            values[f"{prefix}/rate_limited"] = float(stats.pool.rate_limited)
+            values[f"{prefix}/concurrency_limit"] = float(stats.pool.concurrency_limit)
         return values
 
     async def aclose(self) -> None:

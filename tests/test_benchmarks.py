@@ -72,3 +72,24 @@ def test_smoke_run_writes_the_expected_json(tmp_path: Path) -> None:
         assert {m["backend"] for m in report["pool_memory"]} == {"daytona", "aviato"}
         assert all(m["created"] == m["size"] for m in report["pool_memory"])
     assert isinstance(report["targets"], list)
+
+
+def test_rate_limit_benchmark_prints_both_rows() -> None:
+    argv = [sys.executable, "benchmarks/rate_limits.py", "--batch", "48", "--concurrency", "16"]
+    argv += ["--allowed", "2", "--latency-ms", "5", "--backoff", "0.02", "--retries", "8"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {
+        cells[0]: cells
+        for line in done.stdout.splitlines()
+        if (cells := [c.strip() for c in line.strip("|").split("|")])[0].endswith(
+            ("concurrency", "budget")
+        )
+    }
+    fixed, adaptive = rows["fixed concurrency"], rows["adaptive budget"]
+    assert fixed[7] == "16" and int(adaptive[7]) < 16  # the final limit
+    assert adaptive[6] == "0"  # no reward lost
+    assert int(adaptive[4]) < int(fixed[4])  # fewer 429s

@@ -31,9 +31,11 @@ How the protocol maps onto the client:
   buffers everything a command prints.
 - A stream that ends without an exit status (the sandbox died mid-exec) is
   ``SandboxLostError``: whether the command ran is unknown, so the work must not be retried in
-  that sandbox. Rate limiting, UNAVAILABLE and dropped connections are
-  ``TransientBackendError``; the client's own status-poll retries are off by default
+  that sandbox. Rate limiting (RESOURCE_EXHAUSTED) is ``RateLimitedError``, with the
+  ``RetryInfo`` delay the service sent; UNAVAILABLE and dropped connections are
+  ``TransientBackendError``. The client's own status-poll retries are off by default
   (``poll_retry_budget_seconds=0``) because retrying is the job of the layer above.
+- A cancelled exec cancels its stream, and the service kills the command.
 - A stopped or finished sandbox counts as not found, as in every backend.
 """
 
@@ -47,7 +49,7 @@ import logging
 import posixpath
 import time
 from collections.abc import Awaitable, Mapping, Sequence
-from datetime import timezone
+from datetime import timedelta, timezone
 from typing import Any, TypeVar
 
 import cwsandbox
@@ -58,6 +60,7 @@ from ..errors import (
     AuthenticationError,
     BackendError,
     BackendMisconfiguredError,
+    RateLimitedError,
     SandboxLostError,
     SandboxNotFoundError,
     SandboxTimeoutError,
@@ -91,7 +94,6 @@ _STATUS = {
 _TRANSIENT_CODES = frozenset(
     {
         grpc.StatusCode.UNAVAILABLE,
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
         grpc.StatusCode.ABORTED,
         grpc.StatusCode.CANCELLED,
         grpc.StatusCode.INTERNAL,
@@ -113,6 +115,12 @@ def _grpc_code(exc: BaseException) -> grpc.StatusCode | None:
     return None
 
 
+def _rate_limited(message: str, exc: BaseException) -> RateLimitedError:
+    delay = getattr(exc, "retry_delay", None)  # the service's RetryInfo, parsed by the client
+    retry_after = delay.total_seconds() if isinstance(delay, timedelta) else None
+    return RateLimitedError(message, retry_after=retry_after)
+
+
 def translate(exc: BaseException, sandbox_id: str | None = None) -> BaseException:
     """The sandboxkit error for a ``cwsandbox`` (or raw gRPC) error; others pass through."""
     what = f"sandbox {sandbox_id}" if sandbox_id else "Aviato"
@@ -129,9 +137,9 @@ def translate(exc: BaseException, sandbox_id: str | None = None) -> BaseExceptio
         return BackendError(message)
     if isinstance(exc, cwsandbox.SandboxNotFoundError):
         return SandboxNotFoundError(message)
-    if isinstance(
-        exc, (cwsandbox.SandboxUnavailableError, cwsandbox.SandboxResourceExhaustedError)
-    ):
+    if isinstance(exc, cwsandbox.SandboxResourceExhaustedError):
+        return _rate_limited(message, exc)
+    if isinstance(exc, cwsandbox.SandboxUnavailableError):
         return TransientBackendError(message)
     if isinstance(
         exc, (cwsandbox.SandboxStreamBackpressureError, cwsandbox.SandboxStreamTruncatedError)
@@ -155,6 +163,8 @@ def translate(exc: BaseException, sandbox_id: str | None = None) -> BaseExceptio
             return SandboxTimeoutError(message)
         if code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION):
             return BackendMisconfiguredError(message)
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            return _rate_limited(message, exc)
         if code in _TRANSIENT_CODES:
             return TransientBackendError(message)
         return BackendError(message)

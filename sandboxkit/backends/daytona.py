@@ -27,9 +27,13 @@ Choices where Daytona and the protocol differ:
   ``auto_delete_interval`` (default 0: deleted as soon as stopped), and ``ttl_minutes`` from
   ``lifetime_seconds``. A create that fails after the server made the sandbox (lost answer,
   timeout, cancellation) finds it by a per-request label and deletes it.
-- **Errors**: 401/403 -> ``AuthenticationError``, 404 -> ``SandboxNotFoundError``, 429, 5xx
-  and connection failures -> ``TransientBackendError``; a toolbox call that fails while the
-  sandbox left the ``started`` state -> ``SandboxLostError``. No retries here.
+- **Errors**: 401/403 -> ``AuthenticationError``, 404 -> ``SandboxNotFoundError``, 429 ->
+  ``RateLimitedError`` (with its ``Retry-After``), 5xx and connection failures ->
+  ``TransientBackendError``; a toolbox call that fails while the sandbox left the ``started``
+  state -> ``SandboxLostError``. No retries here.
+- **Cancellation**: a cancelled exec drops its request, but Daytona has no call that kills a
+  running command: it runs on until its watchdog's ``timeout`` or until its sandbox is
+  deleted (a pool retires a sandbox whose exec was cancelled, which deletes it).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ import binascii
 import builtins
 import concurrent.futures
 import contextlib
+import email.utils
 import hashlib
 import logging
 import math
@@ -51,7 +56,7 @@ import uuid
 import warnings
 from collections.abc import AsyncGenerator, Awaitable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 import aiohttp
@@ -79,6 +84,7 @@ from ..errors import (
     AuthenticationError,
     BackendError,
     BackendMisconfiguredError,
+    RateLimitedError,
     SandboxError,
     SandboxLostError,
     SandboxNotFoundError,
@@ -268,17 +274,46 @@ def _status(state: str) -> SandboxStatus:
     return SandboxStatus.STOPPED if state in _GONE else SandboxStatus.PENDING
 
 
-def _http_status(exc: BaseException) -> int | None:
-    """The HTTP status behind an SDK error, wherever in the cause chain it was recorded."""
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and what it was raised from, outermost first."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def _http_status(exc: BaseException) -> int | None:
+    """The HTTP status behind an SDK error, wherever in the cause chain it was recorded."""
+    for error in _causes(exc):
         for attr in ("status_code", "status"):
-            value = getattr(current, attr, None)
+            value = getattr(error, attr, None)
             if isinstance(value, int):
                 return value
-        current = current.__cause__ or current.__context__
+    return None
+
+
+def _retry_after(exc: BaseException) -> float | None:
+    """The seconds an answer's ``Retry-After`` header asks for (a number or an HTTP date)."""
+    for error in _causes(exc):
+        headers = getattr(error, "headers", None)
+        if not isinstance(headers, Mapping):
+            continue
+        value = next((str(v) for k, v in headers.items() if str(k).lower() == "retry-after"), None)
+        if value is None:
+            continue
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            pass
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=timezone.utc)
+        return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
     return None
 
 
@@ -364,10 +399,10 @@ class DaytonaBackend:
             )
         if status == 404:
             return SandboxNotFoundError(message)
-        if (
-            status == 429
-            or (status is not None and status >= 500)
-            or isinstance(exc, (DaytonaConnectionError, aiohttp.ClientError, ConnectionError))
+        if status == 429:
+            return RateLimitedError(message, retry_after=_retry_after(exc))
+        if (status is not None and status >= 500) or isinstance(
+            exc, (DaytonaConnectionError, aiohttp.ClientError, ConnectionError)
         ):
             return TransientBackendError(message)
         if status == 408 or isinstance(exc, (DaytonaTimeoutError, asyncio.TimeoutError)):
@@ -397,7 +432,7 @@ class DaytonaBackend:
         if isinstance(error, SandboxNotFoundError):
             connection.sandboxes.pop(sb.id, None)
         if type(error) not in (TransientBackendError, BackendError):
-            return error
+            return error  # a rate limit among them: asking for the state would add to it
         try:
             fresh = await connection.daytona.get(sb.id)
             state, reason = _state(fresh), fresh.error_reason

@@ -22,7 +22,9 @@ Choices that keep the client fast and its behaviour realistic:
 Faults (:class:`~sandboxkit.emulators.faults.Faults`) apply to every RPC: latency, transient
 errors (RESOURCE_EXHAUSTED or UNAVAILABLE), dropped calls (UNAVAILABLE without any effect), and
 ``die_rate``: the sandbox dies during an exec and the stream ends without an exit status.
-``max_sandboxes`` refuses creation beyond that many live sandboxes with RESOURCE_EXHAUSTED.
+``max_sandboxes`` refuses creation beyond that many live sandboxes with RESOURCE_EXHAUSTED, and
+``max_concurrent_execs`` a command beyond that many running ones; every RESOURCE_EXHAUSTED
+carries a ``RetryInfo`` when the faults set ``retry_after``.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from typing import Any, NoReturn
 import grpc
 from cwsandbox._proto import sandbox_pb2 as pb
 from cwsandbox._proto import sandbox_pb2_grpc as pb_grpc
-from google.protobuf import timestamp_pb2
+from google.protobuf import duration_pb2, timestamp_pb2
 from google.rpc import error_details_pb2, status_pb2
 
 from ..errors import BackendMisconfiguredError, SandboxError, SandboxNotFoundError
@@ -77,15 +79,26 @@ async def _abort(
     *,
     reason: str | None = None,
     metadata: Mapping[str, str] | None = None,
+    retry_after: float | None = None,
 ) -> NoReturn:
-    """End the call with ``code``, adding an ``ErrorInfo`` when there is a ``reason``."""
-    trailing: tuple[tuple[str, bytes], ...] = ()
+    """End the call with ``code``, adding an ``ErrorInfo`` when there is a ``reason`` and a
+    ``RetryInfo`` when there is a ``retry_after`` (seconds)."""
+    details: list[Any] = []
     if reason is not None:
-        info = error_details_pb2.ErrorInfo(
-            reason=reason, domain=ERROR_DOMAIN, metadata=dict(metadata or {})
+        details.append(
+            error_details_pb2.ErrorInfo(
+                reason=reason, domain=ERROR_DOMAIN, metadata=dict(metadata or {})
+            )
         )
+    if retry_after is not None:
+        delay = duration_pb2.Duration()
+        delay.FromNanoseconds(round(retry_after * 1e9))
+        details.append(error_details_pb2.RetryInfo(retry_delay=delay))
+    trailing: tuple[tuple[str, bytes], ...] = ()
+    if details:
         status = status_pb2.Status(code=code.value[0], message=message)
-        status.details.add().Pack(info)
+        for detail in details:
+            status.details.add().Pack(detail)
         trailing = (("grpc-status-details-bin", status.SerializeToString()),)
     await context.abort(code, message, trailing_metadata=trailing)
     raise AssertionError("unreachable: abort raises")  # pragma: no cover
@@ -154,6 +167,8 @@ class AviatoServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
         self.sandboxes: dict[str, _Emulated] = {}
         self._by_request: dict[str, str] = {}
         self._reserved = 0
+        self._execs = 0
+        """Commands running now (``max_concurrent_execs`` refuses more)."""
 
     def live_count(self) -> int:
         return sum(1 for sb in self.sandboxes.values() if sb.live)
@@ -173,9 +188,19 @@ class AviatoServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
             await _abort(context, grpc.StatusCode.UNAVAILABLE, "connection dropped (injected)")
         kind = self.faults.transient_error()
         if kind == "rate_limited":
-            await _abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, "rate limited (injected)")
+            await self._rate_limited(context, "rate limited (injected)")
         if kind == "server_error":
             await _abort(context, grpc.StatusCode.UNAVAILABLE, "server error (injected)")
+
+    async def _rate_limited(
+        self, context: grpc.aio.ServicerContext[Any, Any], message: str
+    ) -> NoReturn:
+        await _abort(
+            context,
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            message,
+            retry_after=self.faults.retry_after,
+        )
 
     async def _running(
         self, sandbox_id: str, context: grpc.aio.ServicerContext[Any, Any]
@@ -214,10 +239,8 @@ class AviatoServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
         if request.request_id and request.request_id in self._by_request:
             return self.sandboxes[self._by_request[request.request_id]].proto
         if self.faults.at_capacity(self.live_count() + self._reserved):
-            await _abort(
-                context,
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"sandbox quota of {self.faults.max_sandboxes} reached",
+            await self._rate_limited(
+                context, f"sandbox quota of {self.faults.max_sandboxes} reached"
             )
         containers = list(request.sandbox.spec.containers)
         if not containers:
@@ -333,11 +356,15 @@ class AviatoServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
             if message.HasField("close"):
                 break
             stdin += message.stdin
+        if self.faults.too_many_execs(self._execs):
+            limit = self.faults.max_concurrent_execs
+            await self._rate_limited(context, f"at most {limit} commands may run at once")
         if self.faults.dies():
             await self._end(sb, pb.STATE_FAILED, 137)
             return  # the stream ends with no exit status, as when the sandbox's node is lost
         command, env = list(init.command), dict(init.env)
         direct = direct_python(command, sb.workdir) if self.direct_python else None
+        self._execs += 1
         try:
             result: ExecResult | None = None
             if direct is not None:
@@ -354,6 +381,8 @@ class AviatoServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
             raise
         except SandboxError as exc:
             await _abort(context, grpc.StatusCode.INTERNAL, str(exc))
+        finally:
+            self._execs -= 1
         if result is None:
             return  # the sandbox was stopped under the command: no exit status
         for stream, data in (

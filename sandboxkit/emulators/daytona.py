@@ -70,10 +70,18 @@ except BaseException as exc:
 class _Reply(Exception):
     """Ends a request early with a Daytona-shaped error answer."""
 
-    def __init__(self, status: int, message: str, *, code: str, source: str = API_SOURCE) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        code: str,
+        source: str = API_SOURCE,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         body = {"statusCode": status, "message": message, "code": code, "source": source}
-        self.response = web.json_response(body, status=status)
+        self.response = web.json_response(body, status=status, headers=headers)
 
 
 def _now() -> str:
@@ -158,6 +166,8 @@ class DaytonaEmulator:
         self._root: str | None = None
         self._local: Any = None
         self._background: set[asyncio.Task[Any]] = set()
+        self._execs = 0
+        """Commands running now (``max_concurrent_execs`` refuses more)."""
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -295,7 +305,7 @@ class DaytonaEmulator:
         if self.faults.applies_to(operation):
             error = self.faults.transient_error()
             if error == "rate_limited":
-                return _Reply(429, "Too many requests", code="TOO_MANY_REQUESTS").response
+                return self._rate_limited("Too many requests", code="TOO_MANY_REQUESTS").response
             if error == "server_error":
                 return _Reply(503, "Service unavailable", code="SERVICE_UNAVAILABLE").response
             drop = self.faults.drop()
@@ -353,13 +363,18 @@ class DaytonaEmulator:
         if local_id is not None:
             await self._local.backend.stop(local_id)
 
+    def _rate_limited(self, message: str, *, code: str) -> _Reply:
+        """A 429, with the ``Retry-After`` the faults ask for."""
+        after = self.faults.retry_after
+        headers = {"Retry-After": f"{after:g}"} if after is not None else None
+        return _Reply(429, message, code=code, headers=headers)
+
     # -- control plane -------------------------------------------------------------------------
 
     async def _create(self, request: web.Request) -> web.Response:
         body = await request.json()
         if self.faults.at_capacity(self.live_sandboxes()):
-            raise _Reply(
-                429,
+            raise self._rate_limited(
                 f"Sandbox limit reached: at most {self.faults.max_sandboxes} running sandboxes",
                 code="SANDBOX_LIMIT_EXCEEDED",
             )
@@ -427,37 +442,49 @@ class DaytonaEmulator:
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
     ) -> ExecResult:
-        """Run a command in the sandbox's local twin; the ``die_rate`` fault kills both."""
-        assert sb.local_id is not None
-        run = asyncio.ensure_future(
-            self._local.backend.exec(
-                sb.local_id, argv, timeout=timeout, stdin=stdin, cwd=cwd, env=env
+        """Run a command in the sandbox's local twin; the ``die_rate`` fault kills both, and
+        ``max_concurrent_execs`` refuses it when that many are running."""
+        if self.faults.too_many_execs(self._execs):
+            limit = self.faults.max_concurrent_execs
+            raise self._rate_limited(
+                f"at most {limit} commands may run at once", code="TOO_MANY_REQUESTS"
             )
-        )
-        if self.faults.dies():
-            await asyncio.wait({run}, timeout=0.05)
-            run.cancel()
-            with contextlib.suppress(BaseException):
-                await run
-            sb.state, sb.error_reason = "error", "the sandbox died (emulated fault)"
-            await self._release(sb)
-            raise _Reply(
-                502,
-                f"sandbox {sb.id} stopped responding",
-                code="SANDBOX_UNREACHABLE",
-                source=PROXY_SOURCE,
-            )
+        self._execs += 1
         try:
-            result: ExecResult = await run
-        except SandboxNotFoundError:
-            raise _Reply(404, f"sandbox {sb.id} not found", code="NOT_FOUND") from None
-        except SandboxError as exc:
-            raise _Reply(400, str(exc), code="BAD_REQUEST", source=DAEMON_SOURCE) from None
-        if sb.local_id is None:
-            # Deleted under the command, which the deletion killed: the toolbox connection is
-            # gone with the sandbox, so the client gets no result (not an empty one).
-            raise _Reply(404, f"sandbox {sb.id} was deleted", code="NOT_FOUND", source=PROXY_SOURCE)
-        return result
+            assert sb.local_id is not None
+            run = asyncio.ensure_future(
+                self._local.backend.exec(
+                    sb.local_id, argv, timeout=timeout, stdin=stdin, cwd=cwd, env=env
+                )
+            )
+            if self.faults.dies():
+                await asyncio.wait({run}, timeout=0.05)
+                run.cancel()
+                with contextlib.suppress(BaseException):
+                    await run
+                sb.state, sb.error_reason = "error", "the sandbox died (emulated fault)"
+                await self._release(sb)
+                raise _Reply(
+                    502,
+                    f"sandbox {sb.id} stopped responding",
+                    code="SANDBOX_UNREACHABLE",
+                    source=PROXY_SOURCE,
+                )
+            try:
+                result: ExecResult = await run
+            except SandboxNotFoundError:
+                raise _Reply(404, f"sandbox {sb.id} not found", code="NOT_FOUND") from None
+            except SandboxError as exc:
+                raise _Reply(400, str(exc), code="BAD_REQUEST", source=DAEMON_SOURCE) from None
+            if sb.local_id is None:
+                # Deleted under the command, which the deletion killed: the toolbox connection is
+                # gone with the sandbox, so the client gets no result (not an empty one).
+                raise _Reply(
+                    404, f"sandbox {sb.id} was deleted", code="NOT_FOUND", source=PROXY_SOURCE
+                )
+            return result
+        finally:
+            self._execs -= 1
 
     @staticmethod
     def _timeout(value: object, default: int) -> float | None:

@@ -1,5 +1,6 @@
 """Fault injection shared by the emulators: latency, error answers, dropped connections,
-sandboxes that die mid-exec, and a cap on live sandboxes (as on a provider's free tier)."""
+sandboxes that die mid-exec, a cap on live sandboxes (as on a provider's free tier) and one on
+execs in flight (as a provider's rate limit)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,11 @@ class Faults:
     """Share of execs during which the sandbox dies."""
     max_sandboxes: int | None = None
     """Live sandboxes allowed at once; creation beyond it is refused as rate limiting."""
+    max_concurrent_execs: int | None = None
+    """Execs allowed in flight at once; an exec beyond it is refused as rate limiting."""
+    retry_after: float | None = None
+    """Seconds that rate-limit answers ask the client to wait (Daytona: a ``Retry-After``
+    header; Aviato: a ``RetryInfo`` detail); None: they do not say."""
     seed: int | None = None
     operations: frozenset[str] | None = None
     """Operations (``create``, ``exec``, ...) that errors and drops hit; None: all of them."""
@@ -56,3 +62,7 @@ class Faults:
 
     def at_capacity(self, live: int) -> bool:
         return self.max_sandboxes is not None and live >= self.max_sandboxes
+
+    def too_many_execs(self, in_flight: int) -> bool:
+        """Whether an exec that finds ``in_flight`` others running is refused."""
+        return self.max_concurrent_execs is not None and in_flight >= self.max_concurrent_execs

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TypeVar
 
 from ..emulators.faults import Faults
-from ..errors import SandboxLostError, TransientBackendError
+from ..errors import RateLimitedError, SandboxLostError, TransientBackendError
 from ..protocol import Backend, ExecResult, SandboxInfo, SandboxSpec, SandboxStatus
 
 T = TypeVar("T")
@@ -27,13 +27,17 @@ class FaultyBackend:
     """``inner`` with the faults of ``faults`` injected, counting every call.
 
     - ``latency_ms`` / ``create_latency_ms`` delay every call / creation;
-    - ``error_rate``: create, exec and file calls raise ``TransientBackendError``, half of them
-      before the inner call and half after it (the work is done, the answer is lost);
+    - ``error_rate``: create, exec and file calls raise ``TransientBackendError`` (the
+      rate-limited half: ``RateLimitedError``), half of them before the inner call and half
+      after it (the work is done, the answer is lost);
     - ``drop_rate``: the same calls lose their answer after the inner call (a cut connection);
     - ``die_rate``: an exec's sandbox is stopped while the command runs and the exec raises
       ``SandboxLostError``, as do the other execs that were running in it;
     - ``max_sandboxes``: creation beyond that many live sandboxes (of this wrapper) is refused
-      with ``TransientBackendError``, as by a rate limit.
+      with ``RateLimitedError``;
+    - ``max_concurrent_execs``: an exec that finds that many execs of this wrapper in flight
+      is refused with ``RateLimitedError`` (after the call's latency: a 429 is a round trip);
+    - ``retry_after``: what every injected ``RateLimitedError`` carries.
 
     ``calls`` counts calls per method, ``injected`` the faults injected per kind (such as
     ``"server_error after create"``, ``"died"``), and
@@ -59,9 +63,12 @@ class FaultyBackend:
             raise AttributeError(attr)
         return getattr(self.inner, attr)
 
-    def _fail(self, kind: str, what: str) -> TransientBackendError:
+    def _fail(self, kind: str, what: str, *, rate_limited: bool = False) -> TransientBackendError:
         self.injected[kind] += 1
-        return TransientBackendError(f"injected fault ({kind}) in {what}")
+        message = f"injected fault ({kind}) in {what}"
+        if rate_limited:
+            return RateLimitedError(message, retry_after=self.faults.retry_after)
+        return TransientBackendError(message)
 
     async def _call(
         self, what: str, call: Callable[[], Awaitable[T]], *, create: bool = False
@@ -74,11 +81,12 @@ class FaultyBackend:
             await self.faults.delay(create=create)
             error = self.faults.transient_error()
             after = error is not None and self.faults.rng.random() < 0.5
+            limited = error == "rate_limited"
             if error is not None and not after:
-                raise self._fail(f"{error} before {what}", what)
+                raise self._fail(f"{error} before {what}", what, rate_limited=limited)
             result = await call()
             if error is not None:
-                raise self._fail(f"{error} after {what}", what)
+                raise self._fail(f"{error} after {what}", what, rate_limited=limited)
             if self.faults.drop():
                 raise self._fail(f"dropped after {what}", what)
             return result
@@ -88,7 +96,7 @@ class FaultyBackend:
     async def create(self, spec: SandboxSpec) -> SandboxInfo:
         if self.faults.at_capacity(len(self._live)):
             self.calls["create"] += 1
-            raise self._fail("at capacity", "create")
+            raise self._fail("at capacity", "create", rate_limited=True)
 
         async def create() -> SandboxInfo:
             info = await self.inner.create(spec)
@@ -107,6 +115,11 @@ class FaultyBackend:
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
     ) -> ExecResult:
+        if self.faults.too_many_execs(self._in_flight["exec"]):
+            self.calls["exec"] += 1
+            await self.faults.delay()
+            raise self._fail("too many execs", "exec", rate_limited=True)
+
         async def run() -> ExecResult:
             live = sandbox_id in self._live
             command = self.inner.exec(
