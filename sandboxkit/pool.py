@@ -452,7 +452,7 @@ class SandboxPool:
         ``deadline`` (a ``time.monotonic()`` value): past it, the evaluation is cancelled
         wherever it is (waiting for a lease, running, backing off) and raises
         :class:`DeadlineExceededError` once its command has been cancelled. A cancelled command
-        may still run on a provider that cannot kill it (Daytona), so the sandbox it ran in
+        may run on a while (Daytona kills it with a second exec), so the sandbox it ran in
         takes no more leases: it is stopped when its other leases end, and replaced.
         """
         return await self._at_home(lambda: self._run(fn, deadline))
