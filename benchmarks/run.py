@@ -308,10 +308,8 @@ def bare(work: Workload, python: str, threads: int, flags: Sequence[str] = ()) -
 
 
 def reward_function(work: Workload, client: SandboxClient, pool_size: int) -> RewardFunction:
-    # The backend object, not the client: a SandboxClient passes the factories' Backend check
-    # (its __getattr__ forwards) and gets wrapped again, whose stop/list are then sync twins.
     options: dict[str, Any] = {
-        "backend": client.backend,
+        "backend": client,
         "pool_size": pool_size,
         "progress": False,
     }

@@ -113,3 +113,15 @@ def test_plugin_that_is_not_a_backend_is_refused(
     monkeypatch.syspath_prepend(str(site))
     with pytest.raises(TypeError, match="does not implement"):
         sandboxkit.get_backend("bogus")
+
+
+def test_a_client_wrapped_again_keeps_its_backend(clean_env: Path) -> None:
+    """A client passes for a Backend; wrapping it must not turn the async protocol into the
+    client's sync twins (stop would then fail inside sandboxkit's own loop)."""
+    with sandboxkit.get_backend("subprocess") as client:
+        again = sandboxkit.SandboxClient(client)
+        assert again.backend is client.backend
+        with again.sandbox(tags=["wrapped-again"]) as sb:
+            assert sb.exec(["true"]).returncode == 0
+            assert [info.id for info in again.list(tags=["wrapped-again"])] == [sb.id]
+        assert again.list(tags=["wrapped-again"]) == []
