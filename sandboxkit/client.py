@@ -88,10 +88,10 @@ class Sandbox:
 class SandboxClient:
     """The object :func:`sandboxkit.get_backend` returns: creates, finds and lists sandboxes."""
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: Backend | SandboxClient) -> None:
         # A client passes for a Backend (its sync twins have the protocol's names): wrapping it
         # again would hand sync methods to code that awaits them, so it is unwrapped.
-        self.backend = backend.backend if isinstance(backend, SandboxClient) else backend
+        self.backend: Backend = backend.backend if isinstance(backend, SandboxClient) else backend
 
     @property
     def name(self) -> str:
