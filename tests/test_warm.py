@@ -16,6 +16,7 @@ import sandboxkit
 from sandboxkit import get_backend
 from sandboxkit.backends.subprocess import SubprocessBackend
 from sandboxkit.local import isolation
+from sandboxkit.local.warm import LearntSite, site_stamp
 from sandboxkit.testing.remote import processes_with
 
 SCRIPT = """\
@@ -242,3 +243,40 @@ def test_a_cancelled_exec_kills_its_command_and_keeps_the_template(
             await sb.astop()
 
     asyncio.run(main())
+
+
+def test_later_templates_take_the_site_path_the_first_learnt(
+    clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
+) -> None:
+    """Learning site's sys.path is most of a template's start; the backend's next templates
+    are handed it, and programs still see what a fresh interpreter sees."""
+    _, cold = clients
+    program = ["python3", "-c", "import sys; print(sys.path)"]
+    with get_backend("subprocess", root=cold.backend.root, warm=True) as fresh:
+        backend = fresh.backend
+        assert isinstance(backend, SubprocessBackend)
+        seen = []
+        for _ in range(2):
+            with fresh.sandbox() as sb:
+                warm = sb.exec(program, timeout=60)
+                seen.append((backend._templates[sb.id].learnt_site, warm.stdout))
+                assert warm.stdout == cold.get(sb.id).exec(program, timeout=60).stdout
+        assert [learnt for learnt, _ in seen] == [True, False]
+        assert seen[0][1] == seen[1][1]
+
+
+def test_a_changed_site_directory_is_learnt_again(tmp_path: Path) -> None:
+    site_dir = tmp_path / "site-packages"
+    site_dir.mkdir()
+    (site_dir / "a.pth").write_text("/opt/a\n")
+    learnt = LearntSite()
+    learnt.learnt([str(site_dir), str(tmp_path / "missing")])
+    assert learnt.known() == [str(site_dir), str(tmp_path / "missing")]
+    stamp = site_stamp([str(site_dir)])
+    os.utime(site_dir / "a.pth", ns=(1, 1))  # a .pth file rewritten in place
+    assert site_stamp([str(site_dir)]) != stamp
+    assert learnt.known() is None
+    learnt.learnt([str(site_dir)])
+    assert learnt.known() == [str(site_dir)]
+    (site_dir / "b.pth").write_text("/opt/b\n")  # a package installed
+    assert learnt.known() is None

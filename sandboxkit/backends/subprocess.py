@@ -34,7 +34,7 @@ from ..local.cgroup import PidsCgroups
 from ..local.isolation import SANDBOX_BIN, IsolationReport, Tier, bwrap_binary, detect
 from ..local.limits import Limits
 from ..local.supervisor import Confinement, kill_session, run
-from ..local.warm import ColdPath, WarmTemplate
+from ..local.warm import ColdPath, LearntSite, WarmTemplate
 from ..portal import on_portal
 from ..protocol import DEFAULT_WORKDIR, ExecResult, SandboxInfo, SandboxSpec, SandboxStatus
 
@@ -105,6 +105,7 @@ class SubprocessBackend:
             warm if warm is not None else setting("SANDBOXKIT_WARM", "1") != "0"
         )
         self._templates: dict[str, WarmTemplate] = {}
+        self._site = LearntSite()
         self._starting: dict[str, asyncio.Lock] = {}
         self._running: dict[str, set[int]] = {}
         """Supervised pids of this process's execs, per sandbox: ``stop`` kills them."""
@@ -332,6 +333,7 @@ class SubprocessBackend:
                     workspace=path / "workspace",
                     tmp=path / "tmp",
                     env=self._env(self._meta(path), None, path),
+                    site=self._site,
                 )
                 self._templates[sandbox_id] = template
             return template

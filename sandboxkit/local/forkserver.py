@@ -22,8 +22,9 @@ one:
 The template also feeds the command's stdin, collects its output (capped) and enforces its
 timeout, so an exec costs the host one request and one answer.
 
-Protocol on the SOCK_SEQPACKET socket whose fd is ``argv[1]``: the template sends
-``{"ready": true}`` (or ``{"ready": false, "reason"}``). A request is ``r`` + a JSON header
+Protocol on the SOCK_SEQPACKET socket whose fd is ``argv[1]`` (``argv[2]``, if given: a site
+``sys.path`` to take instead of learning it): the template sends ``{"ready": true, "site_path",
+"learnt"}`` (or ``{"ready": false, "reason"}``). A request is ``r`` + a JSON header
 ``{"argv", "cwd", "env", "limits", "cap", "timeout"}`` + a newline + the stdin bytes; it is
 answered by packets ``o`` + stdout bytes and ``e`` + stderr bytes (none when empty), then
 ``x`` + ``{"exit", "timed_out", "truncated", "duration"}`` (or ``x`` + ``{"error"}`` when it
@@ -541,28 +542,33 @@ def warm_up() -> None:
         pass
 
 
-def learn_site() -> None:
+def learn_site(known: list[str] | None) -> None:
     """Learn the sys.path a normal start gives (site-packages and .pth path lines) in a
     throw-away child: whatever .pth files and sitecustomize import (often much, sometimes
-    ``threading``) stays out of this process and so out of every fork. Site's builtins
-    (``exit``, ``quit``, ``help``...) are cheap and made here."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(read_end)
-            null = os.open(os.devnull, os.O_RDWR)
-            for fd in (0, 1, 2):
-                os.dup2(null, fd)
-            site.main()
-            os.write(write_end, json.dumps(sys.path).encode())
-        finally:
-            os._exit(0)
-    os.close(write_end)
-    with open(read_end, "rb") as f:
-        data = f.read()
-    os.waitpid(pid, 0)
-    SITE_PATH[:] = json.loads(data)
+    ``threading``) stays out of this process and so out of every fork. ``known``: what an
+    earlier template of this interpreter learnt, which the host still finds valid; it saves
+    the child (site's imports are most of a template's start). Site's builtins (``exit``,
+    ``quit``, ``help``...) are cheap and made here."""
+    if known is not None:
+        SITE_PATH[:] = known
+    else:
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(read_end)
+                null = os.open(os.devnull, os.O_RDWR)
+                for fd in (0, 1, 2):
+                    os.dup2(null, fd)
+                site.main()
+                os.write(write_end, json.dumps(sys.path).encode())
+            finally:
+                os._exit(0)
+        os.close(write_end)
+        with open(read_end, "rb") as f:
+            data = f.read()
+        os.waitpid(pid, 0)
+        SITE_PATH[:] = json.loads(data)
     site.setquit()
     site.setcopyright()
     site.sethelper()
@@ -574,10 +580,12 @@ def main() -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     # First: nothing may run while this process holds the capability bwrap kept for it.
     reason = become_server(sock)
+    known = json.loads(sys.argv[2]) if len(sys.argv) > 2 else None
     if reason is None:
-        learn_site()
+        learn_site(known)
         warm_up()
-    sock.send(json.dumps({"ready": reason is None, "reason": reason or ""}).encode())
+    ready = {"ready": reason is None, "reason": reason or ""}
+    sock.send(json.dumps({**ready, "site_path": SITE_PATH, "learnt": known is None}).encode())
     if reason is not None:
         return
     while True:
