@@ -49,7 +49,10 @@ import socket
 import sys
 import time
 import types
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # not imported here: every program would find typing already loaded
+    from typing import Any
 
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
