@@ -15,7 +15,9 @@ Choices where Daytona and the protocol differ:
   ``cat``, ``base64`` and ``mkfifo``, which every mainstream image has.
 - **Cancellation**: Daytona's exec is one HTTP request with no cancel; the wrapper keeps a
   FIFO in its scratch directory, and a cancelled exec sends a second exec (in the background)
-  that writes a line into it, on which the wrapper kills its command.
+  that writes a line into it, on which the wrapper kills its command. Should that kill not
+  arrive, the watchdog's ``timeout`` and the sandbox's deletion (a pool retires a sandbox
+  whose exec was cancelled) remain the backstops.
 - **Timeouts**: a watchdog in the wrapper kills the command at ``timeout`` (sub-second, with
   the output so far) -> ``ExecResult(timed_out=True, returncode=137)``. Daytona's own limit
   (whole seconds, rounded up, plus a grace) is the backstop for a command whose children keep
@@ -31,9 +33,6 @@ Choices where Daytona and the protocol differ:
   ``RateLimitedError`` (with its ``Retry-After``), 5xx and connection failures ->
   ``TransientBackendError``; a toolbox call that fails while the sandbox left the ``started``
   state -> ``SandboxLostError``. No retries here.
-- **Cancellation**: a cancelled exec drops its request, but Daytona has no call that kills a
-  running command: it runs on until its watchdog's ``timeout`` or until its sandbox is
-  deleted (a pool retires a sandbox whose exec was cancelled, which deletes it).
 """
 
 from __future__ import annotations
