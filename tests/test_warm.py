@@ -245,6 +245,59 @@ def test_a_cancelled_exec_kills_its_command_and_keeps_the_template(
     asyncio.run(main())
 
 
+def test_a_command_cannot_stop_the_template(
+    clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
+) -> None:
+    """Commands run under the template's server, the init of their pid namespace: the signals
+    they send it, and a reboot of that namespace, must leave it serving."""
+    prog = (
+        "import ctypes, os, signal\n"
+        "for sig in ('SIGINT', 'SIGTERM', 'SIGHUP', 'SIGUSR1', 'SIGCHLD', 'SIGSTOP', 'SIGKILL'):\n"
+        "    for pid in {1, os.getppid()}:\n"
+        "        os.kill(pid, getattr(signal, sig))\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "print('reboot', libc.reboot(0x01234567), ctypes.get_errno())\n"  # RB_AUTOBOOT
+    )
+    warm, _ = clients
+    backend = warm.backend
+    assert isinstance(backend, SubprocessBackend)
+    with warm.sandbox() as sb:
+        result = sb.exec(["python3", "-c", prog], timeout=60)
+        assert (result.returncode, result.stdout) == (0, "reboot -1 1\n"), result.stderr  # EPERM
+        template = backend._templates[sb.id]
+        after = sb.exec(["python3", "-c", "print('still warm')"], timeout=60)
+        assert after.stdout == "still warm\n"
+        assert backend._templates[sb.id] is template and not template.broken
+
+
+def test_orphans_are_reaped_while_the_command_runs(
+    clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
+) -> None:
+    """A command that leaves orphans (``cmd &`` in a shell, a double fork) does not run out of
+    processes by them: whatever runs its namespace reaps them as they end, as an init does.
+    300 orphans, more than the process limit: unreaped, the program would wait forever."""
+    prog = (
+        "import os, time\n"
+        "def fork():\n"
+        "    while True:\n"
+        "        try:\n"
+        "            return os.fork()\n"
+        "        except BlockingIOError:\n"
+        "            time.sleep(0.01)\n"
+        "for _ in range(300):\n"
+        "    pid = fork()\n"
+        "    if pid == 0:\n"
+        "        if fork() == 0:\n"
+        "            os._exit(0)\n"
+        "        os._exit(0)\n"
+        "    os.waitpid(pid, 0)\n"
+        "print('done')\n"
+    )
+    warm, cold = both(clients, ["python3", "-c", prog], timeout=120)
+    for result in (warm, cold):
+        assert (result.returncode, result.stdout, result.timed_out) == (0, "done\n", False)
+
+
 def test_later_templates_take_the_site_path_the_first_learnt(
     clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
 ) -> None:

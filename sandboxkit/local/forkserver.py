@@ -7,10 +7,12 @@ one:
 
 - the template moves into a user namespace of its own and forks the server S, pid 1 of a pid
   namespace owned by that user namespace (see ``become_server``);
-- per exec, S forks G into a fresh pid namespace; G, its init, takes a user namespace of its
-  own (so the command has no capability over S's namespaces) and forks H, the command: limits,
-  a new session, its own stdio, cwd and environment. When H ends, G exits with its status, and
-  the death of G kills everything left in the namespace (as does a kill of G on timeout);
+- per exec, S forks H, the command, which takes a user namespace of its own (so it has no
+  capability over S's namespaces), then limits, a new session, its own stdio, cwd and
+  environment. When H ends (or times out, or is cancelled), S, as the namespace's init, kills
+  every process left in it and reaps them all before it answers: the next exec finds none.
+  One fork per exec: a fresh pid namespace per exec, with an init of its own, cost a second
+  fork, a namespace and ~2 ms of CPU more, for no isolation the sweep does not give;
 - a Python command (``python [-IEsSPBuq] -c CODE | SCRIPT ...`` that names this interpreter,
   with no ``PYTHON*`` variables and the template's locale) runs in H directly, from the
   already-started interpreter, set up as a fresh one would be (streams, argv, ``sys.path``
@@ -95,8 +97,8 @@ COMPILED: dict[str, types.CodeType] = {}
 """Large ``-c`` programs compiled by the server (``remember_compiled``), oldest first."""
 COMPILE_HERE_FROM = 4096
 COMPILED_MAX = 8
-SERVER_PID_NS: list[int] = []
-"""The fd of the server's own pid namespace, once it is the server."""
+CHILD_EXITED: list[int] = []
+"""The read end of the pipe on which a SIGCHLD wakes the server's ``select``."""
 libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -274,15 +276,22 @@ def run_python(program: Program) -> int:
 def command(request: dict[str, Any], stdin_r: int, out_w: int, err_w: int) -> None:
     """H: become the command. Never returns."""
     try:
+        # As a fresh interpreter has them (the server's SIGCHLD wake-up is its own).
+        signal.set_wakeup_fd(-1)
+        for fd, target in ((stdin_r, 0), (out_w, 1), (err_w, 2)):
+            os.dup2(fd, target)
+        os.closerange(3, 65536)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        # A user namespace of its own: the command keeps no capability over the server's
+        # namespaces.
+        new_user_namespace()
         os.setsid()
         for which, (soft, hard) in request["limits"]:
             _, current = resource.getrlimit(which)
             if current != resource.RLIM_INFINITY:
                 soft, hard = min(soft, current), min(hard, current)
             resource.setrlimit(which, (soft, hard))
-        for fd, target in ((stdin_r, 0), (out_w, 1), (err_w, 2)):
-            os.dup2(fd, target)
-        os.closerange(3, 65536)
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
@@ -297,26 +306,6 @@ def command(request: dict[str, Any], stdin_r: int, out_w: int, err_w: int) -> No
         os._exit(127)
     except BaseException as exc:
         os.write(2, f"{type(exc).__name__}: {exc}\n".encode())
-        os._exit(126)
-
-
-def namespace_init(request: dict[str, Any], fds: tuple[int, int, int]) -> None:
-    """G, pid 1 of the exec's fresh pid namespace: run the command, reap, exit with its status
-    (and so kill whatever it left). Never returns."""
-    try:
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        # A user namespace of its own: the command keeps no capability over the server's
-        # namespaces.
-        new_user_namespace()
-        child = os.fork()
-        if child == 0:
-            command(request, *fds)
-        while True:
-            pid, status = os.wait()
-            if pid == child:
-                os._exit(exit_code(status))
-    except BaseException as exc:
-        os.write(fds[2], f"sandbox template: {type(exc).__name__}: {exc}\n".encode())
         os._exit(126)
 
 
@@ -339,18 +328,26 @@ def new_user_namespace(flags: int = 0) -> None:
             os.close(fd)
 
 
-def fork_into_new_pid_namespace() -> int:
-    """``os.fork`` whose child is pid 1 of a fresh pid namespace (the server's own pid
-    namespace is restored for its next fork)."""
-    if libc.unshare(CLONE_NEWPID) != 0:
-        raise OSError(ctypes.get_errno(), "unshare")
-    pid = -1
-    try:
-        pid = os.fork()
-        return pid
-    finally:
-        if pid != 0 and libc.setns(SERVER_PID_NS[0], CLONE_NEWPID) != 0:
-            os._exit(70)  # cannot fork into its own namespace any more: the host sees it gone
+def reap(command_pid: int, *, block: bool = False) -> int | None:
+    """Reap the server's dead children (all of them, waiting, with ``block``); the command's
+    exit status if it was among them."""
+    status = None
+    while True:
+        try:
+            pid, wait_status = os.waitpid(-1, 0 if block else os.WNOHANG)
+        except ChildProcessError:
+            return status
+        if pid == 0:
+            return status
+        if pid == command_pid:
+            status = exit_code(wait_status)
+
+
+def kill_all() -> None:
+    """Kill every process of the server's pid namespace but the server, its init. The kernel
+    delivers the signal to each before any can fork again, so none escapes."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(-1, signal.SIGKILL)
 
 
 class Capped:
@@ -408,20 +405,17 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin: bytes) -> bool:
     err_r, err_w = os.pipe()
     started = time.monotonic()
     try:
-        pid = fork_into_new_pid_namespace()
+        pid = os.fork()
     except OSError as exc:  # out of processes: the host runs this one the cold way
         for fd in (stdin_r, stdin_w, out_r, out_w, err_r, err_w):
             os.close(fd)
         sock.send(b"x" + json.dumps({"error": str(exc)}).encode())
         return True
     if pid == 0:
-        sock.close()
-        for fd in (stdin_w, out_r, err_r):
-            os.close(fd)
-        namespace_init(request, (stdin_r, out_w, err_w))
+        command(request, stdin_r, out_w, err_w)  # closes every other descriptor
     for fd in (stdin_r, out_w, err_w):
         os.close(fd)
-    pidfd = os.pidfd_open(pid)
+    child_exited = CHILD_EXITED[0]
     outputs = [Output(out_r, request["cap"]), Output(err_r, request["cap"])]
     pending = memoryview(stdin)
     os.set_blocking(stdin_w, False)
@@ -443,7 +437,7 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin: bytes) -> bool:
         elif deadline is not None:
             wait = max(0.0, deadline - time.monotonic())
         readable, writable, _ = select.select(
-            [*streams, sock.fileno(), *([pidfd] if status is None else [])],
+            [*streams, sock.fileno(), *([child_exited] if status is None else [])],
             [stdin_w] if stdin_w >= 0 else [],
             [],
             wait,
@@ -451,7 +445,7 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin: bytes) -> bool:
         if status is None and deadline is not None and time.monotonic() >= deadline:
             timed_out = True
             deadline = None
-            os.kill(pid, signal.SIGKILL)
+            kill_all()
         for output in outputs:
             if output.fd in readable:
                 output.read()
@@ -470,15 +464,19 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin: bytes) -> bool:
             if not message:
                 host_gone = True
             if message in (b"", b"k"):
-                os.kill(pid, signal.SIGKILL)
-        if pidfd in readable:
-            _, wait_status = os.waitpid(pid, 0)
-            status = exit_code(wait_status)
-            drain_until = time.monotonic() + DRAIN_SECONDS
-            if stdin_w >= 0:
-                os.close(stdin_w)
-                stdin_w = -1
-    os.close(pidfd)
+                kill_all()
+        if child_exited in readable:
+            with contextlib.suppress(BlockingIOError):
+                os.read(child_exited, 4096)
+            status = reap(pid)
+            if status is not None:
+                # What the command left: killed now, so that its pipes close at once.
+                kill_all()
+                reap(pid, block=True)
+                drain_until = time.monotonic() + DRAIN_SECONDS
+                if stdin_w >= 0:
+                    os.close(stdin_w)
+                    stdin_w = -1
     for output in outputs:
         if output.fd >= 0:
             os.close(output.fd)
@@ -498,9 +496,9 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin: bytes) -> bool:
 
 def become_server(sock: socket.socket) -> str | None:
     """Move into a user namespace of our own (capabilities there, none outside) and fork the
-    server S as pid 1 of a pid namespace it owns: S can then unshare a fresh pid namespace per
-    exec and return to its own, so an exec costs two forks (G, H) instead of three. The process
-    bwrap started stays as S's parent. Returns (in S) why this is impossible here, or None.
+    server S as pid 1 of a pid namespace it owns, so that it reaps and can kill whatever an
+    exec leaves. The process bwrap started stays as S's parent. Returns (in S) why this is
+    impossible here, or None.
 
     bwrap keeps CAP_SETFCAP for this process alone, because the kernel lets a user namespace
     map uid 0 (a sandbox run by root) only if its creator had it; the capability belongs to
@@ -516,21 +514,29 @@ def become_server(sock: socket.socket) -> str | None:
         _, status = os.waitpid(server, 0)
         os._exit(exit_code(status))
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    SERVER_PID_NS.append(os.open("/proc/self/ns/pid", os.O_RDONLY))
-    try:
-        pid = fork_into_new_pid_namespace()
-    except OSError as exc:
-        return f"cannot make a pid namespace per exec: {exc}"
+    # An init gets only the signals it handles from its namespace: none, so commands cannot
+    # signal the server (SIGCHLD, handled once serving, only wakes it).
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    pid = os.fork()
     if pid == 0:
         try:
             new_user_namespace()
-            os._exit(0 if os.getpid() == 1 and os.getuid() == OUTER_IDS[0] else 1)
+            os._exit(0 if os.getuid() == OUTER_IDS[0] else 1)
         finally:
             os._exit(1)
     _, status = os.waitpid(pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
-        return "a fresh pid namespace per exec does not work here"
+        return "a user namespace per exec is not allowed here"
     return None
+
+
+def watch_children() -> None:
+    """Have every SIGCHLD wake the server's ``select`` (through ``CHILD_EXITED``), so that it
+    sees its command end and reaps orphans at once."""
+    read_end, write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    CHILD_EXITED.append(read_end)
 
 
 def warm_up() -> None:
@@ -587,6 +593,7 @@ def main() -> None:
     if reason is None:
         learn_site(known)
         warm_up()
+        watch_children()
     ready = {"ready": reason is None, "reason": reason or ""}
     sock.send(json.dumps({**ready, "site_path": SITE_PATH, "learnt": known is None}).encode())
     if reason is not None:
