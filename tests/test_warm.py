@@ -16,6 +16,7 @@ import sandboxkit
 from sandboxkit import get_backend
 from sandboxkit.backends.subprocess import SubprocessBackend
 from sandboxkit.local import isolation
+from sandboxkit.local.forkserver import MAX_SCRIPT
 from sandboxkit.local.warm import LearntSite, site_stamp
 from sandboxkit.testing.remote import processes_with
 
@@ -189,6 +190,19 @@ def test_which_programs_run_in_the_template(
     warm, _ = both(clients, argv, env=env)
     assert warm.returncode == 0, warm.stderr
     assert warm.stdout == f"{in_process}\n"
+
+
+@pytest.mark.parametrize(("padding", "in_process"), [(0, True), (MAX_SCRIPT, False)])
+def test_a_script_too_large_for_the_server_runs_in_a_fresh_interpreter(
+    clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
+    padding: int,
+    in_process: bool,
+) -> None:
+    """The template's server reads a script before it forks; a larger one than it takes goes
+    to a fresh interpreter."""
+    script = f"{IN_PROCESS}\n{'#' * padding}\n"
+    warm, _ = both(clients, ["python3", "big.py"], files={"big.py": script})
+    assert (warm.returncode, warm.stdout) == (0, f"{in_process}\n"), warm.stderr
 
 
 def test_stdin_and_output_larger_than_a_pipe(
