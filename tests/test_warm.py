@@ -262,8 +262,9 @@ def test_a_cancelled_exec_kills_its_command_and_keeps_the_template(
 def test_a_command_cannot_stop_the_template(
     clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
 ) -> None:
-    """Commands run under the template's server, the init of their pid namespace: the signals
-    they send it, and a reboot of that namespace, must leave it serving."""
+    """A command's parent is its exec's init, pid 1 of a namespace the template's server made
+    for it: the signals it sends that init, and a reboot of that namespace, must leave the
+    command running and the template serving."""
     prog = (
         "import ctypes, os, signal\n"
         "for sig in ('SIGINT', 'SIGTERM', 'SIGHUP', 'SIGUSR1', 'SIGCHLD', 'SIGSTOP', 'SIGKILL'):\n"
@@ -281,6 +282,49 @@ def test_a_command_cannot_stop_the_template(
         template = backend._templates[sb.id]
         after = sb.exec(["python3", "-c", "print('still warm')"], timeout=60)
         assert after.stdout == "still warm\n"
+        assert backend._templates[sb.id] is template and not template.broken
+
+
+REPORT = (
+    "import os, resource\n"
+    "print(os.getpriority(os.PRIO_PROCESS, 0), len(os.sched_getaffinity(0)),\n"
+    "      [resource.getrlimit(r) for r in (resource.RLIMIT_NOFILE, resource.RLIMIT_AS)])\n"
+)
+"""What a command inherits from whatever forks it: priority, CPUs, limits."""
+
+
+def test_an_exec_cannot_change_what_the_next_one_inherits(
+    clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
+) -> None:
+    """Whatever a command can name by pid (same uid: it may lower limits, priority and CPUs of
+    those) dies with its exec: in a pool, one completion must not slow down or starve the
+    next one in the same sandbox (a GRPO group would reward the saboteur)."""
+    sabotage = (
+        "import os, resource\n"
+        "for pid in {1, os.getppid()}:\n"
+        "    for attempt in (\n"
+        "        lambda: resource.prlimit(pid, resource.RLIMIT_NOFILE, (8, 8)),\n"
+        "        lambda: resource.prlimit(pid, resource.RLIMIT_AS, (1 << 24, 1 << 24)),\n"
+        "        lambda: os.setpriority(os.PRIO_PROCESS, pid, 19),\n"
+        "        lambda: os.sched_setaffinity(pid, {min(os.sched_getaffinity(0))}),\n"
+        "    ):\n"
+        "        try:\n"
+        "            attempt()\n"
+        "        except OSError as exc:\n"
+        "            print('refused', exc)\n"
+        "os.setpriority(os.PRIO_USER, os.getuid(), 19)\n"
+    )
+    warm, _ = clients
+    backend = warm.backend
+    assert isinstance(backend, SubprocessBackend)
+    with warm.sandbox() as sb:
+        before = sb.exec(["python3", "-c", REPORT], timeout=60)
+        assert before.returncode == 0, before.stderr
+        template = backend._templates[sb.id]
+        attack = sb.exec(["python3", "-c", sabotage], timeout=60)
+        assert attack.returncode == 0, attack.stderr
+        after = sb.exec(["python3", "-c", REPORT], timeout=60)
+        assert (after.returncode, after.stdout) == (0, before.stdout), after.stderr
         assert backend._templates[sb.id] is template and not template.broken
 
 

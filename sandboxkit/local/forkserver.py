@@ -7,12 +7,13 @@ one:
 
 - the template moves into a user namespace of its own and forks the server S, pid 1 of a pid
   namespace owned by that user namespace (see ``become_server``);
-- per exec, S forks H, the command, which takes a user namespace of its own (so it has no
-  capability over S's namespaces), then limits, a new session, its own stdio, cwd and
-  environment. When H ends (or times out, or is cancelled), S, as the namespace's init, kills
-  every process left in it and reaps them all before it answers: the next exec finds none.
-  One fork per exec: a fresh pid namespace per exec, with an init of its own, cost a second
-  fork, a namespace and ~2 ms of CPU more, for no isolation the sweep does not give;
+- per exec, S forks G into a fresh pid namespace; G, its init, takes a user namespace of its
+  own (so the command has no capability over S's namespaces) and forks H, the command: limits,
+  a new session, its own stdio, cwd and environment. When H ends, G exits with its status, and
+  the death of G kills everything left in the namespace (as does a kill of G on timeout). G
+  costs a fork per exec, and is what keeps S out of the command's sight: S as the commands'
+  init would save it, but a command can lower the limits, priority and CPUs of any process of
+  its uid it can name by pid, and S passes those on to every later exec;
 - a Python command (``python [-IEsSPBuq] -c CODE | SCRIPT ...`` that names this interpreter,
   with no ``PYTHON*`` variables and the template's locale) runs in H directly, from the
   already-started interpreter, set up as a fresh one would be (streams, argv, ``sys.path``
@@ -99,8 +100,8 @@ COMPILED: dict[str, types.CodeType] = {}
 """Large ``-c`` programs compiled by the server (``remember_compiled``), oldest first."""
 COMPILE_HERE_FROM = 4096
 COMPILED_MAX = 8
-CHILD_EXITED: list[int] = []
-"""The read end of the pipe on which a SIGCHLD wakes the server's ``select``."""
+SERVER_PID_NS: list[int] = []
+"""The fd of the server's own pid namespace, once it is the server."""
 libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -280,7 +281,7 @@ def run_python(program: Program) -> int:
 
 def prepare(request: dict[str, Any]) -> tuple[bool, Program | None]:
     """What the command would otherwise do first, done by the server before it forks: each
-    page the fork writes costs it a copy (~3 us here, hundreds of pages per exec), while the
+    page a fork writes costs it a copy (~3 us here, hundreds of pages per exec), while the
     server writes its own pages with no command sharing them. Takes the command's environment
     and cwd; returns whether the cwd was taken and the Python program to run in place (None:
     exec the command)."""
@@ -304,22 +305,16 @@ def command(
     starts). Never returns."""
     in_cwd, program = prepared
     try:
-        # As a fresh interpreter has them (the server's SIGCHLD wake-up is its own).
-        signal.set_wakeup_fd(-1)
-        for target, fd in enumerate(fds):
-            os.dup2(fd, target)
-        os.closerange(3, 65536)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        # A user namespace of its own: the command keeps no capability over the server's
-        # namespaces.
-        new_user_namespace()
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as a fresh interpreter
         os.setsid()
         for which, (soft, hard) in request["limits"]:
             _, current = resource.getrlimit(which)
             if current != resource.RLIM_INFINITY:
                 soft, hard = min(soft, current), min(hard, current)
             resource.setrlimit(which, (soft, hard))
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+        os.closerange(3, 65536)
         if not in_cwd:
             os.chdir(request["cwd"])  # fails as a fresh command's would
         argv = request["argv"]
@@ -332,6 +327,28 @@ def command(
         os._exit(127)
     except BaseException as exc:
         os.write(2, f"{type(exc).__name__}: {exc}\n".encode())
+        os._exit(126)
+
+
+def namespace_init(
+    request: dict[str, Any], prepared: tuple[bool, Program | None], fds: tuple[int, int, int]
+) -> None:
+    """G, pid 1 of the exec's fresh pid namespace: run the command, reap, exit with its status
+    (and so kill whatever it left). Never returns. (Should the server die, the kernel kills
+    G with the server's own pid namespace, of which G's is a part.)"""
+    try:
+        # A user namespace of its own: the command keeps no capability over the server's
+        # namespaces.
+        new_user_namespace()
+        child = os.fork()
+        if child == 0:
+            command(request, prepared, fds)
+        while True:
+            pid, status = os.wait()
+            if pid == child:
+                os._exit(exit_code(status))
+    except BaseException as exc:
+        os.write(fds[2], f"sandbox template: {type(exc).__name__}: {exc}\n".encode())
         os._exit(126)
 
 
@@ -354,26 +371,18 @@ def new_user_namespace(flags: int = 0) -> None:
             os.close(fd)
 
 
-def reap(command_pid: int, *, block: bool = False) -> int | None:
-    """Reap the server's dead children (all of them, waiting, with ``block``); the command's
-    exit status if it was among them."""
-    status = None
-    while True:
-        try:
-            pid, wait_status = os.waitpid(-1, 0 if block else os.WNOHANG)
-        except ChildProcessError:
-            return status
-        if pid == 0:
-            return status
-        if pid == command_pid:
-            status = exit_code(wait_status)
-
-
-def kill_all() -> None:
-    """Kill every process of the server's pid namespace but the server, its init. The kernel
-    delivers the signal to each before any can fork again, so none escapes."""
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(-1, signal.SIGKILL)
+def fork_into_new_pid_namespace() -> int:
+    """``os.fork`` whose child is pid 1 of a fresh pid namespace (the server's own pid
+    namespace is restored for its next fork)."""
+    if libc.unshare(CLONE_NEWPID) != 0:
+        raise OSError(ctypes.get_errno(), "unshare")
+    pid = -1
+    try:
+        pid = os.fork()
+        return pid
+    finally:
+        if pid != 0 and libc.setns(SERVER_PID_NS[0], CLONE_NEWPID) != 0:
+            os._exit(70)  # cannot fork into its own namespace any more: the host sees it gone
 
 
 class Capped:
@@ -432,17 +441,20 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin: bytes) -> bool:
     err_r, err_w = os.pipe()
     started = time.monotonic()
     try:
-        pid = os.fork()
+        pid = fork_into_new_pid_namespace()
     except OSError as exc:  # out of processes: the host runs this one the cold way
         for fd in (stdin_r, stdin_w, out_r, out_w, err_r, err_w):
             os.close(fd)
         sock.send(b"x" + json.dumps({"error": str(exc)}).encode())
         return True
     if pid == 0:
-        command(request, prepared, (stdin_r, out_w, err_w))  # closes every other descriptor
+        sock.close()
+        for fd in (stdin_w, out_r, err_r):
+            os.close(fd)
+        namespace_init(request, prepared, (stdin_r, out_w, err_w))
     for fd in (stdin_r, out_w, err_w):
         os.close(fd)
-    child_exited = CHILD_EXITED[0]
+    pidfd = os.pidfd_open(pid)
     outputs = [Output(out_r, request["cap"]), Output(err_r, request["cap"])]
     pending = memoryview(stdin)
     os.set_blocking(stdin_w, False)
@@ -464,7 +476,7 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin: bytes) -> bool:
         elif deadline is not None:
             wait = max(0.0, deadline - time.monotonic())
         readable, writable, _ = select.select(
-            [*streams, sock.fileno(), *([child_exited] if status is None else [])],
+            [*streams, sock.fileno(), *([pidfd] if status is None else [])],
             [stdin_w] if stdin_w >= 0 else [],
             [],
             wait,
@@ -472,7 +484,7 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin: bytes) -> bool:
         if status is None and deadline is not None and time.monotonic() >= deadline:
             timed_out = True
             deadline = None
-            kill_all()
+            os.kill(pid, signal.SIGKILL)
         for output in outputs:
             if output.fd in readable:
                 output.read()
@@ -491,19 +503,15 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin: bytes) -> bool:
             if not message:
                 host_gone = True
             if message in (b"", b"k"):
-                kill_all()
-        if child_exited in readable:
-            with contextlib.suppress(BlockingIOError):
-                os.read(child_exited, 4096)
-            status = reap(pid)
-            if status is not None:
-                # What the command left: killed now, so that its pipes close at once.
-                kill_all()
-                reap(pid, block=True)
-                drain_until = time.monotonic() + DRAIN_SECONDS
-                if stdin_w >= 0:
-                    os.close(stdin_w)
-                    stdin_w = -1
+                os.kill(pid, signal.SIGKILL)
+        if pidfd in readable:
+            _, wait_status = os.waitpid(pid, 0)
+            status = exit_code(wait_status)
+            drain_until = time.monotonic() + DRAIN_SECONDS
+            if stdin_w >= 0:
+                os.close(stdin_w)
+                stdin_w = -1
+    os.close(pidfd)
     for output in outputs:
         if output.fd >= 0:
             os.close(output.fd)
@@ -523,9 +531,9 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin: bytes) -> bool:
 
 def become_server(sock: socket.socket) -> str | None:
     """Move into a user namespace of our own (capabilities there, none outside) and fork the
-    server S as pid 1 of a pid namespace it owns, so that it reaps and can kill whatever an
-    exec leaves. The process bwrap started stays as S's parent. Returns (in S) why this is
-    impossible here, or None.
+    server S as pid 1 of a pid namespace it owns: S can then unshare a fresh pid namespace per
+    exec and return to its own, so an exec costs two forks (G, H) instead of three. The process
+    bwrap started stays as S's parent. Returns (in S) why this is impossible here, or None.
 
     bwrap keeps CAP_SETFCAP for this process alone, because the kernel lets a user namespace
     map uid 0 (a sandbox run by root) only if its creator had it; the capability belongs to
@@ -541,29 +549,24 @@ def become_server(sock: socket.socket) -> str | None:
         _, status = os.waitpid(server, 0)
         os._exit(exit_code(status))
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    # An init gets only the signals it handles from its namespace: none, so commands cannot
-    # signal the server (SIGCHLD, handled once serving, only wakes it).
+    # An init gets from its namespace only the signals it handles: with none handled, its
+    # forks (each exec's init, G) cannot be stopped by their commands either.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-    pid = os.fork()
+    SERVER_PID_NS.append(os.open("/proc/self/ns/pid", os.O_RDONLY))
+    try:
+        pid = fork_into_new_pid_namespace()
+    except OSError as exc:
+        return f"cannot make a pid namespace per exec: {exc}"
     if pid == 0:
         try:
             new_user_namespace()
-            os._exit(0 if os.getuid() == OUTER_IDS[0] else 1)
+            os._exit(0 if os.getpid() == 1 and os.getuid() == OUTER_IDS[0] else 1)
         finally:
             os._exit(1)
     _, status = os.waitpid(pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
-        return "a user namespace per exec is not allowed here"
+        return "a fresh pid namespace per exec does not work here"
     return None
-
-
-def watch_children() -> None:
-    """Have every SIGCHLD wake the server's ``select`` (through ``CHILD_EXITED``), so that it
-    sees its command end and reaps orphans at once."""
-    read_end, write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-    signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
-    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
-    CHILD_EXITED.append(read_end)
 
 
 def warm_up() -> None:
@@ -620,7 +623,6 @@ def main() -> None:
     if reason is None:
         learn_site(known)
         warm_up()
-        watch_children()
     ready = {"ready": reason is None, "reason": reason or ""}
     sock.send(json.dumps({**ready, "site_path": SITE_PATH, "learnt": known is None}).encode())
     if reason is not None:

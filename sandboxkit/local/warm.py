@@ -122,7 +122,7 @@ class WarmTemplate:
                 stdin_pipe=False,
                 pass_fds=(template_end.fileno(),),
                 rlimits=False,  # the template forks freely; each command gets the limits
-                pids_max=confinement.limits.processes + 3,  # + bwrap init, template, S
+                pids_max=confinement.limits.processes + 4,  # + bwrap init, template, S, G
                 # Only for the template's first act, its own user namespace: a root sandbox
                 # can keep its uid there only with CAP_SETFCAP (see forkserver.become_server).
                 capabilities=("CAP_SETFCAP",),
