@@ -11,7 +11,7 @@ from types import TracebackType
 from typing import Any
 
 from .portal import blocking
-from .protocol import Backend, ExecResult, SandboxInfo, SandboxSpec, SandboxStatus
+from .protocol import Backend, ExecResult, SandboxInfo, SandboxSpec, SandboxStatus, check_env
 
 _SPEC_FIELDS = ("workdir", "cpu", "memory_mb", "disk_mb", "lifetime_seconds")
 
@@ -44,6 +44,7 @@ class Sandbox:
         """Run ``argv`` (a list, never a shell string) and return its result."""
         if isinstance(argv, str):
             raise TypeError("argv must be a list of strings, e.g. ['python', 'main.py']")
+        check_env(env or {})
         return await self.backend.exec(
             self.id, list(argv), timeout=timeout, stdin=_as_bytes(stdin), cwd=cwd, env=env
         )
@@ -118,6 +119,7 @@ class SandboxClient:
         """Create a sandbox. ``workdir``, ``cpu``, ``memory_mb``, ``disk_mb`` and
         ``lifetime_seconds`` fill the spec; any other keyword goes to the provider as is."""
         known = {k: options.pop(k) for k in _SPEC_FIELDS if k in options}
+        check_env(env or {})
         spec = SandboxSpec(
             image=image, env=dict(env or {}), tags=tuple(tags), options=options, **known
         )

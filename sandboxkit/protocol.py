@@ -25,6 +25,16 @@ class SandboxStatus(str, enum.Enum):
     FAILED = "failed"
 
 
+def check_env(env: Mapping[str, str]) -> None:
+    """Refuse what no process environment can hold (a name that is empty or holds ``=``, a
+    NUL anywhere), before any backend sees it: each would fail its own way, late."""
+    for key, value in env.items():
+        if not key or "=" in key or "\0" in key:
+            raise ValueError(f"invalid environment variable name {key!r}")
+        if "\0" in value:
+            raise ValueError(f"environment variable {key!r} holds a NUL byte")
+
+
 @dataclass(frozen=True)
 class SandboxSpec:
     """What to create. Fields a provider lacks are ignored by that provider."""

@@ -259,6 +259,30 @@ def test_a_cancelled_exec_kills_its_command_and_keeps_the_template(
     asyncio.run(main())
 
 
+def test_a_request_the_server_cannot_prepare_fails_in_the_command_alone(
+    clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
+) -> None:
+    """The server takes each command's environment and cwd before forking; one it cannot
+    take (sent past the client's checks) fails that command only, as a fresh one would."""
+    import asyncio
+
+    warm, _ = clients
+    backend = warm.backend
+    assert isinstance(backend, SubprocessBackend)
+    with warm.sandbox() as sb:
+        sb.exec(["true"], timeout=60)
+        template = backend._templates[sb.id]
+        for env, cwd in (({"A=B": "1"}, "/workspace"), ({}, "/workspace/missing")):
+            request = template.run(
+                ["python3", "-c", "pass"], cwd=cwd, env=env, timeout=60, stdin=None
+            )
+            result = asyncio.run_coroutine_threadsafe(request, template.loop).result(60)
+            assert result.returncode in (126, 127) and result.stderr, result
+        after = sb.exec(["python3", "-c", "print('still warm')"], timeout=60)
+        assert after.stdout == "still warm\n"
+        assert backend._templates[sb.id] is template and not template.broken
+
+
 def test_a_command_cannot_stop_the_template(
     clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
 ) -> None:

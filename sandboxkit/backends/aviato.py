@@ -67,7 +67,14 @@ from ..errors import (
     TransientBackendError,
 )
 from ..portal import portal
-from ..protocol import DEFAULT_WORKDIR, ExecResult, SandboxInfo, SandboxSpec, SandboxStatus
+from ..protocol import (
+    DEFAULT_WORKDIR,
+    ExecResult,
+    SandboxInfo,
+    SandboxSpec,
+    SandboxStatus,
+    check_env,
+)
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -183,11 +190,8 @@ async def _call(awaitable: Awaitable[T], sandbox_id: str | None = None) -> T:
 
 def wrap_command(argv: Sequence[str], cwd: str, env: Mapping[str, str] | None) -> list[str]:
     """The command line that runs ``argv`` in ``cwd`` with ``env`` added."""
-    assignments = []
-    for key, value in (env or {}).items():
-        if not key or "=" in key:
-            raise ValueError(f"invalid environment variable name {key!r}")
-        assignments.append(f"{key}={value}")
+    check_env(env or {})
+    assignments = [f"{key}={value}" for key, value in (env or {}).items()]
     prefix = ["env", *assignments] if assignments else []
     return ["/bin/sh", "-c", 'cd "$0" && exec "$@"', cwd, *prefix, *argv]
 

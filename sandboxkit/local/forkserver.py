@@ -283,16 +283,16 @@ def prepare(request: dict[str, Any]) -> tuple[bool, Program | None]:
     """What the command would otherwise do first, done by the server before it forks: each
     page a fork writes costs it a copy (~3 us here, hundreds of pages per exec), while the
     server writes its own pages with no command sharing them. Takes the command's environment
-    and cwd; returns whether the cwd was taken and the Python program to run in place (None:
-    exec the command)."""
+    and cwd; returns whether it took both and the Python program to run in place (None: exec
+    the command)."""
     env = request["env"]
-    if os.environ != env:
-        os.environ.clear()
-        os.environ.update(env)
     try:
+        if os.environ != env:
+            os.environ.clear()
+            os.environ.update(env)
         os.chdir(request["cwd"])
-    except OSError:
-        return False, None  # the command's own chdir reports it
+    except (OSError, ValueError):
+        return False, None  # the command's own setup reports it
     return True, python_program(request["argv"], env)
 
 
@@ -303,7 +303,7 @@ def command(
 ) -> None:
     """H: become the command (``prepared`` by the server, in whose environment and cwd it
     starts). Never returns."""
-    in_cwd, program = prepared
+    ready, program = prepared
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)  # as a fresh interpreter
         os.setsid()
@@ -315,8 +315,10 @@ def command(
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
         os.closerange(3, 65536)
-        if not in_cwd:
-            os.chdir(request["cwd"])  # fails as a fresh command's would
+        if not ready:  # fails as a fresh command's would
+            os.environ.clear()
+            os.environ.update(request["env"])
+            os.chdir(request["cwd"])
         argv = request["argv"]
         if program is not None:
             os._exit(run_python(program))

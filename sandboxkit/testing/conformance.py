@@ -105,6 +105,16 @@ class BackendConformance:
         result = sb.exec([PY, "-c", code], env={"SBX_SPEC_VAR": "override"}, timeout=60)
         assert result.stdout.strip() == "override"
 
+    @pytest.mark.parametrize("env", [{"A=B": "1"}, {"": "1"}, {"A": "nul\0byte"}])
+    def test_an_environment_no_process_can_hold_is_refused(
+        self, backend_client: SandboxClient, sb: Sandbox, env: dict[str, str]
+    ) -> None:
+        with pytest.raises(ValueError, match="environment variable"):
+            sb.exec([PY, "-c", "pass"], env=env, timeout=60)
+        with pytest.raises(ValueError, match="environment variable"):
+            backend_client.sandbox(env=env)
+        assert sb.exec([PY, "-c", "print('still fine')"], timeout=60).stdout == "still fine\n"
+
     def test_argv_must_be_a_list(self, sb: Sandbox) -> None:
         with pytest.raises(TypeError):
             sb.exec("echo hi")
