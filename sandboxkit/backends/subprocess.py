@@ -36,14 +36,7 @@ from ..local.limits import Limits
 from ..local.supervisor import Confinement, kill_session, run
 from ..local.warm import ColdPath, LearntSite, WarmTemplate
 from ..portal import on_portal
-from ..protocol import (
-    DEFAULT_WORKDIR,
-    ExecResult,
-    SandboxInfo,
-    SandboxSpec,
-    SandboxStatus,
-    check_env,
-)
+from ..protocol import DEFAULT_WORKDIR, ExecResult, SandboxInfo, SandboxSpec, SandboxStatus
 
 logger = logging.getLogger("sandboxkit.local")
 
@@ -192,7 +185,6 @@ class SubprocessBackend:
     # -- Backend protocol ------------------------------------------------------------------
 
     async def create(self, spec: SandboxSpec) -> SandboxInfo:
-        check_env(spec.env)
         workdir = PurePosixPath(spec.workdir)
         if workdir.parts[:2] != ("/", "workspace"):
             raise BackendMisconfiguredError(
@@ -236,7 +228,6 @@ class SubprocessBackend:
         }
         env |= meta["env"]
         env |= dict(extra or {})
-        check_env(env)  # a name the template cannot set would otherwise fail it late
         return env
 
     def _localize(self, path: Path, value: str) -> str:
