@@ -16,6 +16,7 @@ import sandboxkit
 from sandboxkit import get_backend
 from sandboxkit.backends.subprocess import SubprocessBackend
 from sandboxkit.local import isolation
+from sandboxkit.local import warm as warm_templates
 from sandboxkit.local.forkserver import MAX_SCRIPT
 from sandboxkit.local.warm import LearntSite, site_stamp
 from sandboxkit.testing.remote import processes_with
@@ -26,21 +27,35 @@ print(sys.argv, __name__, __file__, sys.path[0])
 """
 
 
-@pytest.fixture(scope="module")
-def clients() -> Iterator[tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient]]:
+@pytest.fixture(scope="module", params=["tiny init", "forked init"])
+def clients(
+    request: pytest.FixtureRequest,
+) -> Iterator[tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient]]:
+    """A warm and a cold client on one root; every test runs with each way of starting an
+    exec's init (the tiny program where it runs, a fork of the template where it does not)."""
     if isolation._probe_namespaces(isolation.bwrap_binary()) is not None:
         pytest.skip("no user namespaces here: no warm template")
     import shutil
     import tempfile
 
+    spawn_init = request.param == "tiny init"
+    if spawn_init and os.uname().machine != "x86_64":
+        pytest.skip("the tiny init is x86-64 code")
     root = tempfile.mkdtemp(prefix="sandboxkit-warm-", dir="/tmp")
     os.chmod(root, 0o711)
     try:
         with (
+            pytest.MonkeyPatch.context() as patch,
             get_backend("subprocess", root=root, warm=True) as warm,
             get_backend("subprocess", root=root, warm=False) as cold,
         ):
+            patch.setattr(warm_templates, "SPAWN_INIT", spawn_init)
             assert warm.warm and not cold.warm
+            backend = warm.backend
+            assert isinstance(backend, SubprocessBackend)
+            with warm.sandbox() as sb:
+                sb.exec(["true"], timeout=60)
+                assert backend._templates[sb.id].spawned_init is spawn_init
             yield warm, cold
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -286,23 +301,26 @@ def test_a_request_the_server_cannot_prepare_fails_in_the_command_alone(
 def test_a_command_cannot_stop_the_template(
     clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
 ) -> None:
-    """A command's parent is its exec's init, pid 1 of a namespace the template's server made
-    for it: the signals it sends that init, and a reboot of that namespace, must leave the
-    command running and the template serving."""
+    """Of what runs its exec, a command can name the init of the pid namespace the template's
+    server made for it (pid 1; also its parent where the init is forked; with the tiny init,
+    its parent is outside the namespace and its ppid 0): the signals it sends there, a reboot
+    of that namespace and tracing the init must fail, the command run on, the template serve."""
     prog = (
         "import ctypes, os, signal\n"
         "for sig in ('SIGINT', 'SIGTERM', 'SIGHUP', 'SIGUSR1', 'SIGCHLD', 'SIGSTOP', 'SIGKILL'):\n"
-        "    for pid in {1, os.getppid()}:\n"
+        "    for pid in {1, os.getppid()} - {0}:\n"
         "        os.kill(pid, getattr(signal, sig))\n"
         "libc = ctypes.CDLL(None, use_errno=True)\n"
         "print('reboot', libc.reboot(0x01234567), ctypes.get_errno())\n"  # RB_AUTOBOOT
+        "print('ptrace', libc.ptrace(16, 1, None, None), ctypes.get_errno())\n"  # PTRACE_ATTACH
     )
     warm, _ = clients
     backend = warm.backend
     assert isinstance(backend, SubprocessBackend)
     with warm.sandbox() as sb:
         result = sb.exec(["python3", "-c", prog], timeout=60)
-        assert (result.returncode, result.stdout) == (0, "reboot -1 1\n"), result.stderr  # EPERM
+        expected = "reboot -1 1\nptrace -1 1\n"  # EPERM
+        assert (result.returncode, result.stdout) == (0, expected), result.stderr
         template = backend._templates[sb.id]
         after = sb.exec(["python3", "-c", "print('still warm')"], timeout=60)
         assert after.stdout == "still warm\n"
@@ -325,7 +343,7 @@ def test_an_exec_cannot_change_what_the_next_one_inherits(
     next one in the same sandbox (a GRPO group would reward the saboteur)."""
     sabotage = (
         "import os, resource\n"
-        "for pid in {1, os.getppid()}:\n"
+        "for pid in {1, os.getppid()} - {0}:\n"
         "    for attempt in (\n"
         "        lambda: resource.prlimit(pid, resource.RLIMIT_NOFILE, (8, 8)),\n"
         "        lambda: resource.prlimit(pid, resource.RLIMIT_AS, (1 << 24, 1 << 24)),\n"

@@ -7,32 +7,38 @@ one:
 
 - the template moves into a user namespace of its own and forks the server S, pid 1 of a pid
   namespace owned by that user namespace (see ``become_server``);
-- per exec, S forks G into a fresh pid namespace; G, its init, takes a user namespace of its
-  own (so the command has no capability over S's namespaces) and forks H, the command: limits,
-  a new session, its own stdio, cwd and environment. When H ends, G exits with its status, and
-  the death of G kills everything left in the namespace (as does a kill of G on timeout). G
-  costs a fork per exec, and is what keeps S out of the command's sight: S as the commands'
-  init would save it, but a command can lower the limits, priority and CPUs of any process of
-  its uid it can name by pid, and S passes those on to every later exec;
+- per exec, S makes a fresh pid namespace whose init G is a tiny static program (``INIT_ELF``,
+  a few instructions: ignore SIGCHLD, so that the kernel reaps whatever is orphaned to it, and
+  sleep), started with ``posix_spawn`` (no copy of S's memory), and forks H, the command, into
+  it as pid 2: H takes a user namespace of its own (so it has no capability over S's
+  namespaces), limits, a new session, its own stdio, cwd and environment. When H ends, S kills
+  G, and the death of G kills everything left in the namespace (as does a kill of G on
+  timeout). All the command can name by pid is G and its own processes, which die with its
+  exec: S as the commands' init would save G, but a command can lower the limits, priority and
+  CPUs of any process of its uid it can name, and S passes those on to every later exec.
+  Where the tiny init cannot run (not x86-64, no executable memfd), G is a fork of S instead,
+  which forks H (``namespace_init``): one more copy of the template per exec (~25% more CPU);
 - a Python command (``python [-IEsSPBuq] -c CODE | SCRIPT ...`` that names this interpreter,
   with no ``PYTHON*`` variables and the template's locale) runs in H directly, from the
   already-started interpreter, set up as a fresh one would be (streams, argv, ``sys.path``
   with site-packages, site's builtins); anything else is exec'd. What still differs from a
-  fresh interpreter: ``sys.flags``, the hash seed (shared by a sandbox's execs), and .pth
-  import lines and ``sitecustomize``, which never run here (``SANDBOXKIT_WARM=0`` runs them);
+  fresh interpreter: ``sys.flags``, the hash seed (shared by a sandbox's execs), .pth import
+  lines and ``sitecustomize``, which never run here (``SANDBOXKIT_WARM=0`` runs them), and,
+  with the tiny init, ``os.getppid()``: 0 (the parent, S, is outside the namespace), not 1;
 - the template is non-dumpable, so commands cannot read its memory or descriptors.
 
 The template also feeds the command's stdin, collects its output (capped) and enforces its
 timeout, so an exec costs the host one request and one answer.
 
-Protocol on the SOCK_SEQPACKET socket whose fd is ``argv[1]`` (``argv[2]``, if given: a site
-``sys.path`` to take instead of learning it): the template sends ``{"ready": true, "site_path",
-"learnt"}`` (or ``{"ready": false, "reason"}``). A request is ``r`` + a JSON header
-``{"argv", "cwd", "env", "limits", "cap", "timeout"}`` + a newline + the stdin bytes; it is
-answered by packets ``o`` + stdout bytes and ``e`` + stderr bytes (none when empty), then
-``x`` + ``{"exit", "timed_out", "truncated", "duration"}`` (or ``x`` + ``{"error"}`` when it
-could not start: the host runs it the cold way). ``k`` kills the running command, which is
-then answered as usual.
+Protocol on the SOCK_SEQPACKET socket whose fd is ``argv[1]`` (``argv[2]``: ``spawn`` to use
+the tiny init where it runs, ``fork`` not to; ``argv[3]``, if given: a site ``sys.path`` to take
+instead of learning it): the template sends ``{"ready": true, "site_path", "learnt", "init"}``
+(``init``: whether the tiny init is used) or ``{"ready": false, "reason"}``. A request is
+``r`` + a JSON header ``{"argv", "cwd", "env", "limits", "cap", "timeout"}`` + a newline + the
+stdin bytes; it is answered by packets ``o`` + stdout bytes and ``e`` + stderr bytes (none
+when empty), then ``x`` + ``{"exit", "timed_out", "truncated", "duration"}`` (or ``x`` +
+``{"error"}`` when it could not start: the host runs it the cold way). ``k`` kills the running
+command, which is then answered as usual.
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ import select
 import signal
 import site
 import socket
+import struct
 import sys
 import time
 import types
@@ -102,6 +109,21 @@ COMPILE_HERE_FROM = 4096
 COMPILED_MAX = 8
 SERVER_PID_NS: list[int] = []
 """The fd of the server's own pid namespace, once it is the server."""
+INIT: list[str] = []
+"""The path of the tiny init (``INIT_X86_64``) once it proved to run here; else empty and each
+exec's init is a fork of the server (``namespace_init``)."""
+INIT_X86_64 = bytes.fromhex(
+    "bf04000000"  # mov edi, 4 (PR_SET_DUMPABLE)
+    "31f6"  # xor esi, esi
+    "b89d000000"  # mov eax, 157 (prctl)
+    "0f05"  # syscall: prctl(PR_SET_DUMPABLE, 0)
+    "b822000000"  # loop: mov eax, 34 (pause)
+    "0f05"  # syscall: pause()
+    "ebf7"  # jmp loop
+)
+"""The code of each exec's init where the tiny one runs (x86-64 Linux): it holds nothing, can
+neither be signalled from its namespace (an init gets only the signals it handles) nor traced,
+and the kernel reaps what is orphaned to it (it starts with SIGCHLD ignored)."""
 libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -373,17 +395,46 @@ def new_user_namespace(flags: int = 0) -> None:
             os.close(fd)
 
 
-def fork_into_new_pid_namespace() -> int:
-    """``os.fork`` whose child is pid 1 of a fresh pid namespace (the server's own pid
-    namespace is restored for its next fork)."""
+def init_executable(code: bytes) -> bytes:
+    """A static x86-64 ELF executable of one segment that runs ``code``."""
+    base, headers = 0x400000, 64 + 56
+    size = headers + len(code)
+    elf_header = b"\x7fELF" + bytes([2, 1, 1]) + bytes(9)  # 64-bit, little-endian, version 1
+    # ET_EXEC for x86-64, entry after the headers, program headers at 64 (one of 56 bytes).
+    elf_header += struct.pack(
+        "<HHIQQQIHHHHHH", 2, 62, 1, base + headers, 64, 0, 0, 64, 56, 1, 0, 0, 0
+    )
+    segment = struct.pack("<IIQQQQQQ", 1, 5, 0, base, base, size, size, 0x1000)  # r-x, all of it
+    return elf_header + segment + code
+
+
+def start_exec() -> tuple[int, int]:
+    """Start an exec's processes in a fresh pid namespace; returns ``(init, child)``, where
+    ``child`` is 0 in the child. With the tiny init (``INIT``), the child is the command's
+    process, pid 2, and ``init`` must be killed when it ends; else the child is the init itself
+    (``init == child``), which exits when its command does. The server's own pid namespace is
+    restored for its next fork."""
     if libc.unshare(CLONE_NEWPID) != 0:
         raise OSError(ctypes.get_errno(), "unshare")
-    pid = -1
+    init = child = -1
     try:
-        pid = os.fork()
-        return pid
+        if INIT:
+            # The init keeps SIGCHLD ignored, and so the kernel reaps its orphans. (No other
+            # child of the server is running: none of those is reaped behind its back.)
+            signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+            try:
+                init = os.posix_spawn(INIT[0], ["sandbox-init"], {})
+            finally:
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        child = os.fork()
+        return (init if INIT else child), child
+    except OSError:
+        if init > 0:
+            os.kill(init, signal.SIGKILL)
+            os.waitpid(init, 0)
+        raise
     finally:
-        if pid != 0 and libc.setns(SERVER_PID_NS[0], CLONE_NEWPID) != 0:
+        if child != 0 and libc.setns(SERVER_PID_NS[0], CLONE_NEWPID) != 0:
             os._exit(70)  # cannot fork into its own namespace any more: the host sees it gone
 
 
@@ -443,7 +494,7 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin: bytes) -> bool:
     err_r, err_w = os.pipe()
     started = time.monotonic()
     try:
-        pid = fork_into_new_pid_namespace()
+        init, pid = start_exec()
     except OSError as exc:  # out of processes: the host runs this one the cold way
         for fd in (stdin_r, stdin_w, out_r, out_w, err_r, err_w):
             os.close(fd)
@@ -453,7 +504,14 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin: bytes) -> bool:
         sock.close()
         for fd in (stdin_w, out_r, err_r):
             os.close(fd)
-        namespace_init(request, prepared, (stdin_r, out_w, err_w))
+        if not INIT:
+            namespace_init(request, prepared, (stdin_r, out_w, err_w))
+        try:
+            new_user_namespace()  # no capability over the server's namespaces
+        except BaseException as exc:
+            os.write(err_w, f"sandbox template: {type(exc).__name__}: {exc}\n".encode())
+            os._exit(126)
+        command(request, prepared, (stdin_r, out_w, err_w))
     for fd in (stdin_r, out_w, err_w):
         os.close(fd)
     pidfd = os.pidfd_open(pid)
@@ -486,7 +544,7 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin: bytes) -> bool:
         if status is None and deadline is not None and time.monotonic() >= deadline:
             timed_out = True
             deadline = None
-            os.kill(pid, signal.SIGKILL)
+            os.kill(init, signal.SIGKILL)
         for output in outputs:
             if output.fd in readable:
                 output.read()
@@ -505,10 +563,13 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin: bytes) -> bool:
             if not message:
                 host_gone = True
             if message in (b"", b"k"):
-                os.kill(pid, signal.SIGKILL)
+                os.kill(init, signal.SIGKILL)
         if pidfd in readable:
             _, wait_status = os.waitpid(pid, 0)
             status = exit_code(wait_status)
+            if init != pid:  # the tiny init: its death ends whatever the command left
+                os.kill(init, signal.SIGKILL)
+                os.waitpid(init, 0)
             drain_until = time.monotonic() + DRAIN_SECONDS
             if stdin_w >= 0:
                 os.close(stdin_w)
@@ -531,11 +592,12 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin: bytes) -> bool:
     return True
 
 
-def become_server(sock: socket.socket) -> str | None:
+def become_server(sock: socket.socket, *, spawn_init: bool) -> str | None:
     """Move into a user namespace of our own (capabilities there, none outside) and fork the
     server S as pid 1 of a pid namespace it owns: S can then unshare a fresh pid namespace per
-    exec and return to its own, so an exec costs two forks (G, H) instead of three. The process
-    bwrap started stays as S's parent. Returns (in S) why this is impossible here, or None.
+    exec and return to its own, so an exec costs one fork (H) and the tiny init, which S sets
+    up here unless ``spawn_init`` is false or it does not run. The process bwrap started stays
+    as S's parent. Returns (in S) why a pid namespace per exec is impossible here, or None.
 
     bwrap keeps CAP_SETFCAP for this process alone, because the kernel lets a user namespace
     map uid 0 (a sandbox run by root) only if its creator had it; the capability belongs to
@@ -552,23 +614,43 @@ def become_server(sock: socket.socket) -> str | None:
         os._exit(exit_code(status))
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     # An init gets from its namespace only the signals it handles: with none handled, its
-    # forks (each exec's init, G) cannot be stopped by their commands either.
+    # forks (each exec's init G, where it is forked) cannot be stopped by their commands either.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     SERVER_PID_NS.append(os.open("/proc/self/ns/pid", os.O_RDONLY))
+    sock.set_inheritable(False)  # the tiny init must not hold the host's socket
+    if spawn_init and os.uname().machine == "x86_64":
+        with contextlib.suppress(OSError):
+            fd = os.memfd_create("sandbox-init")
+            os.write(fd, init_executable(INIT_X86_64))
+            INIT.append(f"/proc/self/fd/{fd}")
+        if INIT and not exec_namespace_works():
+            INIT.clear()  # e.g. no exec from a memfd here: the init is forked instead
+    if not exec_namespace_works():
+        return "a fresh pid namespace per exec does not work here"
+    return None
+
+
+def exec_namespace_works() -> bool:
+    """Whether ``start_exec`` gives a child in a fresh pid namespace under a working init, that
+    can take a user namespace of its own keeping its uid."""
     try:
-        pid = fork_into_new_pid_namespace()
-    except OSError as exc:
-        return f"cannot make a pid namespace per exec: {exc}"
+        init, pid = start_exec()
+    except OSError:
+        return False
     if pid == 0:
         try:
             new_user_namespace()
-            os._exit(0 if os.getpid() == 1 and os.getuid() == OUTER_IDS[0] else 1)
+            expected = 2 if INIT else 1
+            os._exit(0 if os.getpid() == expected and os.getuid() == OUTER_IDS[0] else 1)
         finally:
             os._exit(1)
     _, status = os.waitpid(pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0:
-        return "a fresh pid namespace per exec does not work here"
-    return None
+    works = os.waitstatus_to_exitcode(status) == 0
+    if init != pid:
+        works = works and os.waitpid(init, os.WNOHANG) == (0, 0)  # still there: it runs
+        os.kill(init, signal.SIGKILL)
+        os.waitpid(init, 0)
+    return works
 
 
 def warm_up() -> None:
@@ -620,13 +702,14 @@ def main() -> None:
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     # First: nothing may run while this process holds the capability bwrap kept for it.
-    reason = become_server(sock)
-    known = json.loads(sys.argv[2]) if len(sys.argv) > 2 else None
+    reason = become_server(sock, spawn_init=sys.argv[2] == "spawn")
+    known = json.loads(sys.argv[3]) if len(sys.argv) > 3 else None
     if reason is None:
         learn_site(known)
         warm_up()
     ready = {"ready": reason is None, "reason": reason or ""}
-    sock.send(json.dumps({**ready, "site_path": SITE_PATH, "learnt": known is None}).encode())
+    ready |= {"site_path": SITE_PATH, "learnt": known is None, "init": bool(INIT)}
+    sock.send(json.dumps(ready).encode())
     if reason is not None:
         return
     while True:
