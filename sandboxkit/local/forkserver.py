@@ -17,7 +17,7 @@ one:
   exec: S as the commands' init would save G, but a command can lower the limits, priority and
   CPUs of any process of its uid it can name, and S passes those on to every later exec.
   Where the tiny init cannot run (not x86-64, no executable memfd), G is a fork of S instead,
-  which forks H (``namespace_init``): one more copy of the template per exec (~25% more CPU);
+  which forks H (``namespace_init``): one more copy of the template per exec (~20% more CPU);
 - a Python command (``python [-IEsSPBuq] -c CODE | SCRIPT ...`` that names this interpreter,
   with no ``PYTHON*`` variables and the template's locale) runs in H directly, from the
   already-started interpreter, set up as a fresh one would be (streams, argv, ``sys.path``

@@ -32,7 +32,7 @@ MAX_REQUEST = forkserver.MAX_REQUEST
 """Largest request (argv, env and stdin) sent as one packet; larger execs take the cold path."""
 SPAWN_INIT = True
 """Whether templates start each exec's init as the tiny static program where it runs (else as
-a fork of the template, ~25% more CPU per exec): both ways are tested."""
+a fork of the template, ~20% more CPU per exec): both ways are tested."""
 _START_TIMEOUT = 60.0
 _STUCK_AFTER = 30.0
 """Seconds past an exec's timeout after which a silent template counts as stuck."""
