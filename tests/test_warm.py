@@ -19,7 +19,7 @@ from sandboxkit.local import isolation
 from sandboxkit.local import warm as warm_templates
 from sandboxkit.local.forkserver import MAX_SCRIPT
 from sandboxkit.local.warm import LearntSite, site_stamp
-from sandboxkit.testing.remote import processes_with
+from sandboxkit.testing.remote import processes_with, wait_until
 
 SCRIPT = """\
 import sys
@@ -325,6 +325,63 @@ def test_a_command_cannot_stop_the_template(
         after = sb.exec(["python3", "-c", "print('still warm')"], timeout=60)
         assert after.stdout == "still warm\n"
         assert backend._templates[sb.id] is template and not template.broken
+
+
+def _server_pid(root: int) -> int:
+    """The host pid of the template server under ``root`` (the sandbox's bwrap): pid 1 of its
+    own pid namespace, nested once in the sandbox's (an exec's processes are nested deeper)."""
+    children: dict[int, list[int]] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(proc.name))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        todo += children.get(pid, [])
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        nspid = next(line.split()[1:] for line in status.splitlines() if line.startswith("NSpid"))
+        if len(nspid) == 3 and nspid[-1] == "1":
+            found.append(pid)
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_a_command_that_ends_in_time_is_no_timeout_when_its_server_is_late(
+    clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
+) -> None:
+    """A server held up past the deadline (a loaded machine) reports how a command that ended
+    in time really ended, not a timeout: the reward must not depend on the server's luck."""
+    import signal
+    import threading
+    import time
+
+    warm, _ = clients
+    backend = warm.backend
+    assert isinstance(backend, SubprocessBackend)
+    with warm.sandbox() as sb:
+        sb.exec(["true"], timeout=60)
+        server = _server_pid(backend._templates[sb.id].spawned.proc.pid)
+        results: list[sandboxkit.ExecResult] = []
+        command = ["sh", "-c", "sleep 0.3; echo done in time"]
+        run = threading.Thread(target=lambda: results.append(sb.exec(command, timeout=2.0)))
+        run.start()
+        assert wait_until(lambda: processes_with("echo done in time"), timeout=30)
+        os.kill(server, signal.SIGSTOP)  # the command still runs, and ends, meanwhile
+        try:
+            time.sleep(3.0)
+        finally:
+            os.kill(server, signal.SIGCONT)
+        run.join(60)
+        (result,) = results
+        assert (result.returncode, result.stdout, result.timed_out) == (0, "done in time\n", False)
 
 
 REPORT = (

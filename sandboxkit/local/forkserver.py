@@ -541,7 +541,8 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin: bytes) -> bool:
             [],
             wait,
         )
-        if status is None and deadline is not None and time.monotonic() >= deadline:
+        ended = pidfd in readable  # in time, unless the server itself ran late: still its end
+        if status is None and not ended and deadline is not None and time.monotonic() >= deadline:
             timed_out = True
             deadline = None
             os.kill(init, signal.SIGKILL)
@@ -564,7 +565,7 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin: bytes) -> bool:
                 host_gone = True
             if message in (b"", b"k"):
                 os.kill(init, signal.SIGKILL)
-        if pidfd in readable:
+        if ended:
             _, wait_status = os.waitpid(pid, 0)
             status = exit_code(wait_status)
             if init != pid:  # the tiny init: its death ends whatever the command left
