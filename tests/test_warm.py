@@ -41,6 +41,9 @@ def clients(
     spawn_init = request.param == "tiny init"
     if spawn_init and os.uname().machine != "x86_64":
         pytest.skip("the tiny init is x86-64 code")
+    noexec = Path("/proc/sys/vm/memfd_noexec")
+    if spawn_init and noexec.exists() and noexec.read_text().strip() != "0":
+        pytest.skip("vm.memfd_noexec forbids running the tiny init from memory")
     root = tempfile.mkdtemp(prefix="sandboxkit-warm-", dir="/tmp")
     os.chmod(root, 0o711)
     try:
