@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from sandboxkit import get_backend
+from sandboxkit.backends.subprocess import SubprocessBackend
 from sandboxkit.cli import parse_duration
-from sandboxkit.doctor import REMOTES
+from sandboxkit.doctor import REMOTES, Status, _warm_path
 from sandboxkit.outcomes import OutcomeKind
 
 REPO = Path(__file__).resolve().parent.parent
@@ -87,6 +88,8 @@ def test_doctor_passes_for_the_local_backend_and_never_prints_secrets(
     assert "selected backend: subprocess (default)" in out
     assert re.search(r"^subprocess: ready  <- selected$", out, re.M)
     assert re.search(r"\[ok  \] smoke test +ran python in a sandbox", out)
+    if os.uname().machine == "x86_64":  # the fast path, with the init it can use here
+        assert re.search(r"\[ok  \] warm template +execs fork from a warm .*\(tiny init\)", out)
     for line in ("isolation", "process limit", "runs as", "bwrap", "python", "root"):
         assert re.search(rf"^  \[\w+ *\] {line} ", out, re.M), line
     assert "DAYTONA_API_KEY set" in out and "CWSANDBOX_API_KEY set" in out
@@ -94,6 +97,39 @@ def test_doctor_passes_for_the_local_backend_and_never_prints_secrets(
     assert f"{UNREACHABLE}/***/api (DAYTONA_API_URL) unreachable" in out
     for value in secrets.values():
         assert value not in out + done.stderr
+
+
+def test_doctor_says_when_execs_do_not_fork_from_a_warm_interpreter(
+    local_env: dict[str, str],
+) -> None:
+    """A user who turned the warm template off (or whose machine cannot run it) learns that
+    every exec pays an interpreter start, and how to get the fast path back."""
+    done = cli(
+        "doctor",
+        "--backend",
+        "subprocess",
+        "--timeout",
+        "2",
+        env={**local_env, "SANDBOXKIT_WARM": "0"},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.search(
+        r"^  \[warn\] warm template +off: every exec starts a new interpreter", done.stdout, re.M
+    )
+    assert "unset SANDBOXKIT_WARM" in done.stdout
+
+
+def test_doctor_gives_the_reason_an_exec_ran_cold(local_root: Path) -> None:
+    """When a sandbox's template could not start, the doctor shows the template's reason."""
+    with get_backend("subprocess", root=str(local_root), warm=True) as client:
+        backend = client.backend
+        assert isinstance(backend, SubprocessBackend)
+        if not backend.warm:
+            pytest.skip("no namespaces tier here")
+        backend.last_cold_reason = "nested user and pid namespaces are not allowed"
+        check = _warm_path(client, "sbx-without-template")
+    assert check.status is Status.WARN
+    assert check.detail == "execs run cold here: nested user and pid namespaces are not allowed"
 
 
 def test_doctor_fails_for_a_selected_backend_without_credentials() -> None:

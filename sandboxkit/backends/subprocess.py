@@ -105,6 +105,8 @@ class SubprocessBackend:
             warm if warm is not None else setting("SANDBOXKIT_WARM", "1") != "0"
         )
         self._templates: dict[str, WarmTemplate] = {}
+        self.last_cold_reason: str | None = None
+        """Why the last exec that could have used a warm template ran the cold way."""
         self._site = LearntSite()
         self._starting: dict[str, asyncio.Lock] = {}
         self._running: dict[str, set[int]] = {}
@@ -290,6 +292,7 @@ class SubprocessBackend:
                     self._warm_exec(sandbox_id, path, command, cwd, env, timeout, stdin)
                 )
             except ColdPath as exc:
+                self.last_cold_reason = str(exc)
                 logger.debug("sandbox %s: cold exec (%s)", sandbox_id, exc)
         return await run(
             self.confinement,
@@ -317,6 +320,11 @@ class SubprocessBackend:
         any caller's loop and so can own the template's process and socket."""
         template = await self._template(sandbox_id, path)
         return await template.run(argv, cwd=cwd, env=env, timeout=timeout, stdin=stdin)
+
+    def warm_template(self, sandbox_id: str) -> WarmTemplate | None:
+        """The sandbox's running warm template, if it has one (``sandboxkit doctor`` says
+        which way execs run)."""
+        return self._templates.get(sandbox_id)
 
     async def _template(self, sandbox_id: str, path: Path) -> WarmTemplate:
         """The sandbox's warm template, started on first use with the sandbox's environment
