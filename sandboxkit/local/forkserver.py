@@ -7,15 +7,16 @@ one:
 
 - the template moves into a user namespace of its own and forks the server S, pid 1 of a pid
   namespace owned by that user namespace (see ``become_server``);
-- per exec, S makes a fresh pid namespace whose init G is a tiny static program (``INIT_ELF``,
-  a few instructions: ignore SIGCHLD, so that the kernel reaps whatever is orphaned to it, and
-  sleep), started with ``posix_spawn`` (no copy of S's memory), and forks H, the command, into
-  it as pid 2: H takes a user namespace of its own (so it has no capability over S's
-  namespaces), limits, a new session, its own stdio, cwd and environment. When H ends, S kills
-  G, and the death of G kills everything left in the namespace (as does a kill of G on
-  timeout). All the command can name by pid is G and its own processes, which die with its
-  exec: S as the commands' init would save G, but a command can lower the limits, priority and
-  CPUs of any process of its uid it can name, and S passes those on to every later exec.
+- per exec, S makes a fresh pid namespace whose init G is a tiny static program
+  (``INIT_X86_64``, a few instructions that sleep), started with ``posix_spawn`` (no copy of
+  S's memory) and SIGCHLD ignored (so the kernel reaps whatever is orphaned to it), and forks
+  H, the command, into it as pid 2: H takes a user namespace of its own (so it has no
+  capability over S's namespaces), limits, a new session, its own stdio, cwd and
+  environment. When H ends, S kills G, and the death of G kills everything left in the
+  namespace (as does a kill of G on timeout). All the command can name by pid is G and its own
+  processes, which die with its exec: S as the commands' init would save G, but a command can
+  lower the limits, priority and CPUs of any process of its uid it can name, and S passes
+  those on to every later exec.
   Where the tiny init cannot run (not x86-64, no executable memfd), G is a fork of S instead,
   which forks H (``namespace_init``): one more copy of the template per exec (~20% more CPU);
 - a Python command (``python [-IEsSPBuq] -c CODE | SCRIPT ...`` that names this interpreter,
