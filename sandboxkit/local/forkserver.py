@@ -63,7 +63,7 @@ import types
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # not imported here: every program would find typing already loaded
-    from typing import Any
+    from typing import Any, NoReturn
 
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
@@ -373,8 +373,13 @@ def namespace_init(
             if pid == child:
                 os._exit(exit_code(status))
     except BaseException as exc:
-        os.write(fds[2], f"sandbox template: {type(exc).__name__}: {exc}\n".encode())
-        os._exit(126)
+        setup_failed(fds[2], exc)
+
+
+def setup_failed(err_fd: int, exc: BaseException) -> NoReturn:
+    """End an exec whose processes could not be set up, saying why on its stderr."""
+    os.write(err_fd, f"sandbox template: {type(exc).__name__}: {exc}\n".encode())
+    os._exit(126)
 
 
 def new_user_namespace(flags: int = 0) -> None:
@@ -510,8 +515,7 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin: bytes) -> bool:
         try:
             new_user_namespace()  # no capability over the server's namespaces
         except BaseException as exc:
-            os.write(err_w, f"sandbox template: {type(exc).__name__}: {exc}\n".encode())
-            os._exit(126)
+            setup_failed(err_w, exc)
         command(request, prepared, (stdin_r, out_w, err_w))
     for fd in (stdin_r, out_w, err_w):
         os.close(fd)
