@@ -330,6 +330,48 @@ def test_a_command_cannot_stop_the_template(
         assert backend._templates[sb.id] is template and not template.broken
 
 
+def test_a_command_sees_nothing_of_the_processes_that_serve_later_execs(
+    clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
+) -> None:
+    """The sandbox's /proc lists the template, its server and bwrap's init (pids of the
+    sandbox's outer pid namespace, whose /proc a command sees): their directories must be
+    empty to a command, so that it can neither read them nor raise their ``oom_score_adj`` or
+    renice their ``autogroup`` (which a command running as root, as on a root host, could
+    otherwise do) and so slow down or get killed what serves the next completions. Neither may
+    it uncover them from a user and mount namespace of its own."""
+    prog = (
+        "import ctypes, os\n"
+        "def nspid(p):  # its pid in each pid namespace, outermost first\n"
+        "    try: lines = open(f'/proc/{p}/status').read().splitlines()\n"
+        "    except OSError: return []\n"
+        "    return next(line.split()[1:] for line in lines if line.startswith('NSpid'))\n"
+        "mine = nspid('self')\n"
+        "def ours(p):  # this process, or its exec's init: pid 1 of a namespace as deep\n"
+        "    return nspid(p) == mine or (len(nspid(p)) == len(mine) and nspid(p)[-1] == '1')\n"
+        "others = sorted(int(p) for p in os.listdir('/proc') if p.isdigit() and not ours(p))\n"
+        "seen = {p: os.listdir(f'/proc/{p}') for p in others}\n"
+        "print(len(others) >= 3, {p: names for p, names in seen.items() if names})\n"
+        "writable = []\n"
+        "for p in others:\n"
+        "    for name in ('oom_score_adj', 'autogroup'):\n"
+        "        try: os.close(os.open(f'/proc/{p}/{name}', os.O_WRONLY))\n"
+        "        except OSError: pass\n"
+        "        else: writable.append((p, name))\n"
+        "print(writable)\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "assert libc.unshare(0x10000000 | 0x00020000) == 0, ctypes.get_errno()\n"  # user, mount
+        "print({libc.umount2(f'/proc/{p}'.encode(), 2) for p in others}, ctypes.get_errno())\n"
+        "print({p: os.listdir(f'/proc/{p}') for p in others if os.listdir(f'/proc/{p}')})\n"
+    )
+    warm, _ = clients
+    with warm.sandbox() as sb:
+        result = sb.exec(["python3", "-c", prog], timeout=60)
+        # umount2(MNT_DETACH) of a mount locked by the kernel: EINVAL.
+        expected = "True {}\n[]\n{-1} 22\n{}\n"
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == expected
+
+
 def _server_pid(root: int) -> int:
     """The host pid of the template server under ``root`` (the sandbox's bwrap): pid 1 of its
     own pid namespace, nested once in the sandbox's (an exec's processes are nested deeper)."""

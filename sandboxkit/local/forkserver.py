@@ -5,8 +5,8 @@ holds nothing of the caller's. Starting an interpreter costs tens of millisecond
 warm one costs about one. Every exec is still a new process tree that cannot see the previous
 one:
 
-- the template moves into a user namespace of its own and forks the server S, pid 1 of a pid
-  namespace owned by that user namespace (see ``become_server``);
+- the template moves into a user and a mount namespace of its own and forks the server S,
+  pid 1 of a pid namespace owned by that user namespace (see ``become_server``);
 - per exec, S makes a fresh pid namespace whose init G is a tiny static program
   (``INIT_X86_64``, a few instructions that sleep), started with ``posix_spawn`` (no copy of
   S's memory) and SIGCHLD ignored (so the kernel reaps whatever is orphaned to it), and forks
@@ -26,7 +26,8 @@ one:
   fresh interpreter: ``sys.flags``, the hash seed (shared by a sandbox's execs), .pth import
   lines and ``sitecustomize``, which never run here (``SANDBOXKIT_WARM=0`` runs them), and,
   with the tiny init, ``os.getppid()``: 0 (the parent, S, is outside the namespace), not 1;
-- the template is non-dumpable, so commands cannot read its memory or descriptors.
+- the template is non-dumpable, so commands cannot read its memory or descriptors, and its
+  processes' /proc directories are covered (``hide_serving_processes``).
 
 The template also feeds the command's stdin, collects its output (capped) and enforces its
 timeout, so an exec costs the host one request and one answer.
@@ -65,8 +66,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # not imported here: every program would find typing already loaded
     from typing import Any, NoReturn
 
+CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
+MS_RDONLY_NOSUID_NODEV_NOEXEC = 0x1 | 0x2 | 0x4 | 0x8
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PYTHON_FLAGS = set("IEsSPBuq")
@@ -599,10 +602,11 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin: bytes) -> bool:
 
 
 def become_server(sock: socket.socket, *, spawn_init: bool) -> str | None:
-    """Move into a user namespace of our own (capabilities there, none outside) and fork the
-    server S as pid 1 of a pid namespace it owns: S can then unshare a fresh pid namespace per
-    exec and return to its own, so an exec costs one fork (H) and the tiny init, which S sets
-    up here unless ``spawn_init`` is false or it does not run. The process bwrap started stays
+    """Move into a user namespace of our own (capabilities there, none outside), with a mount
+    namespace of its own, and fork the server S as pid 1 of a pid namespace it owns: S can then
+    unshare a fresh pid namespace per exec and return to its own, so an exec costs one fork (H)
+    and the tiny init, which S sets up here unless ``spawn_init`` is false or it does not run,
+    and hides the serving processes from commands. The process bwrap started stays
     as S's parent. Returns (in S) why a pid namespace per exec is impossible here, or None.
 
     bwrap keeps CAP_SETFCAP for this process alone, because the kernel lets a user namespace
@@ -610,9 +614,9 @@ def become_server(sock: socket.socket, *, spawn_init: bool) -> str | None:
     the sandbox's outer user namespace and is gone with the unshare, before any other code
     runs."""
     try:
-        new_user_namespace(CLONE_NEWPID)
+        new_user_namespace(CLONE_NEWPID | CLONE_NEWNS)
     except OSError as exc:
-        return f"nested user and pid namespaces are not allowed ({exc})"
+        return f"nested user, pid and mount namespaces are not allowed ({exc})"
     server = os.fork()
     if server:
         sock.close()  # the host sees the server's end only
@@ -633,7 +637,33 @@ def become_server(sock: socket.socket, *, spawn_init: bool) -> str | None:
             INIT.clear()  # e.g. no exec from a memfd here: the init is forked instead
     if not exec_namespace_works():
         return "a fresh pid namespace per exec does not work here"
+    try:
+        hide_serving_processes()
+    except OSError as exc:
+        return f"the template's processes cannot be hidden from commands ({exc})"
     return None
+
+
+def hide_serving_processes() -> None:
+    """Cover the /proc directories of this server and of its ancestors (the template, bwrap's
+    init) with empty read-only mounts, in the mount namespace the template made for its execs.
+
+    A command sees the /proc of the sandbox's pid namespace (one of the exec's own cannot be
+    mounted under bwrap's covers of /proc/sys and the like), which lists the processes that
+    serve the next execs: a command running as their uid (root, on a root host) could raise
+    their ``oom_score_adj`` or renice their ``autogroup``, and so get the sandbox's later
+    completions killed or starved. The kernel locks these mounts in any namespace a command
+    makes, so it cannot take them off. The directories of each exec's own processes (its init
+    included, which dies with it) stay as they are."""
+    pid = int(os.readlink("/proc/self"))
+    while pid > 0:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            parent = int(f.read().rsplit(b")", 1)[1].split()[1])
+        target = f"/proc/{pid}".encode()
+        if libc.mount(b"none", target, b"tmpfs", MS_RDONLY_NOSUID_NODEV_NOEXEC, b"size=4k") != 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, f"mount over /proc/{pid}: {os.strerror(errno)}")
+        pid = parent
 
 
 def exec_namespace_works() -> bool:
