@@ -42,6 +42,20 @@ def test_exec_reward_on_toy_programs() -> None:
         reward.close()
 
 
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
+def test_a_completion_cannot_plant_a_module_for_the_next_ones(warm: bool) -> None:
+    """Completions share the pool's sandboxes: a module one leaves in the working directory
+    must not run in a later one that imports that name (here making it exit 0: a pass)."""
+    reward = exec_reward(get_backend("subprocess", warm=warm), timeout=10, pool_size=1)
+    try:
+        plant = "open('heapq.py', 'w').write('import os\\nos._exit(0)\\n')"
+        victim = "import heapq\nraise SystemExit(1)"
+        assert reward(prompts=["p"], completions=[plant]) == [1.0]
+        assert reward(prompts=["p"], completions=[victim]) == [0.0]
+    finally:
+        reward.close()
+
+
 def test_assert_tests_reward_fractions_setup_and_chat() -> None:
     reward = assert_tests_reward("subprocess", timeout=5, pool_size=2)
     metrics: dict[str, float] = {}

@@ -107,7 +107,10 @@ def _unfinished(result: ExecResult, records: _Records, total: int) -> Outcome | 
 
 @dataclass(frozen=True)
 class ExecHarness:
-    """Pass when the program runs to completion with exit status 0 (no tests)."""
+    """Pass when the program runs to completion with exit status 0 (no tests).
+
+    Isolated mode (``-I``), as the test runner: the working directory is not on ``sys.path``,
+    so a module an earlier completion left there cannot run inside this one."""
 
     timeout: float = 10.0
 
@@ -115,6 +118,7 @@ class ExecHarness:
         return RunRequest(
             [
                 PYTHON,
+                "-I",
                 "-c",
                 "import sys; exec(compile(sys.stdin.read(), "
                 "'<candidate>', 'exec'), {'__name__': '__main__'})",
