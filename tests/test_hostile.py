@@ -324,6 +324,22 @@ def test_killing_the_parent_and_everything_visible(
     host_is_healthy()
 
 
+def test_taking_away_the_sandbox_directories_leaves_the_next_exec_working(
+    hostile: tuple[SandboxClient, Sandbox, str],
+) -> None:
+    """A pool runs the next completions in the same sandbox: mode 000 on its working directory
+    and temp directory must not make them fail to start (and so score 0)."""
+    _, sb, _ = hostile
+    sb.exec(["mkdir", "-p", "sub/dir"], timeout=30)
+    prog = "import os\nfor d in ('sub/dir', 'sub', os.environ['TMPDIR'], '.'): os.chmod(d, 0)\n"
+    assert run(sb, prog)[0] == 0
+    check = "import os, tempfile\ntempfile.mkstemp()\nprint(sorted(os.listdir()))"
+    r = sb.exec([PY, "-c", check], timeout=30)
+    assert (r.returncode, r.stdout) == (0, "['prog.py', 'sub']\n"), r.stderr
+    r = sb.exec([PY, "-c", check], cwd="sub/dir", timeout=30)
+    assert (r.returncode, r.stdout) == (0, "[]\n"), r.stderr
+
+
 def test_closed_and_hijacked_descriptors(hostile: tuple[SandboxClient, Sandbox, str]) -> None:
     _, sb, _ = hostile
     prog = (

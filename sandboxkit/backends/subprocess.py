@@ -254,6 +254,8 @@ class SubprocessBackend:
         path = self._dir(sandbox_id)
         meta = self._meta(path)
         cwd_host = self._host_path(path, cwd or ".", meta["workdir"])
+        _give_owner_access(path, ("tmp",))
+        _give_owner_access(path, cwd_host.relative_to(path).parts)
         if not cwd_host.is_dir():
             raise SandboxError(f"cwd {cwd!r} is not a directory in the sandbox")
         run_env = self._env(meta, env, path)
@@ -443,3 +445,27 @@ class SubprocessBackend:
 
     async def aclose(self) -> None:
         """Nothing to release per client: sandboxes outlive it until stopped."""
+
+
+def _give_owner_access(sandbox_dir: Path, parts: Sequence[str]) -> None:
+    """Give the owner back read, write and search on each directory of ``parts`` under
+    ``sandbox_dir``: a program that took them away (``chmod 000 /workspace``) would make every
+    later exec there fail to start, and so score the next completions a pool runs in the
+    sandbox 0. Walked with ``O_NOFOLLOW`` from descriptor to descriptor, never through a link
+    the program planted; a part that is gone or not a directory ends the walk (the exec then
+    fails on it as it would have)."""
+    flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fds: list[int] = []
+    try:
+        fds.append(os.open(sandbox_dir, flags))
+        for part in parts:
+            fd = os.open(part, flags, dir_fd=fds[-1])
+            fds.append(fd)
+            mode = os.stat(fd).st_mode
+            if mode & 0o700 != 0o700:
+                os.chmod(f"/proc/self/fd/{fd}", (mode & 0o7777) | 0o700)
+    except OSError:
+        pass
+    finally:
+        for fd in fds:
+            os.close(fd)
