@@ -372,6 +372,30 @@ def test_a_command_sees_nothing_of_the_processes_that_serve_later_execs(
         assert result.stdout == expected
 
 
+def test_what_an_exec_leaves_in_dev_shm_does_not_reach_the_next(
+    clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
+) -> None:
+    """A cold exec gets a fresh /dev/shm (64 MiB); the template's lasts as long as it does, so
+    an exec that leaves anything there (here: fills it) retires it, and only such an exec."""
+    warm, _ = clients
+    backend = warm.backend
+    assert isinstance(backend, SubprocessBackend)
+    fill = (
+        "open('/dev/shm/x', 'wb').write(b'x' * (8 << 20))\n"
+        "open('/dev/shm/y', 'wb').write(b'y' * (60 << 20))\n"  # no space left
+    )
+    check = "import os, multiprocessing\nmultiprocessing.Lock()\nprint(os.listdir('/dev/shm'))"
+    with warm.sandbox() as sb:
+        assert sb.exec(["python3", "-c", check], timeout=60).stdout == "[]\n"
+        template = backend._templates[sb.id]
+        assert sb.exec(["python3", "-c", check], timeout=60).stdout == "[]\n"
+        assert backend._templates[sb.id] is template  # multiprocessing cleaned up after itself
+        sb.exec(["python3", "-c", fill], timeout=60)
+        result = sb.exec(["python3", "-c", check], timeout=60)
+        assert (result.returncode, result.stdout) == (0, "[]\n"), result.stderr
+        assert backend._templates[sb.id] is not template and not backend._templates[sb.id].broken
+
+
 def _server_pid(root: int) -> int:
     """The host pid of the template server under ``root`` (the sandbox's bwrap): pid 1 of its
     own pid namespace, nested once in the sandbox's (an exec's processes are nested deeper)."""

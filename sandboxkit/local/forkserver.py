@@ -38,9 +38,10 @@ instead of learning it): the template sends ``{"ready": true, "site_path", "lear
 (``init``: whether the tiny init is used) or ``{"ready": false, "reason"}``. A request is
 ``r`` + a JSON header ``{"argv", "cwd", "env", "limits", "cap", "timeout"}`` + a newline + the
 stdin bytes; it is answered by packets ``o`` + stdout bytes and ``e`` + stderr bytes (none
-when empty), then ``x`` + ``{"exit", "timed_out", "truncated", "duration"}`` (or ``x`` +
-``{"error"}`` when it could not start: the host runs it the cold way). ``k`` kills the running
-command, which is then answered as usual.
+when empty), then ``x`` + ``{"exit", "timed_out", "truncated", "duration", "retire"}``
+(``retire``: the template ends now, see ``shared_memory_used``), or ``x`` + ``{"error"}`` when
+it could not start (the host runs it the cold way). ``k`` kills the running command, which is
+then answered as usual.
 """
 
 from __future__ import annotations
@@ -494,8 +495,9 @@ class Output(Capped):
 
 
 def serve(sock: socket.socket, request: dict[str, Any], stdin: bytes) -> bool:
-    """Run one request to its end and send its output and exit status; False when the host
-    has gone. The command's pipes stay here: the host gets one answer, not three streams."""
+    """Run one request to its end and send its output and exit status; False when the
+    template must end (the host has gone, or the exec used /dev/shm). The command's pipes stay
+    here: the host gets one answer, not three streams."""
     remember_compiled(request["argv"])
     prepared = prepare(request)
     stdin_r, stdin_w = os.pipe()
@@ -596,9 +598,20 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin: bytes) -> bool:
         "timed_out": timed_out,
         "truncated": outputs[0].truncated or outputs[1].truncated,
         "duration": time.monotonic() - started,
+        "retire": shared_memory_used(),
     }
     sock.send(b"x" + json.dumps(answer).encode())
-    return True
+    return not answer["retire"]
+
+
+def shared_memory_used() -> bool:
+    """Whether the exec left anything in /dev/shm, the template's for its life where a cold
+    exec gets a fresh one: the template then ends after its answer and the host starts a
+    fresh one, so nothing there reaches the next exec (nor leaves it a full /dev/shm)."""
+    try:
+        return bool(os.listdir("/dev/shm"))
+    except OSError:
+        return False
 
 
 def become_server(sock: socket.socket, *, spawn_init: bool) -> str | None:
