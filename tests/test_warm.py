@@ -396,6 +396,31 @@ def test_what_an_exec_leaves_in_dev_shm_does_not_reach_the_next(
         assert backend._templates[sb.id] is not template and not backend._templates[sb.id].broken
 
 
+def test_ipc_objects_of_an_exec_do_not_outlast_it(
+    clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
+) -> None:
+    """SysV shared memory, semaphores and message queues an exec makes are gone with it, as
+    with a cold exec: each exec gets an IPC namespace of its own."""
+    make = (
+        "import ctypes\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "print(libc.shmget(4242, 4096, 0o1600) >= 0, libc.semget(4242, 1, 0o1600) >= 0,"
+        " libc.msgget(4242, 0o1600) >= 0)\n"
+    )
+    find = (
+        "import ctypes\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "print(libc.shmget(4242, 0, 0), libc.semget(4242, 0, 0), libc.msgget(4242, 0))\n"
+        "for kind in ('shm', 'sem', 'msg'):\n"
+        "    print(len(open(f'/proc/sysvipc/{kind}').read().splitlines()))\n"
+    )
+    for client in clients:
+        with client.sandbox() as sb:
+            assert sb.exec(["python3", "-c", make], timeout=60).stdout == "True True True\n"
+            result = sb.exec(["python3", "-c", find], timeout=60)
+            assert result.stdout == "-1 -1 -1\n1\n1\n1\n", result.stderr  # headers only
+
+
 def _server_pid(root: int) -> int:
     """The host pid of the template server under ``root`` (the sandbox's bwrap): pid 1 of its
     own pid namespace, nested once in the sandbox's (an exec's processes are nested deeper)."""

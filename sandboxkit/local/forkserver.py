@@ -11,12 +11,12 @@ one:
   (``INIT_X86_64``, a few instructions that sleep), started with ``posix_spawn`` (no copy of
   S's memory) and SIGCHLD ignored (so the kernel reaps whatever is orphaned to it), and forks
   H, the command, into it as pid 2: H takes a user namespace of its own (so it has no
-  capability over S's namespaces), limits, a new session, its own stdio, cwd and
-  environment. When H ends, S kills G, and the death of G kills everything left in the
-  namespace (as does a kill of G on timeout). All the command can name by pid is G and its own
-  processes, which die with its exec: S as the commands' init would save G, but a command can
-  lower the limits, priority and CPUs of any process of its uid it can name, and S passes
-  those on to every later exec.
+  capability over S's namespaces) and an IPC one (``EXEC_NAMESPACES``), limits, a new
+  session, its own stdio, cwd and environment. When H ends, S kills G, and the death of G
+  kills everything left in the namespace (as does a kill of G on timeout). All the command
+  can name by pid is G and its own processes, which die with its exec: S as the commands'
+  init would save G, but a command can lower the limits, priority and CPUs of any process of
+  its uid it can name, and S passes those on to every later exec.
   Where the tiny init cannot run (not x86-64, no executable memfd), G is a fork of S instead,
   which forks H (``namespace_init``): one more copy of the template per exec (~20% more CPU);
 - a Python command (``python [-IEsSPBuq] -c CODE | SCRIPT ...`` that names this interpreter,
@@ -68,8 +68,13 @@ if TYPE_CHECKING:  # not imported here: every program would find typing already 
     from typing import Any, NoReturn
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
+EXEC_NAMESPACES = CLONE_NEWIPC
+"""Namespaces each exec's command gets fresh, with the user namespace that leaves it no
+capability over the server's: IPC, as a cold exec's (SysV shared memory, semaphores and message
+queues and POSIX message queues would otherwise outlast the exec in the template's)."""
 MS_RDONLY_NOSUID_NODEV_NOEXEC = 0x1 | 0x2 | 0x4 | 0x8
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
@@ -366,9 +371,7 @@ def namespace_init(
     (and so kill whatever it left). Never returns. (Should the server die, the kernel kills
     G with the server's own pid namespace, of which G's is a part.)"""
     try:
-        # A user namespace of its own: the command keeps no capability over the server's
-        # namespaces.
-        new_user_namespace()
+        new_user_namespace(EXEC_NAMESPACES)
         child = os.fork()
         if child == 0:
             command(request, prepared, fds)
@@ -518,7 +521,7 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin: bytes) -> bool:
         if not INIT:
             namespace_init(request, prepared, (stdin_r, out_w, err_w))
         try:
-            new_user_namespace()  # no capability over the server's namespaces
+            new_user_namespace(EXEC_NAMESPACES)
         except BaseException as exc:
             setup_failed(err_w, exc)
         command(request, prepared, (stdin_r, out_w, err_w))
@@ -688,7 +691,7 @@ def exec_namespace_works() -> bool:
         return False
     if pid == 0:
         try:
-            new_user_namespace()
+            new_user_namespace(EXEC_NAMESPACES)
             expected = 2 if INIT else 1
             os._exit(0 if os.getpid() == expected and os.getuid() == OUTER_IDS[0] else 1)
         finally:
