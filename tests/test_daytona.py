@@ -345,3 +345,22 @@ def test_cli_serves_until_sigterm(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         watchdog.cancel()
         proc.kill()
     assert list(tmp_path.rglob("sandbox.json")) == []
+
+
+def test_a_program_that_takes_away_the_workdir_does_not_break_the_next_exec(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pool runs the next completions in the same sandbox: mode 000 on the workdir (which
+    the sandbox's user owns) must not make their execs fail. (The emulator's local sandboxes
+    run cold here, as a provider's would: no capability over the user's own files.)"""
+    monkeypatch.setenv("SANDBOXKIT_WARM", "0")
+    with DaytonaEmulator(api_key=EMULATOR_API_KEY) as emu:
+        client = client_for(emu)
+        try:
+            with client.sandbox(workdir="/workspace/project") as sb:
+                chmod = [PY, "-c", "import os; os.chmod('.', 0)"]
+                assert sb.exec(chmod, timeout=60).returncode == 0
+                result = sb.exec([PY, "-c", "import os; print(os.listdir())"], timeout=60)
+                assert (result.returncode, result.stdout) == (0, "[]\n"), result.stderr
+        finally:
+            client.close()

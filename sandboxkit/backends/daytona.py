@@ -179,7 +179,9 @@ def wrap_command(
     """The shell command that runs ``argv`` and reports status, stdout and stderr apart.
 
     A watchdog kills the command after ``timeout`` seconds and leaves a mark, so a timeout
-    ends the wrapper normally, with the output so far, and with sub-second precision.
+    ends the wrapper normally, with the output so far, and with sub-second precision. A
+    workdir or cwd that an earlier program took the user's access to (``chmod 000``) gets it
+    back, or every later exec of a pooled sandbox would fail.
     """
     q = shlex.quote
     stdin = '"$d/stdin"' if has_stdin else "/dev/null"
@@ -194,7 +196,8 @@ if [ ! -d "$w" ] && ! mkdir -p "$w" 2>/dev/null; then
   sudo -n sh -c 'mkdir -p "$1" && chown "$2" "$1"' sh "$w" "$(id -u):$(id -g)" >/dev/null 2>&1 \\
     || {{ echo {_NO_WORKDIR}; exit 125; }}
 fi
-cd {q(cwd)} 2>/dev/null || {{ echo {_NO_CWD}; exit 125; }}
+cd {q(cwd)} 2>/dev/null || {{ for x in "$w" {q(cwd)}; do [ ! -d "$x" ] || chmod u+rwx "$x"; done
+  cd {q(cwd)}; }} 2>/dev/null || {{ echo {_NO_CWD}; exit 125; }}
 mkdir -p "$d" || exit 125
 k=
 c() {{ head -c {cap + 1} >"$1"; cat >/dev/null; }}
