@@ -72,9 +72,9 @@ CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 EXEC_NAMESPACES = CLONE_NEWIPC
-"""Namespaces each exec's command gets fresh, with the user namespace that leaves it no
-capability over the server's: IPC, as a cold exec's (SysV shared memory, semaphores and message
-queues and POSIX message queues would otherwise outlast the exec in the template's)."""
+"""Namespaces each exec's command gets fresh, with its user namespace (``enter_exec_namespaces``):
+IPC, as a cold exec's (SysV shared memory, semaphores and message queues and POSIX message
+queues would otherwise outlast the exec in the template's)."""
 MS_RDONLY_NOSUID_NODEV_NOEXEC = 0x1 | 0x2 | 0x4 | 0x8
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
@@ -135,6 +135,17 @@ INIT_X86_64 = bytes.fromhex(
 neither be signalled from its namespace (an init gets only the signals it handles) nor traced,
 and the kernel reaps what is orphaned to it (it starts with SIGCHLD ignored)."""
 libc = ctypes.CDLL(None, use_errno=True)
+
+
+class CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class CapData(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint32) for name in ("effective", "permitted", "inheritable")]
+
+
+NO_CAPABILITIES = (CapHeader(0x20080522, 0), (CapData * 2)())  # _LINUX_CAPABILITY_VERSION_3
 
 
 def exit_code(status: int) -> int:
@@ -371,7 +382,7 @@ def namespace_init(
     (and so kill whatever it left). Never returns. (Should the server die, the kernel kills
     G with the server's own pid namespace, of which G's is a part.)"""
     try:
-        new_user_namespace(EXEC_NAMESPACES)
+        enter_exec_namespaces()
         child = os.fork()
         if child == 0:
             command(request, prepared, fds)
@@ -387,6 +398,19 @@ def setup_failed(err_fd: int, exc: BaseException) -> NoReturn:
     """End an exec whose processes could not be set up, saying why on its stderr."""
     os.write(err_fd, f"sandbox template: {type(exc).__name__}: {exc}\n".encode())
     os._exit(126)
+
+
+def enter_exec_namespaces() -> None:
+    """Take the exec's own user namespace (so the command has no capability over the
+    server's namespaces) and ``EXEC_NAMESPACES``, then drop the capabilities the new user
+    namespace gave: a cold exec has none (bwrap drops them all), and with them a command would
+    see other permissions than cold (a mode 000 file of its own would still open). bwrap's
+    ``no_new_privs`` keeps an exec'd program from getting them back."""
+    new_user_namespace(EXEC_NAMESPACES)
+    header, data = NO_CAPABILITIES
+    if libc.capset(ctypes.byref(header), data) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"capset: {os.strerror(errno)}")
 
 
 def new_user_namespace(flags: int = 0) -> None:
@@ -521,7 +545,7 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin: bytes) -> bool:
         if not INIT:
             namespace_init(request, prepared, (stdin_r, out_w, err_w))
         try:
-            new_user_namespace(EXEC_NAMESPACES)
+            enter_exec_namespaces()
         except BaseException as exc:
             setup_failed(err_w, exc)
         command(request, prepared, (stdin_r, out_w, err_w))
@@ -691,7 +715,7 @@ def exec_namespace_works() -> bool:
         return False
     if pid == 0:
         try:
-            new_user_namespace(EXEC_NAMESPACES)
+            enter_exec_namespaces()
             expected = 2 if INIT else 1
             os._exit(0 if os.getpid() == expected and os.getuid() == OUTER_IDS[0] else 1)
         finally:
