@@ -11,8 +11,9 @@ one:
   (``INIT_X86_64``, a few instructions that sleep), started with ``posix_spawn`` (no copy of
   S's memory) and SIGCHLD ignored (so the kernel reaps whatever is orphaned to it), and forks
   H, the command, into it as pid 2: H takes a user namespace of its own (so it has no
-  capability over S's namespaces) and an IPC one (``EXEC_NAMESPACES``), limits, a new
-  session, its own stdio, cwd and environment. When H ends, S kills G, and the death of G
+  capability over S's namespaces) and an IPC one, drops its capabilities
+  (``enter_exec_namespaces``), takes limits, a new session, its own stdio, cwd and
+  environment. When H ends, S kills G, and the death of G
   kills everything left in the namespace (as does a kill of G on timeout). All the command
   can name by pid is G and its own processes, which die with its exec: S as the commands'
   init would save G, but a command can lower the limits, priority and CPUs of any process of
