@@ -107,6 +107,23 @@ CHEATS = {
         "        frame = frame.f_back\n"
         "    return ANSWERS.get((a, b), a - b)\n"
     ),
+    "scanning its own memory for the tests": (
+        "import ctypes, re\n"
+        "ANSWERS = {}\n"
+        "for line in open('/proc/self/maps'):\n"
+        "    fields = line.split()\n"
+        "    low, high = (int(x, 16) for x in fields[0].split('-'))\n"
+        "    if 'r' not in fields[1] or fields[-1].startswith('[v'):\n"
+        "        continue\n"
+        "    try:\n"
+        "        memory = ctypes.string_at(low, high - low)\n"
+        "    except Exception:\n"
+        "        continue\n"
+        "    for a, b, want in re.findall(rb'add\\((-?\\d+), (-?\\d+)\\) == (-?\\d+)', memory):\n"
+        "        ANSWERS[(int(a), int(b))] = int(want)\n"
+        "def add(a, b):\n"
+        "    return ANSWERS.get((a, b), a - b)\n"
+    ),
     "killing the judge": (
         "import os, signal\n"
         "def add(a, b):\n"
@@ -135,11 +152,13 @@ HARNESSES = {
 }
 
 
-@pytest.fixture(scope="module")
-def sandbox() -> Iterator[Sandbox]:
+@pytest.fixture(scope="module", params=["warm", "cold"])
+def sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
+    """One sandbox per path: warm, each exec is forked from the template that received the
+    request (it must not pass the tests on to the candidate); cold, one bwrap per exec."""
     from sandboxkit import get_backend
 
-    client: SandboxClient = get_backend("subprocess")
+    client: SandboxClient = get_backend("subprocess", warm=request.param == "warm")
     with client.sandbox(tags=["test-cheats"]) as sb:
         yield sb
 

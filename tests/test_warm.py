@@ -436,6 +436,37 @@ def test_ipc_objects_of_an_exec_do_not_outlast_it(
             assert result.stdout == "-1 -1 -1\n1\n1\n1\n", result.stderr  # headers only
 
 
+MEMORY_SCAN = (
+    "import ctypes, sys\n"
+    "needle, found = sys.argv[1].encode(), 0\n"
+    "for line in open('/proc/self/maps'):\n"
+    "    fields = line.split()\n"
+    "    low, high = (int(x, 16) for x in fields[0].split('-'))\n"
+    "    if 'r' in fields[1] and not fields[-1].startswith('[v'):\n"
+    "        found += ctypes.string_at(low, high - low).count(needle)\n"
+    "print(found)\n"
+)
+"""Counts the copies of ``argv[1]`` in the process's memory (its own argv among them)."""
+
+
+def test_no_exec_finds_stdin_in_the_memory_it_inherits(
+    clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
+) -> None:
+    """The server receives each request (stdin: the test runner's tests) before it forks the
+    command: neither that command (before it reads them: the runner forks the candidate's
+    zygote first) nor a later exec in the sandbox may find them in its memory."""
+    warm, _ = clients
+    needle = "tests-" + "f3b1c9"
+    stdin = ("assert solve() == 42  # " + needle + "\n").encode() * 2000  # ~100 kB
+    with warm.sandbox() as sb:
+        scan = ["python3", "-c", MEMORY_SCAN, needle]
+        baseline = sb.exec(scan, timeout=60)
+        assert baseline.returncode == 0 and int(baseline.stdout) > 0, baseline.stderr
+        sb.exec(["python3", "-c", "pass"], stdin=stdin, timeout=60)  # an earlier exec's
+        after = sb.exec(scan, stdin=stdin, timeout=60)  # and its own, unread
+        assert after.stdout == baseline.stdout, after.stderr
+
+
 def _server_pid(root: int) -> int:
     """The host pid of the template server under ``root`` (the sandbox's bwrap): pid 1 of its
     own pid namespace, nested once in the sandbox's (an exec's processes are nested deeper)."""

@@ -28,7 +28,8 @@ one:
   lines and ``sitecustomize``, which never run here (``SANDBOXKIT_WARM=0`` runs them), and,
   with the tiny init, ``os.getppid()``: 0 (the parent, S, is outside the namespace), not 1;
 - the template is non-dumpable, so commands cannot read its memory or descriptors, and its
-  processes' /proc directories are covered (``hide_serving_processes``).
+  processes' /proc directories are covered (``hide_serving_processes``); what a command
+  inherits of the server's memory holds no request's stdin (see ``main``).
 
 The template also feeds the command's stdin, collects its output (capped) and enforces its
 timeout, so an exec costs the host one request and one answer.
@@ -51,8 +52,10 @@ import atexit
 import builtins
 import contextlib
 import ctypes
+import fcntl
 import io
 import json
+import mmap
 import os
 import resource
 import select
@@ -97,7 +100,7 @@ MAX_SCRIPT = 1024 * 1024
 CHUNK = 60 * 1024
 """Output goes back in packets of at most this much (a SEQPACKET message must fit the socket
 buffer)."""
-PIPE_CHUNK = 64 * 1024
+PIPE_DEFAULT_SIZE = 64 * 1024
 DRAIN_SECONDS = 2.0
 """How long to read the pipes after the command's namespace died (they close at once)."""
 LOCALE_VARIABLES = ("LC_ALL", "LC_CTYPE", "LANG")
@@ -522,26 +525,26 @@ class Output(Capped):
             sock.send(tag + data[start : start + CHUNK])
 
 
-def serve(sock: socket.socket, request: dict[str, Any], stdin: bytes) -> bool:
+def serve(sock: socket.socket, request: dict[str, Any], stdin_r: int) -> bool:
     """Run one request to its end and send its output and exit status; False when the
-    template must end (the host has gone, or the exec used /dev/shm). The command's pipes stay
-    here: the host gets one answer, not three streams."""
+    template must end (the host has gone, or the exec used /dev/shm). ``stdin_r``: a pipe that
+    already holds all of the command's stdin (``stdin_pipe``). The command's pipes stay here:
+    the host gets one answer, not three streams."""
     remember_compiled(request["argv"])
     prepared = prepare(request)
-    stdin_r, stdin_w = os.pipe()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     started = time.monotonic()
     try:
         init, pid = start_exec()
     except OSError as exc:  # out of processes: the host runs this one the cold way
-        for fd in (stdin_r, stdin_w, out_r, out_w, err_r, err_w):
+        for fd in (stdin_r, out_r, out_w, err_r, err_w):
             os.close(fd)
         sock.send(b"x" + json.dumps({"error": str(exc)}).encode())
         return True
     if pid == 0:
         sock.close()
-        for fd in (stdin_w, out_r, err_r):
+        for fd in (out_r, err_r):
             os.close(fd)
         if not INIT:
             namespace_init(request, prepared, (stdin_r, out_w, err_w))
@@ -554,11 +557,6 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin: bytes) -> bool:
         os.close(fd)
     pidfd = os.pidfd_open(pid)
     outputs = [Output(out_r, request["cap"]), Output(err_r, request["cap"])]
-    pending = memoryview(stdin)
-    os.set_blocking(stdin_w, False)
-    if not pending:
-        os.close(stdin_w)
-        stdin_w = -1
     timeout = request["timeout"]
     deadline = started + timeout if timeout is not None else None
     status: int | None = None
@@ -573,11 +571,8 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin: bytes) -> bool:
             wait = max(0.0, drain_until - time.monotonic())
         elif deadline is not None:
             wait = max(0.0, deadline - time.monotonic())
-        readable, writable, _ = select.select(
-            [*streams, sock.fileno(), *([pidfd] if status is None else [])],
-            [stdin_w] if stdin_w >= 0 else [],
-            [],
-            wait,
+        readable, _, _ = select.select(
+            [*streams, sock.fileno(), *([pidfd] if status is None else [])], [], [], wait
         )
         ended = pidfd in readable  # in time, unless the server itself ran late: still its end
         if status is None and not ended and deadline is not None and time.monotonic() >= deadline:
@@ -587,16 +582,6 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin: bytes) -> bool:
         for output in outputs:
             if output.fd in readable:
                 output.read()
-        if stdin_w in writable:
-            try:
-                pending = pending[os.write(stdin_w, pending[:PIPE_CHUNK]) :]
-            except BlockingIOError:
-                pass
-            except OSError:  # the command closed its stdin
-                pending = pending[:0]
-            if not pending:
-                os.close(stdin_w)
-                stdin_w = -1
         if sock.fileno() in readable:
             message = sock.recv(MAX_REQUEST)
             if not message:
@@ -610,9 +595,6 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin: bytes) -> bool:
                 os.kill(init, signal.SIGKILL)
                 os.waitpid(init, 0)
             drain_until = time.monotonic() + DRAIN_SECONDS
-            if stdin_w >= 0:
-                os.close(stdin_w)
-                stdin_w = -1
     os.close(pidfd)
     for output in outputs:
         if output.fd >= 0:
@@ -789,15 +771,47 @@ def main() -> None:
     sock.send(json.dumps(ready).encode())
     if reason is not None:
         return
+    # Requests are received here and nowhere else, and this memory is dropped (zero pages)
+    # before each fork: a command must find neither its own stdin (the test runner's tests,
+    # which it reads only after the candidate's zygote is forked) nor an earlier exec's in the
+    # memory it inherits from the server.
+    received = mmap.mmap(-1, MAX_REQUEST, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     while True:
-        message = sock.recv(MAX_REQUEST)
-        if not message:
+        size = sock.recv_into(received)
+        if not size:
             return
-        if message[:1] != b"r":
+        if received[:1] != b"r":
             continue  # a kill that came after its command ended
-        header, _, stdin = message[1:].partition(b"\n")
-        if not serve(sock, json.loads(header), stdin):
+        end = received.find(b"\n", 1, size)
+        header = json.loads(received[1:end])
+        with memoryview(received) as view:
+            try:
+                stdin_r = stdin_pipe(view[end + 1 : size])
+            except OSError as exc:
+                stdin_r = -1
+                sock.send(b"x" + json.dumps({"error": f"stdin: {exc}"}).encode())
+        received.madvise(mmap.MADV_DONTNEED)
+        if stdin_r >= 0 and not serve(sock, header, stdin_r):
             return
+
+
+def stdin_pipe(data: memoryview) -> int:
+    """The read end of a pipe that holds all of ``data``, written before the command is forked
+    so that nothing of it need stay in this process (raises OSError where a pipe cannot hold
+    it: the host then runs the exec the cold way)."""
+    read_end, write_end = os.pipe()
+    try:
+        if len(data) > PIPE_DEFAULT_SIZE:
+            fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, len(data))
+        os.set_blocking(write_end, False)
+        if data and os.write(write_end, data) != len(data):
+            raise OSError(f"{len(data)} bytes do not fit in a pipe")
+    except OSError:
+        os.close(read_end)
+        raise
+    finally:
+        os.close(write_end)
+    return read_end
 
 
 if __name__ == "__main__":
