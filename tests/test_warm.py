@@ -449,12 +449,13 @@ MEMORY_SCAN = (
 """Counts the copies of ``argv[1]`` in the process's memory (its own argv among them)."""
 
 
-def test_no_exec_finds_stdin_in_the_memory_it_inherits(
+def test_no_exec_finds_stdin_or_output_in_the_memory_it_inherits(
     clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
 ) -> None:
     """The server receives each request (stdin: the test runner's tests) before it forks the
-    command: neither that command (before it reads them: the runner forks the candidate's
-    zygote first) nor a later exec in the sandbox may find them in its memory."""
+    command, and reads its output: neither that command (before it reads its stdin: the
+    runner forks the candidate's zygote first) nor a later exec in the sandbox may find them
+    in its memory."""
     warm, _ = clients
     needle = "tests-" + "f3b1c9"
     stdin = ("assert solve() == 42  # " + needle + "\n").encode() * 2000  # ~100 kB
@@ -462,7 +463,9 @@ def test_no_exec_finds_stdin_in_the_memory_it_inherits(
         scan = ["python3", "-c", MEMORY_SCAN, needle]
         baseline = sb.exec(scan, timeout=60)
         assert baseline.returncode == 0 and int(baseline.stdout) > 0, baseline.stderr
-        sb.exec(["python3", "-c", "pass"], stdin=stdin, timeout=60)  # an earlier exec's
+        echo = "import sys; data = sys.stdin.read(); print(data); print(data, file=sys.stderr)"
+        earlier = sb.exec(["python3", "-c", echo], stdin=stdin, timeout=60)
+        assert needle in earlier.stdout and needle in earlier.stderr
         after = sb.exec(scan, stdin=stdin, timeout=60)  # and its own, unread
         assert after.stdout == baseline.stdout, after.stderr
 

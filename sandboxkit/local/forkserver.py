@@ -29,7 +29,8 @@ one:
   with the tiny init, ``os.getppid()``: 0 (the parent, S, is outside the namespace), not 1;
 - the template is non-dumpable, so commands cannot read its memory or descriptors, and its
   processes' /proc directories are covered (``hide_serving_processes``); what a command
-  inherits of the server's memory holds no request's stdin (see ``main``).
+  inherits of the server's memory holds no request's stdin nor earlier output (see ``main``
+  and ``Output``).
 
 The template also feeds the command's stdin, collects its output (capped) and enforces its
 timeout, so an exec costs the host one request and one answer.
@@ -479,50 +480,45 @@ def start_exec() -> tuple[int, int]:
             os._exit(70)  # cannot fork into its own namespace any more: the host sees it gone
 
 
-class Capped:
-    """Output kept up to ``cap`` bytes; what comes after is dropped and ``truncated`` set.
-    (The host's cold path keeps its output with this class too.)"""
-
-    def __init__(self, cap: int) -> None:
-        self.cap = cap
-        self.chunks: list[bytes] = []
-        self.kept = 0
-        self.truncated = False
-
-    def add(self, data: bytes) -> None:
-        room = self.cap - self.kept
-        if len(data) > room:
-            self.truncated = True
-            data = data[:room]
-        if data:
-            self.chunks.append(data)
-            self.kept += len(data)
-
-    def data(self) -> bytes:
-        return b"".join(self.chunks)
-
-
-class Output(Capped):
-    """One stream of the command, read from its pipe."""
+class Output:
+    """One stream of the command, read from its pipe into a private mapping of ``cap`` bytes
+    (what comes after is read and dropped, and ``truncated`` set) that is unmapped once the
+    answer is sent: nothing the command wrote stays in this process, whose memory later
+    execs inherit."""
 
     def __init__(self, fd: int, cap: int) -> None:
-        super().__init__(cap)
         self.fd = fd
+        self.cap = cap
+        self.kept = 0
+        self.truncated = False
+        self.memory = mmap.mmap(-1, cap + CHUNK, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        self.view = memoryview(self.memory)
 
     def read(self) -> bool:
         """Read what is there; False at end of stream (the fd is then closed)."""
-        data = os.read(self.fd, 1 << 16)
-        if not data:
+        room = self.cap - self.kept
+        size = os.readv(
+            self.fd, [self.view[self.kept : self.cap] if room else self.view[self.cap :]]
+        )
+        if not size:
             os.close(self.fd)
             self.fd = -1
             return False
-        self.add(data)
+        if room:
+            self.kept += size
+        else:
+            self.truncated = True
         return True
 
     def send(self, sock: socket.socket, tag: bytes) -> None:
-        data = self.data()
-        for start in range(0, len(data), CHUNK):
-            sock.send(tag + data[start : start + CHUNK])
+        for start in range(0, self.kept, CHUNK):
+            sock.sendmsg([tag, self.view[start : min(start + CHUNK, self.kept)]])
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+        self.view.release()
+        self.memory.close()
 
 
 def serve(sock: socket.socket, request: dict[str, Any], stdin_r: int) -> bool:
@@ -596,13 +592,13 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin_r: int) -> bool:
                 os.waitpid(init, 0)
             drain_until = time.monotonic() + DRAIN_SECONDS
     os.close(pidfd)
+    if not host_gone:
+        outputs[0].send(sock, b"o")
+        outputs[1].send(sock, b"e")
     for output in outputs:
-        if output.fd >= 0:
-            os.close(output.fd)
+        output.close()
     if host_gone:
         return False
-    outputs[0].send(sock, b"o")
-    outputs[1].send(sock, b"e")
     answer = {
         "exit": status,
         "timed_out": timed_out,

@@ -22,7 +22,6 @@ from typing import Any
 from ..errors import BackendError
 from ..protocol import ExecResult
 from .cgroup import PidsCgroups
-from .forkserver import Capped
 from .isolation import IsolationReport, Tier, bwrap_argv
 from .limits import Limits
 
@@ -39,6 +38,28 @@ class Confinement:
     bwrap: str | None
     cgroups: PidsCgroups | None
     read_only: tuple[str, ...] = ()
+
+
+class Capped:
+    """Output kept up to ``cap`` bytes; what comes after is dropped and ``truncated`` set."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.chunks: list[bytes] = []
+        self.kept = 0
+        self.truncated = False
+
+    def add(self, data: bytes) -> None:
+        room = self.cap - self.kept
+        if len(data) > room:
+            self.truncated = True
+            data = data[:room]
+        if data:
+            self.chunks.append(data)
+            self.kept += len(data)
+
+    def data(self) -> bytes:
+        return b"".join(self.chunks)
 
 
 class CappedReader(Capped):
