@@ -133,6 +133,12 @@ PROGRAMS = {
     "atexit": ["python3", "-c", "import atexit; atexit.register(print, 'at exit')"],
     "fresh random": ["python3", "-c", "import random, sys; sys.exit(random.random() == 0.5)"],
     "kills itself": ["python3", "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"],
+    "sys.executable": ["python3", "-c", "import sys; print(sys.executable)"],
+    "sys.executable named by path": [
+        "/opt/sandboxkit/bin/python",
+        "-c",
+        "import sys; print(sys.executable)",
+    ],
     "ids": [
         "python3",
         "-c",
@@ -636,3 +642,54 @@ def test_a_changed_site_directory_is_learnt_again(tmp_path: Path) -> None:
     assert learnt.known() == [str(site_dir)]
     (site_dir / "b.pth").write_text("/opt/b\n")  # a package installed
     assert learnt.known() is None
+
+
+UNPRIVILEGED_RUN = """
+import sandboxkit, sys
+client = sandboxkit.get_backend("subprocess", root=sys.argv[1])
+with client.sandbox() as sb:
+    result = sb.exec(["python3", "-c", "import os; print(os.getuid())"], timeout=60)
+    template = client.backend.warm_template(sb.id)
+    print(result.stdout.strip(), template is not None, client.backend.last_cold_reason)
+"""
+
+
+def test_the_template_starts_for_an_unprivileged_user() -> None:
+    """Most users do not run as root, where the template's /proc files are another owner's
+    once it is not dumpable: run as ``nobody`` (from root), with the system's interpreter
+    where this one is under a home ``nobody`` cannot enter, an exec must run warm."""
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    if os.geteuid() != 0:
+        pytest.skip("not root: the other tests here already run unprivileged")
+    python = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
+    if python is None:
+        pytest.skip("no system python3")
+    home = Path(tempfile.mkdtemp(dir="/tmp"))  # pytest's tmp_path is root's alone
+    home.chmod(0o777)
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(home),
+        "PYTHONPATH": os.pathsep.join([str(Path(sandboxkit.__file__).parents[1]), *sys.path]),
+    }
+    nobody = {"user": 65534, "group": 65534, "extra_groups": [], "env": env, "cwd": home}
+    probe = subprocess.run(
+        [python, "-c", "import sandboxkit"], capture_output=True, timeout=60, **nobody
+    )
+    if probe.returncode != 0:
+        pytest.skip(f"nobody cannot import sandboxkit with {python}: {probe.stderr[-200:]!r}")
+    try:
+        done = subprocess.run(
+            [python, "-c", UNPRIVILEGED_RUN, str(home / "root")],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            **nobody,
+        )
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["65534", "True", "None"]

@@ -161,27 +161,34 @@ def exit_code(status: int) -> int:
 class Program:
     """A Python program this interpreter runs in place of a fresh ``python``."""
 
-    def __init__(self, source: str, filename: str, args: list[str], flags: set[str]) -> None:
+    def __init__(
+        self, source: str, filename: str, args: list[str], flags: set[str], executable: str
+    ) -> None:
         self.source = source
         self.filename = filename
         self.args = args
         self.flags = flags
+        self.executable = executable
 
 
-def runs_this_interpreter(name: str, path: str) -> bool:
-    """Whether ``name``, looked up as ``execvp`` would, is this interpreter (an explicit
-    ``/usr/bin/python3`` may be another Python)."""
+def this_interpreter(name: str, path: str) -> str | None:
+    """The path by which ``name``, looked up as ``execvp`` would, is this interpreter (an
+    explicit ``/usr/bin/python3`` may be another Python), as a fresh one's ``sys.executable``
+    would say it (links not resolved); else None."""
     candidates = [name] if "/" in name else [os.path.join(d or ".", name) for d in path.split(":")]
     for candidate in candidates:
         if os.access(candidate, os.X_OK) and not os.path.isdir(candidate):
-            return os.path.realpath(candidate) == EXECUTABLE
-    return False
+            if os.path.realpath(candidate) == EXECUTABLE:
+                return os.path.abspath(candidate)
+            return None
+    return None
 
 
 def python_program(argv: list[str], env: dict[str, str]) -> Program | None:
     """The program when ``argv`` is ``python [-IEsSPBuq] -c CODE | SCRIPT ...`` for this
     interpreter and nothing in ``env`` changes how Python starts; else None (exec it)."""
-    if not runs_this_interpreter(argv[0], env.get("PATH", "")):
+    executable = this_interpreter(argv[0], env.get("PATH", ""))
+    if executable is None:
         return None
     flags: set[str] = set()
     code = None
@@ -201,7 +208,7 @@ def python_program(argv: list[str], env: dict[str, str]) -> Program | None:
     if any(env.get(name) != START_LOCALE[name] for name in LOCALE_VARIABLES):
         return None  # another locale: other stdio encodings
     if code is not None:
-        return Program(code, "<string>", ["-c", *argv[i + 2 :]], flags)
+        return Program(code, "<string>", ["-c", *argv[i + 2 :]], flags, executable)
     if i >= len(argv) or argv[i] == "-":
         return None
     try:
@@ -212,7 +219,7 @@ def python_program(argv: list[str], env: dict[str, str]) -> Program | None:
         source = data.decode("utf-8")
     except (OSError, UnicodeDecodeError):
         return None
-    return Program(source, argv[i], argv[i:], flags)
+    return Program(source, argv[i], argv[i:], flags, executable)
 
 
 def text_stream(fd: int, flags: set[str], *, errors: str = STDIO_ERRORS) -> io.TextIOWrapper:
@@ -235,6 +242,7 @@ def start_up(program: Program) -> None:
     sys.stdout = text_stream(1, flags)
     sys.stderr = text_stream(2, flags, errors="backslashreplace")
     sys.argv = program.args
+    sys.executable = program.executable
     sys.dont_write_bytecode = "B" in flags
     sys.path[:] = BASE_PATH
     if "S" in flags:
@@ -424,17 +432,23 @@ def new_user_namespace(flags: int = 0) -> None:
     if libc.unshare(CLONE_NEWUSER | flags) != 0:
         errno = ctypes.get_errno()
         raise OSError(errno, f"unshare: {os.strerror(errno)}")
+    # While this process is not dumpable, its /proc files (the maps below) belong to root,
+    # so only a sandbox run by root could write them: dumpable for as long as that takes.
+    libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
     uid, gid = OUTER_IDS
-    for name, text in (
-        ("uid_map", f"{uid} {uid} 1"),
-        ("setgroups", "deny"),
-        ("gid_map", f"{gid} {gid} 1"),
-    ):
-        fd = os.open(f"/proc/self/{name}", os.O_WRONLY)
-        try:
-            os.write(fd, text.encode())
-        finally:
-            os.close(fd)
+    try:
+        for name, text in (
+            ("uid_map", f"{uid} {uid} 1"),
+            ("setgroups", "deny"),
+            ("gid_map", f"{gid} {gid} 1"),
+        ):
+            fd = os.open(f"/proc/self/{name}", os.O_WRONLY)
+            try:
+                os.write(fd, text.encode())
+            finally:
+                os.close(fd)
+    finally:
+        libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
 def init_executable(code: bytes) -> bytes:
