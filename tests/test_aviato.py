@@ -408,17 +408,3 @@ def test_direct_python_runs_as_through_sh(
             except SandboxError as exc:
                 results.append((type(exc).__name__, str(exc).replace(sb.id, "<id>"), ""))
     assert results[0] == results[1]
-
-
-def test_direct_python_skips_the_interpreter_start() -> None:
-    in_process = [PY, "-c", "import sys; print('json' in sys.modules)"]
-    seen = {}
-    for direct in (True, False):
-        with (
-            AviatoEmulator(api_key="k", direct_python=direct) as emu,
-            get_backend("aviato", base_url=emu.url, api_key="k") as c,
-            c.sandbox() as sb,
-        ):
-            seen[direct] = sb.exec(in_process, timeout=120).stdout
-    # The warm template imported json before forking; a fresh interpreter behind sh did not.
-    assert seen == {True: "True\n", False: "False\n"}

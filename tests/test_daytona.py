@@ -20,12 +20,14 @@ from daytona import AsyncDaytona, DaytonaConfig, DaytonaError
 
 from sandboxkit import (
     AuthenticationError,
+    Sandbox,
     SandboxClient,
     SandboxError,
     SandboxLostError,
     SandboxNotFoundError,
     TransientBackendError,
     get_backend,
+    spawn,
 )
 from sandboxkit.backends.daytona import (
     TAG_PREFIX,
@@ -36,6 +38,7 @@ from sandboxkit.backends.daytona import (
 from sandboxkit.emulators.daytona import DaytonaEmulator
 from sandboxkit.emulators.faults import Faults
 from sandboxkit.testing.daytona import EMULATOR_API_KEY, EMULATOR_TARGET
+from sandboxkit.testing.remote import wait_until
 
 PY = "python3"
 AWKWARD_TAGS = [
@@ -200,6 +203,84 @@ def test_large_stdin(daytona_client: SandboxClient) -> None:
         code = "import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())"
         result = sb.exec([PY, "-c", code], stdin=data, timeout=120)
         assert result.stdout.strip() == hashlib.sha256(data).hexdigest()
+
+
+# -- the emulator's direct Python path -------------------------------------------------------------
+
+SEES = (
+    "import os, sys\n"
+    "print(sorted(os.environ.items()), os.getcwd(), sys.argv, sys.stdin.read())\n"
+    "sys.stderr.buffer.write(b'err \\xff'); sys.exit(int(os.environ.get('CODE', '0')))"
+)
+
+
+@pytest.mark.parametrize(
+    ("argv", "options"),
+    [
+        ([PY, "-c", SEES, "a b"], {"stdin": b"in"}),
+        ([PY, "-c", SEES], {"cwd": "sub", "env": {"CODE": "3", "Q": 'it\'s "x" = y', "E": ""}}),
+        ([PY, "-c", SEES], {"cwd": "sub/../sub/."}),
+        (["python", "-c", "raise KeyError('k')"], {"cwd": "/workspace/sub"}),
+        ([PY, "-c", SEES], {"cwd": "missing"}),
+        ([PY, "-c", SEES], {"cwd": "/tmp"}),
+        ([PY, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"], {}),
+        ([PY, "-c", "print('early', flush=True); import time; time.sleep(60)"], {"timeout": 1}),
+        ([PY, "-c", "print('x' * 10); print('y' * 5, file=__import__('sys').stderr)"], {"cap": 8}),
+        (["sh", "-c", "echo $PWD $OLDPWD; ls -A /tmp/.sandboxkit | wc -l"], {"cwd": "sub"}),
+    ],
+)
+def test_direct_python_runs_as_through_the_wrapper(
+    argv: list[str], options: dict[str, object]
+) -> None:
+    """The emulator may run the backend's wrapped Python itself; nothing may tell (``cap``:
+    the client's output cap; the last case, not Python, runs the shell way both times)."""
+    cap = options.pop("cap", 1 << 20)
+    results = []
+    for direct in (True, False):
+        with (
+            DaytonaEmulator(api_key=EMULATOR_API_KEY, direct_python=direct) as emu,
+            client_for(emu, output_cap_bytes=cap) as client,
+            client.sandbox() as sb,
+        ):
+            sb.exec(["mkdir", "sub"], timeout=60)
+            try:
+                r = sb.exec(argv, **({"timeout": 60} | options))  # type: ignore[arg-type]
+                seen: tuple[object, ...] = (r.returncode, r.stdout_bytes, r.stderr_bytes)
+                results.append((*seen, r.timed_out, r.truncated))
+            except SandboxError as exc:
+                results.append((type(exc).__name__, str(exc).replace(sb.id, "<id>")))
+            # Neither way leaves anything in /tmp (the listing's own scratch directory).
+            listing = sb.exec(["ls", "-A", "/tmp/.sandboxkit"], timeout=60).stdout.split()
+            assert len(listing) == 1
+    assert results[0] == results[1]
+
+
+def test_a_cancelled_direct_python_command_is_killed(emulator: DaytonaEmulator) -> None:
+    """Cancelling a Python exec sends the backend's kill command, which the emulator must
+    apply to the command it runs directly (there is no wrapper FIFO to write to)."""
+    beat = (
+        "import time\nwhile True:\n    open('beat', 'w').write(repr(time.time())); time.sleep(0.1)"
+    )
+
+    def beats(sb: Sandbox) -> bytes | None:
+        try:
+            return sb.read_file("beat")
+        except FileNotFoundError:
+            return None
+
+    def stopped(sb: Sandbox) -> bool:
+        first = beats(sb)
+        time.sleep(1)
+        return first is not None and beats(sb) == first
+
+    with client_for(emulator) as client, client.sandbox() as sb:
+        running = spawn(sb.aexec([PY, "-c", beat], timeout=600))
+        assert wait_until(lambda: beats(sb) is not None)
+        assert not stopped(sb)
+        running.cancel()
+        assert wait_until(lambda: stopped(sb)), "the cancelled command still runs"
+        assert sb.exec([PY, "-c", "print('next')"], timeout=60).stdout == "next\n"
+    assert not emulator._wrapped
 
 
 # -- faults ----------------------------------------------------------------------------------------

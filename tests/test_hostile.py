@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from sandboxkit import Sandbox, SandboxClient, get_backend
+from sandboxkit import Sandbox, SandboxClient, SandboxError, get_backend
 from sandboxkit.local.isolation import Tier
+from sandboxkit.portal import run_sync
 
 PY = "python3"
 CAP = 64 * 1024
@@ -338,6 +339,44 @@ def test_taking_away_the_sandbox_directories_leaves_the_next_exec_working(
     assert (r.returncode, r.stdout) == (0, "['prog.py', 'sub']\n"), r.stderr
     r = sb.exec([PY, "-c", check], cwd="sub/dir", timeout=30)
     assert (r.returncode, r.stdout) == (0, "[]\n"), r.stderr
+
+
+def test_removing_from_the_host_follows_no_link_a_program_planted(
+    hostile: tuple[SandboxClient, Sandbox, str], tmp_path: Path
+) -> None:
+    """The Daytona emulator removes a command's scratch files from the host: links the
+    program left on the way must not lead that removal outside the sandbox."""
+    client, sb, _ = hostile
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "file").write_text("keep")
+    prog = (
+        "import os\n"
+        "t = os.environ['TMPDIR']\n"
+        "os.makedirs(t + '/d/empty'); open(t + '/d/f', 'w').close()\n"
+        f"os.symlink({str(victim)!r}, t + '/link')\n"
+        f"os.symlink({str(victim / 'file')!r}, t + '/d/filelink')\n"
+    )
+    assert run(sb, prog)[0] == 0
+
+    def remove(path: str) -> None:
+        run_sync(client.backend.remove(sb.id, path))  # type: ignore[attr-defined]
+
+    with pytest.raises(OSError):
+        remove("/tmp/link/file")
+    remove("/tmp/d/filelink")  # the link itself, not what it names
+    with pytest.raises(OSError):
+        remove("/tmp/d")  # not empty
+    for path in ("/tmp/d/f", "/tmp/d/empty", "/tmp/d", "/tmp/link"):
+        remove(path)
+    with pytest.raises(FileNotFoundError):
+        remove("/tmp/d")
+    for outside in ("/tmp", "/etc/passwd", "/tmp/../etc"):
+        with pytest.raises(SandboxError):
+            remove(outside)
+    assert (victim / "file").read_text() == "keep"
+    listing = "import os; print(os.listdir(os.environ['TMPDIR']))"
+    assert sb.exec([PY, "-c", listing], timeout=30).stdout == "[]\n"
 
 
 def test_closed_and_hijacked_descriptors(hostile: tuple[SandboxClient, Sandbox, str]) -> None:

@@ -19,7 +19,7 @@ from sandboxkit.rewards import (
     exec_reward,
     function_tests_reward,
 )
-from sandboxkit.testing.remote import Emulator, client_for, start_emulator
+from sandboxkit.testing.remote import REMOTE_BACKENDS, Emulator, client_for, start_emulator
 
 ADD_TESTS = [
     "assert add(1, 2) == 3",
@@ -185,3 +185,20 @@ def test_faults_cost_rewards_not_crashes_or_sandboxes(
     assert faults.injected["died"] >= 1
     assert stats is not None and stats.pool is not None
     assert stats.pool.replaced >= 1 and stats.pool.retries >= 1, stats.pool
+
+
+@pytest.mark.parametrize("provider", REMOTE_BACKENDS)
+def test_emulators_run_wrapped_python_on_the_warm_template(provider: str) -> None:
+    """Both emulators run their backend's wrapped Python directly, so that the local backend's
+    warm template serves it (the benchmarks' remote rows rest on it)."""
+    in_process = ["python3", "-c", "import sys; print('json' in sys.modules)"]
+    seen = {}
+    for direct in (True, False):
+        with (
+            start_emulator(provider, direct_python=direct) as emu,
+            client_for(provider, emu.url) as client,
+            client.sandbox() as sb,
+        ):
+            seen[direct] = sb.exec(in_process, timeout=60).stdout
+    # The warm template imported json before forking; an interpreter started by sh did not.
+    assert seen == {True: "True\n", False: "False\n"}

@@ -54,7 +54,7 @@ import time
 import uuid
 import warnings
 from collections.abc import AsyncGenerator, Awaitable, Coroutine, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
@@ -109,6 +109,8 @@ UNLIMITED_EXEC_SECONDS = 24 * 3600
 TIMEOUT_RETURNCODE = 137
 TIMEOUT_GRACE_SECONDS = 5
 KILL_EXEC_SECONDS = 30
+KILL_POLLS = 20
+"""Times, 0.1 s apart, the kill command looks for the wrapper's FIFO before giving up."""
 """Daytona's limit on the exec that kills a cancelled exec's command."""
 _SDK_ERRORS = (DaytonaError, aiohttp.ClientError, ConnectionError, asyncio.TimeoutError)
 _ENCODED = "b32-"
@@ -224,10 +226,83 @@ def kill_command(scratch: str) -> str:
     emulators' local sandboxes do)."""
     fifo = shlex.quote(f"{scratch}/k")
     script = (
-        f"i=0; while [ ! -p {fifo} ] && [ $i -lt 20 ]; do sleep 0.1; i=$((i + 1)); done; "
+        f"i=0; while [ ! -p {fifo} ] && [ $i -lt {KILL_POLLS} ]; do sleep 0.1; i=$((i + 1)); done; "
         f"[ -p {fifo} ] || exit 0; exec 3<>{fifo}; echo >&3; sleep 1"
     )
     return shlex.join(["sh", "-c", script])
+
+
+@dataclass(frozen=True)
+class WrappedExec:
+    """What :func:`wrap_command` was given (its parameters, by name), as :func:`unwrap_command`
+    reads it back."""
+
+    argv: list[str]
+    workdir: str
+    cwd: str
+    scratch: str
+    has_stdin: bool
+    cap: int
+    timeout: float | None
+
+
+_ARGV_OPENS = "{ { ( exec "
+_ARGV_CLOSES = (' ) <"$d/stdin" 3>&- & p=$!', " ) </dev/null 3>&- & p=$!")
+
+
+def unwrap_command(command: str) -> WrappedExec | None:
+    """The arguments :func:`wrap_command` made ``command`` from, or None if it did not make it.
+
+    For an emulator that runs ``argv`` itself rather than the wrapper's dozen shell processes
+    on the machine it shares with its client. What is read back is wrapped again and must
+    give ``command`` exactly, so running it as the wrapper would is the wrapper's behaviour
+    whatever ``argv`` holds.
+    """
+    try:
+        sh, flag, script = shlex.split(command)
+        first_line = script.partition("\n")[0]
+        scratch, workdir = (word.partition("=")[2] for word in shlex.split(first_line))
+        cd_line = re.search(r"^cd .*$", script, re.MULTILINE)
+        cap = re.search(r"^c\(\) \{ head -c (\d+) ", script, re.MULTILINE)
+        if (sh, flag) != ("sh", "-c") or cd_line is None or cap is None:
+            return None
+        cwd = shlex.split(cd_line.group())[1]
+        start = script.index(_ARGV_OPENS) + len(_ARGV_OPENS)
+        end, closing = max((script.rfind(closing), closing) for closing in _ARGV_CLOSES)
+        watchdog = re.match(r"\s*\( sleep (\d+\.\d{3}); ", script[end + len(closing) :])
+        found = WrappedExec(
+            argv=shlex.split(script[start:end]),
+            workdir=workdir,
+            cwd=cwd,
+            scratch=scratch,
+            has_stdin=closing == _ARGV_CLOSES[0],
+            cap=int(cap.group(1)) - 1,
+            timeout=float(watchdog.group(1)) if watchdog else None,
+        )
+    except ValueError:  # not shell words, too few or too many of them, no argv
+        return None
+    return found if found.argv and wrap_command(**asdict(found)) == command else None
+
+
+def unwrap_kill_command(command: str) -> str | None:
+    """The scratch directory of the exec that ``command``, made by :func:`kill_command`,
+    kills; None for any other command."""
+    fifo = re.match(r"sh -c 'i=0; while \[ ! -p (\S+) \]", command)
+    if fifo is None or not fifo.group(1).endswith("/k"):
+        return None
+    scratch = fifo.group(1)[: -len("/k")]
+    return scratch if kill_command(scratch) == command else None
+
+
+def wrapper_output(status: int, timed_out: bool, stdout: bytes, stderr: bytes) -> str:
+    """What the wrapper prints for a command that ended with ``status`` having written
+    ``stdout`` and ``stderr`` (each at most the cap plus one byte, as ``head`` keeps)."""
+
+    def base64_lines(data: bytes) -> str:  # as coreutils' base64: lines of 76 characters
+        text = base64.b64encode(data).decode()
+        return "".join(text[i : i + 76] + "\n" for i in range(0, len(text), 76))
+
+    return f"{_MARK} {status} {int(timed_out)}\n{base64_lines(stdout)}.\n{base64_lines(stderr)}"
 
 
 def _cap(data: bytes, cap: int) -> tuple[bytes, bool]:

@@ -17,7 +17,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -167,10 +167,7 @@ class SubprocessBackend:
 
     def _host_path(self, sandbox_dir: Path, path: str, workdir: str) -> Path:
         """Map a sandbox path onto the host, refusing anything that resolves outside it."""
-        virtual = PurePosixPath(workdir) / path
-        parts = virtual.parts
-        if len(parts) < 2 or "/" + parts[1] not in _VIRTUAL_ROOTS or ".." in parts:
-            raise SandboxError(f"{path!r}: only /workspace and /tmp are writable in a sandbox")
+        parts = _sandbox_parts(path, workdir)
         base = sandbox_dir / parts[1]
         host = base.joinpath(*parts[2:])
         # The code may have planted symlinks: resolve and check containment.
@@ -393,6 +390,27 @@ class SubprocessBackend:
             except IsADirectoryError:
                 raise IsADirectoryError(f"{path}: is a directory in sandbox {sandbox_id}") from None
 
+    async def remove(self, sandbox_id: str, path: str) -> None:
+        """Remove a file, or an empty directory, of the sandbox, as ``os.remove`` or
+        ``os.rmdir`` would (and with their ``OSError``): for an emulator that cleans up after a
+        command it ran itself, without another command. Walked from the host through no link
+        on the way, which a program may have planted."""
+        sandbox_dir = self._dir(sandbox_id)
+        parts = _sandbox_parts(path, self._meta(sandbox_dir)["workdir"])
+        if len(parts) < 3:
+            raise SandboxError(f"{path!r}: cannot remove a sandbox's /workspace or /tmp")
+        with (
+            self._lost_if_stopped(sandbox_id, sandbox_dir),
+            contextlib.closing(_walk(sandbox_dir, parts[1:-1])) as walk,
+        ):
+            parent = next(walk)
+            for _ in parts[1:-1]:  # to the last directory, not past it (that closes them all)
+                parent = next(walk)
+            try:
+                os.unlink(parts[-1], dir_fd=parent)
+            except IsADirectoryError:
+                os.rmdir(parts[-1], dir_fd=parent)
+
     async def stop(self, sandbox_id: str, *, missing_ok: bool = True) -> None:
         try:
             path = self._dir(sandbox_id)
@@ -447,25 +465,41 @@ class SubprocessBackend:
         """Nothing to release per client: sandboxes outlive it until stopped."""
 
 
+def _sandbox_parts(path: str, workdir: str) -> tuple[str, ...]:
+    """The parts of ``path`` (relative to ``workdir``) in the sandbox; it must lie under
+    /workspace or /tmp, with no ``..``."""
+    parts = (PurePosixPath(workdir) / path).parts
+    if len(parts) < 2 or "/" + parts[1] not in _VIRTUAL_ROOTS or ".." in parts:
+        raise SandboxError(f"{path!r}: only /workspace and /tmp are writable in a sandbox")
+    return parts
+
+
+def _walk(sandbox_dir: Path, parts: Sequence[str]) -> Generator[int, None, None]:
+    """Descriptors (``O_PATH``) of ``sandbox_dir`` and of each directory of ``parts`` under
+    it, each opened from the last with ``O_NOFOLLOW``, so never through a link a program
+    planted (``OSError`` for a part that is gone, a link or no directory). They stay open
+    until the walk is closed."""
+    flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fds = [os.open(sandbox_dir, flags)]
+    try:
+        yield fds[0]
+        for part in parts:
+            fds.append(os.open(part, flags, dir_fd=fds[-1]))
+            yield fds[-1]
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
 def _give_owner_access(sandbox_dir: Path, parts: Sequence[str]) -> None:
     """Give the owner back read, write and search on each directory of ``parts`` under
     ``sandbox_dir``: a program that took them away (``chmod 000 /workspace``) would make every
     later exec there fail to start, and so score the next completions a pool runs in the
-    sandbox 0. Walked with ``O_NOFOLLOW`` from descriptor to descriptor, never through a link
-    the program planted; a part that is gone or not a directory ends the walk (the exec then
-    fails on it as it would have)."""
-    flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-    fds: list[int] = []
-    try:
-        fds.append(os.open(sandbox_dir, flags))
-        for part in parts:
-            fd = os.open(part, flags, dir_fd=fds[-1])
-            fds.append(fd)
+    sandbox 0. A part that is gone or not a directory ends the walk (the exec then fails on it
+    as it would have)."""
+    with contextlib.closing(_walk(sandbox_dir, parts)) as walk, contextlib.suppress(OSError):
+        next(walk)  # the sandbox's own directory
+        for fd in walk:
             mode = os.stat(fd).st_mode
             if mode & 0o700 != 0o700:
                 os.chmod(f"/proc/self/fd/{fd}", (mode & 0o7777) | 0o700)
-    except OSError:
-        pass
-    finally:
-        for fd in fds:
-            os.close(fd)

@@ -33,7 +33,6 @@ import asyncio
 import contextlib
 import os
 import posixpath
-import re
 import shutil
 import signal
 import tempfile
@@ -52,6 +51,7 @@ from google.rpc import error_details_pb2, status_pb2
 from ..errors import BackendMisconfiguredError, SandboxError, SandboxNotFoundError
 from ..protocol import DEFAULT_WORKDIR, Backend, ExecResult, SandboxSpec
 from ..registry import get_backend
+from . import PYTHONS
 from .faults import Faults
 
 ERROR_DOMAIN = "cwsandbox.com"
@@ -123,7 +123,6 @@ class _Emulated:
 
 CD_EXEC = ["/bin/sh", "-c", 'cd "$0" && exec "$@"']
 """How sandboxkit's Aviato backend runs every command: ``CD_EXEC + [cwd, (env K=V...), argv]``."""
-PYTHONS = re.compile(r"(?:.*/)?python(?:3(?:\.\d+)?)?")
 
 
 def direct_python(command: list[str], workdir: str) -> tuple[list[str], str, dict[str, str]] | None:

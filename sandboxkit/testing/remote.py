@@ -56,18 +56,21 @@ class Emulator(Protocol):
 
 
 @contextlib.contextmanager
-def start_emulator(provider: str, *, faults: Faults | None = None) -> Iterator[Emulator]:
-    """A private emulator of ``provider`` on a thread here; stopping it stops its sandboxes."""
+def start_emulator(
+    provider: str, *, faults: Faults | None = None, direct_python: bool = True
+) -> Iterator[Emulator]:
+    """A private emulator of ``provider`` on a thread here; stopping it stops its sandboxes.
+    ``direct_python``: run the backend's wrapped Python commands without their wrapper."""
     if provider == "daytona":
         from ..emulators.daytona import DaytonaEmulator
 
-        with DaytonaEmulator(api_key=API_KEY, faults=faults) as daytona:
-            yield daytona
+        with DaytonaEmulator(api_key=API_KEY, faults=faults, direct_python=direct_python) as emu:
+            yield emu
     elif provider == "aviato":
         from ..emulators.aviato import AviatoEmulator
 
-        with AviatoEmulator(api_key=API_KEY, faults=faults) as aviato:
-            yield aviato
+        with AviatoEmulator(api_key=API_KEY, faults=faults, direct_python=direct_python) as emu:
+            yield emu
     else:
         raise ValueError(f"no emulator for {provider!r}; choose from {REMOTE_BACKENDS}")
 
