@@ -30,6 +30,7 @@ from sandboxkit import (
     spawn,
 )
 from sandboxkit.backends.daytona import (
+    INLINE_STDIN_BYTES,
     TAG_PREFIX,
     decode_label_value,
     encode_label_value,
@@ -218,6 +219,7 @@ SEES = (
     ("argv", "options"),
     [
         ([PY, "-c", SEES, "a b"], {"stdin": b"in"}),
+        ([PY, "-c", SEES], {"stdin": b"uploaded " * 10_000}),
         ([PY, "-c", SEES], {"cwd": "sub", "env": {"CODE": "3", "Q": 'it\'s "x" = y', "E": ""}}),
         ([PY, "-c", SEES], {"cwd": "sub/../sub/."}),
         (["python", "-c", "raise KeyError('k')"], {"cwd": "/workspace/sub"}),
@@ -281,6 +283,18 @@ def test_a_cancelled_direct_python_command_is_killed(emulator: DaytonaEmulator) 
         assert wait_until(lambda: stopped(sb)), "the cancelled command still runs"
         assert sb.exec([PY, "-c", "print('next')"], timeout=60).stdout == "next\n"
     assert not emulator._wrapped
+
+
+def test_small_stdin_travels_in_the_exec_itself(emulator: DaytonaEmulator) -> None:
+    """A harness's stdin (the program) costs no upload round trip: with every upload
+    failing, an exec with small stdin still runs; one with stdin too large to inline does not."""
+    emulator.faults = Faults(error_rate=1.0, operations=frozenset({"upload"}))
+    echo = [PY, "-c", "import sys; sys.stdout.buffer.write(sys.stdin.buffer.read())"]
+    small = bytes(range(256)) * (INLINE_STDIN_BYTES // 256)
+    with client_for(emulator) as client, client.sandbox() as sb:
+        assert sb.exec(echo, stdin=small, timeout=60).stdout_bytes == small
+        with pytest.raises(TransientBackendError):
+            sb.exec(echo, stdin=small + b"!", timeout=60)
 
 
 # -- faults ----------------------------------------------------------------------------------------

@@ -11,8 +11,9 @@ Choices where Daytona and the protocol differ:
   Each argv runs under a ``sh`` wrapper that sends the two streams through ``head -c`` (so a
   chatty program cannot fill the disk; the rest is drained, not broken off) into files under
   ``/tmp/.sandboxkit/<exec id>/``, then prints the exit status and both files in base64. One
-  round trip per exec (two with stdin, which is uploaded first); needs ``sh``, ``head``,
-  ``cat``, ``base64`` and ``mkfifo``, which every mainstream image has.
+  round trip per exec: stdin up to ``INLINE_STDIN_BYTES`` (a harness's program) travels in the
+  command, in base64; larger stdin is uploaded first, a second round trip. Needs ``sh``,
+  ``head``, ``cat``, ``base64`` and ``mkfifo``, which every mainstream image has.
 - **Cancellation**: Daytona's exec is one HTTP request with no cancel; the wrapper keeps a
   FIFO in its scratch directory, and a cancelled exec sends a second exec (in the background)
   that writes a line into it, on which the wrapper kills its command. Should that kill not
@@ -102,6 +103,9 @@ REQUEST_LABEL = "sandboxkit.request"
 OUTPUT_CAP = 1024 * 1024
 """Bytes kept per stream; the rest is dropped and ``truncated`` set (as the local backend)."""
 SCRATCH_DIR = "/tmp/.sandboxkit"
+INLINE_STDIN_BYTES = 48 * 1024
+"""Larger stdin is uploaded before the exec rather than sent in its command: the command is
+one argument of a shell, and Linux caps one argument at 128 KiB."""
 logger = logging.getLogger("sandboxkit.daytona")
 
 UNLIMITED_EXEC_SECONDS = 24 * 3600
@@ -177,8 +181,12 @@ def wrap_command(
     has_stdin: bool,
     cap: int,
     timeout: float | None,
+    inline_stdin: bytes | None = None,
 ) -> str:
     """The shell command that runs ``argv`` and reports status, stdout and stderr apart.
+
+    ``has_stdin``: the command reads ``<scratch>/stdin``, uploaded before or, with
+    ``inline_stdin``, written by the wrapper from the base64 it carries.
 
     A watchdog kills the command after ``timeout`` seconds and leaves a mark, so a timeout
     ends the wrapper normally, with the output so far, and with sub-second precision. A
@@ -187,6 +195,10 @@ def wrap_command(
     """
     q = shlex.quote
     stdin = '"$d/stdin"' if has_stdin else "/dev/null"
+    write_stdin = ""
+    if inline_stdin is not None:
+        data = base64.b64encode(inline_stdin).decode()
+        write_stdin = f'printf %s {q(data)} | base64 -d >"$d/stdin" || exit 125\n'
     watchdog = ":"
     if timeout is not None:
         watchdog = (
@@ -201,7 +213,7 @@ fi
 cd {q(cwd)} 2>/dev/null || {{ for x in "$w" {q(cwd)}; do [ ! -d "$x" ] || chmod u+rwx "$x"; done
   cd {q(cwd)}; }} 2>/dev/null || {{ echo {_NO_CWD}; exit 125; }}
 mkdir -p "$d" || exit 125
-k=
+{write_stdin}k=
 c() {{ head -c {cap + 1} >"$1"; cat >/dev/null; }}
 {{ {{ ( exec {shlex.join(argv)} ) <{stdin} 3>&- & p=$!
     {watchdog}
@@ -244,6 +256,7 @@ class WrappedExec:
     has_stdin: bool
     cap: int
     timeout: float | None
+    inline_stdin: bytes | None
 
 
 _ARGV_OPENS = "{ { ( exec "
@@ -270,6 +283,7 @@ def unwrap_command(command: str) -> WrappedExec | None:
         start = script.index(_ARGV_OPENS) + len(_ARGV_OPENS)
         end, closing = max((script.rfind(closing), closing) for closing in _ARGV_CLOSES)
         watchdog = re.match(r"\s*\( sleep (\d+\.\d{3}); ", script[end + len(closing) :])
+        inline = re.search(r"^printf %s ([A-Za-z0-9+/=]*|'') \| base64 -d ", script, re.MULTILINE)
         found = WrappedExec(
             argv=shlex.split(script[start:end]),
             workdir=workdir,
@@ -278,8 +292,9 @@ def unwrap_command(command: str) -> WrappedExec | None:
             has_stdin=closing == _ARGV_CLOSES[0],
             cap=int(cap.group(1)) - 1,
             timeout=float(watchdog.group(1)) if watchdog else None,
+            inline_stdin=base64.b64decode(inline.group(1).strip("'")) if inline else None,
         )
-    except ValueError:  # not shell words, too few or too many of them, no argv
+    except (ValueError, binascii.Error):  # not shell words, too few or too many of them, no argv
         return None
     return found if found.argv and wrap_command(**asdict(found)) == command else None
 
@@ -681,7 +696,8 @@ class DaytonaBackend:
         workdir = _workdir(sb)
         scratch = f"{SCRATCH_DIR}/{uuid.uuid4().hex}"
         started = time.monotonic()
-        if stdin:
+        inline = stdin if stdin and len(stdin) <= INLINE_STDIN_BYTES else None
+        if stdin and inline is None:
             upload = sb.fs.upload_file(stdin, f"{scratch}/stdin")
             await self._toolbox(connection, sb, "stdin upload", upload)
         command = wrap_command(
@@ -692,6 +708,7 @@ class DaytonaBackend:
             has_stdin=bool(stdin),
             cap=self.output_cap,
             timeout=timeout,
+            inline_stdin=inline,
         )
         # The daemon's own limit (whole seconds) is the backstop for a wrapper that hangs.
         seconds = UNLIMITED_EXEC_SECONDS

@@ -589,8 +589,8 @@ class DaytonaEmulator:
         if not fits:
             return None
         assert sb.local_id is not None
-        stdin = None
-        if wrapped.has_stdin:
+        stdin = wrapped.inline_stdin  # the wrapper writes it to a file, then reads that
+        if wrapped.has_stdin and stdin is None:
             try:
                 stdin = await self._local.backend.read_file(sb.local_id, f"{wrapped.scratch}/stdin")
             except (OSError, SandboxError):
