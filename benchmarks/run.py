@@ -762,7 +762,7 @@ def markdown(report: Report) -> str:
         "floor, 0 ms wall): latency bound = ceil(batch / pool size) x the fastest single "
         "evaluation on the warm pool; host floor = the local backend's pooled wall time for "
         "the same programs; 0 ms wall = the same pool on the same emulator with no latency "
-        "added (the emulator runs its wrapper commands on this machine's cores, so hiding the "
+        "added (the emulator runs the commands on this machine's cores, so hiding the "
         "latency perfectly leaves that time).",
     ]
     return "\n".join(out)
