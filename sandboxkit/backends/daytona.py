@@ -113,9 +113,9 @@ UNLIMITED_EXEC_SECONDS = 24 * 3600
 TIMEOUT_RETURNCODE = 137
 TIMEOUT_GRACE_SECONDS = 5
 KILL_EXEC_SECONDS = 30
+"""Daytona's limit on the exec that kills a cancelled exec's command."""
 KILL_POLLS = 20
 """Times, 0.1 s apart, the kill command looks for the wrapper's FIFO before giving up."""
-"""Daytona's limit on the exec that kills a cancelled exec's command."""
 _SDK_ERRORS = (DaytonaError, aiohttp.ClientError, ConnectionError, asyncio.TimeoutError)
 _ENCODED = "b32-"
 _PLAIN_VALUE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,61}[A-Za-z0-9])?")
