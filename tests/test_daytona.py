@@ -30,7 +30,7 @@ from sandboxkit import (
     spawn,
 )
 from sandboxkit.backends.daytona import (
-    INLINE_STDIN_BYTES,
+    INLINE_COMMAND_BYTES,
     TAG_PREFIX,
     decode_label_value,
     encode_label_value,
@@ -285,16 +285,33 @@ def test_a_cancelled_direct_python_command_is_killed(emulator: DaytonaEmulator) 
     assert not emulator._wrapped
 
 
-def test_small_stdin_travels_in_the_exec_itself(emulator: DaytonaEmulator) -> None:
-    """A harness's stdin (the program) costs no upload round trip: with every upload
-    failing, an exec with small stdin still runs; one with stdin too large to inline does not."""
-    emulator.faults = Faults(error_rate=1.0, operations=frozenset({"upload"}))
-    echo = [PY, "-c", "import sys; sys.stdout.buffer.write(sys.stdin.buffer.read())"]
-    small = bytes(range(256)) * (INLINE_STDIN_BYTES // 256)
-    with client_for(emulator) as client, client.sandbox() as sb:
-        assert sb.exec(echo, stdin=small, timeout=60).stdout_bytes == small
-        with pytest.raises(TransientBackendError):
-            sb.exec(echo, stdin=small + b"!", timeout=60)
+def test_small_stdin_travels_in_the_exec_itself() -> None:
+    """A harness's stdin (the program) costs no upload round trip: with every upload failing,
+    an exec with small stdin still runs. Stdin that would make the command too long for one
+    argument of a shell (large itself, or beside a large argv) is uploaded. The emulator runs
+    the command the shell way here, as Daytona does (its direct path has no such limit)."""
+    echo = "import sys; sys.stdout.buffer.write(sys.stdin.buffer.read())"
+    small, large = os.urandom(32 << 10), os.urandom(80 << 10)
+    long_argv = [PY, "-c", echo + "#" + "x" * (90 << 10)]
+    # Inlined beside the long argv, stdin would break Linux's limit on one argument (E2BIG).
+    assert (
+        len(long_argv[2])
+        < INLINE_COMMAND_BYTES
+        < 128 << 10
+        < len(long_argv[2]) + len(small) * 4 // 3
+    )
+    with (
+        DaytonaEmulator(api_key=EMULATOR_API_KEY, direct_python=False) as emulator,
+        client_for(emulator) as client,
+        client.sandbox() as sb,
+    ):
+        for argv, data in (([PY, "-c", echo], large), (long_argv, small)):
+            assert sb.exec(argv, stdin=data, timeout=60).stdout_bytes == data
+        emulator.faults = Faults(error_rate=1.0, operations=frozenset({"upload"}))
+        assert sb.exec([PY, "-c", echo], stdin=small, timeout=60).stdout_bytes == small
+        for argv, data in (([PY, "-c", echo], large), (long_argv, small)):
+            with pytest.raises(TransientBackendError):
+                sb.exec(argv, stdin=data, timeout=60)
 
 
 # -- faults ----------------------------------------------------------------------------------------

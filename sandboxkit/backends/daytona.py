@@ -11,9 +11,10 @@ Choices where Daytona and the protocol differ:
   Each argv runs under a ``sh`` wrapper that sends the two streams through ``head -c`` (so a
   chatty program cannot fill the disk; the rest is drained, not broken off) into files under
   ``/tmp/.sandboxkit/<exec id>/``, then prints the exit status and both files in base64. One
-  round trip per exec: stdin up to ``INLINE_STDIN_BYTES`` (a harness's program) travels in the
-  command, in base64; larger stdin is uploaded first, a second round trip. Needs ``sh``,
-  ``head``, ``cat``, ``base64`` and ``mkfifo``, which every mainstream image has.
+  round trip per exec: stdin (a harness's program) travels in the command, in base64, while
+  that keeps it under ``INLINE_COMMAND_BYTES``; larger stdin is uploaded first, a second round
+  trip. Needs ``sh``, ``head``, ``cat``, ``base64`` and ``mkfifo``, which every mainstream
+  image has.
 - **Cancellation**: Daytona's exec is one HTTP request with no cancel; the wrapper keeps a
   FIFO in its scratch directory, and a cancelled exec sends a second exec (in the background)
   that writes a line into it, on which the wrapper kills its command. Should that kill not
@@ -103,9 +104,9 @@ REQUEST_LABEL = "sandboxkit.request"
 OUTPUT_CAP = 1024 * 1024
 """Bytes kept per stream; the rest is dropped and ``truncated`` set (as the local backend)."""
 SCRATCH_DIR = "/tmp/.sandboxkit"
-INLINE_STDIN_BYTES = 48 * 1024
-"""Larger stdin is uploaded before the exec rather than sent in its command: the command is
-one argument of a shell, and Linux caps one argument at 128 KiB."""
+INLINE_COMMAND_BYTES = 96 * 1024
+"""Stdin travels in the exec's command while the command stays this short, else it is uploaded
+before the exec: the command is one argument of a shell, and Linux caps one at 128 KiB."""
 logger = logging.getLogger("sandboxkit.daytona")
 
 UNLIMITED_EXEC_SECONDS = 24 * 3600
@@ -696,20 +697,25 @@ class DaytonaBackend:
         workdir = _workdir(sb)
         scratch = f"{SCRATCH_DIR}/{uuid.uuid4().hex}"
         started = time.monotonic()
-        inline = stdin if stdin and len(stdin) <= INLINE_STDIN_BYTES else None
-        if stdin and inline is None:
+
+        def command_with(inline_stdin: bytes | None) -> str:
+            return wrap_command(
+                argv,
+                workdir=workdir,
+                cwd=posixpath.join(workdir, cwd or "."),
+                scratch=scratch,
+                has_stdin=bool(stdin),
+                cap=self.output_cap,
+                timeout=timeout,
+                inline_stdin=inline_stdin,
+            )
+
+        command = command_with(None)
+        if stdin and len(command) + 4 * len(stdin) // 3 < INLINE_COMMAND_BYTES:
+            command = command_with(stdin)
+        elif stdin:
             upload = sb.fs.upload_file(stdin, f"{scratch}/stdin")
             await self._toolbox(connection, sb, "stdin upload", upload)
-        command = wrap_command(
-            argv,
-            workdir=workdir,
-            cwd=posixpath.join(workdir, cwd or "."),
-            scratch=scratch,
-            has_stdin=bool(stdin),
-            cap=self.output_cap,
-            timeout=timeout,
-            inline_stdin=inline,
-        )
         # The daemon's own limit (whole seconds) is the backstop for a wrapper that hangs.
         seconds = UNLIMITED_EXEC_SECONDS
         if timeout is not None:
