@@ -224,6 +224,7 @@ SEES = (
         ([PY, "-c", SEES], {"cwd": "sub/../sub/."}),
         (["python", "-c", "raise KeyError('k')"], {"cwd": "/workspace/sub"}),
         ([PY, "-c", SEES], {"cwd": "missing"}),
+        ([PY, "-c", SEES], {"cwd": "missing", "stdin": b"uploaded " * 20_000}),
         ([PY, "-c", SEES], {"cwd": "/tmp"}),
         ([PY, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"], {}),
         ([PY, "-c", "print('early', flush=True); import time; time.sleep(60)"], {"timeout": 1}),

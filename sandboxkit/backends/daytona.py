@@ -192,14 +192,17 @@ def wrap_command(
     A watchdog kills the command after ``timeout`` seconds and leaves a mark, so a timeout
     ends the wrapper normally, with the output so far, and with sub-second precision. A
     workdir or cwd that an earlier program took the user's access to (``chmod 000``) gets it
-    back, or every later exec of a pooled sandbox would fail.
+    back, or every later exec of a pooled sandbox would fail. Every way out removes the
+    scratch directory, an uploaded stdin with it.
     """
     q = shlex.quote
     stdin = '"$d/stdin"' if has_stdin else "/dev/null"
     write_stdin = ""
     if inline_stdin is not None:
         data = base64.b64encode(inline_stdin).decode()
-        write_stdin = f'printf %s {q(data)} | base64 -d >"$d/stdin" || exit 125\n'
+        write_stdin = (
+            f'printf %s {q(data)} | base64 -d >"$d/stdin" || {{ rm -rf "$d"; exit 125; }}\n'
+        )
     watchdog = ":"
     if timeout is not None:
         watchdog = (
@@ -209,10 +212,10 @@ def wrap_command(
     script = f"""d={q(scratch)} w={q(workdir)}
 if [ ! -d "$w" ] && ! mkdir -p "$w" 2>/dev/null; then
   sudo -n sh -c 'mkdir -p "$1" && chown "$2" "$1"' sh "$w" "$(id -u):$(id -g)" >/dev/null 2>&1 \\
-    || {{ echo {_NO_WORKDIR}; exit 125; }}
+    || {{ echo {_NO_WORKDIR}; rm -rf "$d"; exit 125; }}
 fi
 cd {q(cwd)} 2>/dev/null || {{ for x in "$w" {q(cwd)}; do [ ! -d "$x" ] || chmod u+rwx "$x"; done
-  cd {q(cwd)}; }} 2>/dev/null || {{ echo {_NO_CWD}; exit 125; }}
+  cd {q(cwd)}; }} 2>/dev/null || {{ echo {_NO_CWD}; rm -rf "$d"; exit 125; }}
 mkdir -p "$d" || exit 125
 {write_stdin}k=
 c() {{ head -c {cap + 1} >"$1"; cat >/dev/null; }}
