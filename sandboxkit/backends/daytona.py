@@ -713,10 +713,11 @@ class DaytonaBackend:
                 inline_stdin=inline_stdin,
             )
 
-        command = command_with(None)
-        if stdin and len(command) + 4 * len(stdin) // 3 < INLINE_COMMAND_BYTES:
-            command = command_with(stdin)
-        elif stdin:
+        inline = stdin if stdin and 4 * len(stdin) // 3 < INLINE_COMMAND_BYTES else None
+        command = command_with(inline)
+        if inline is not None and len(command) >= INLINE_COMMAND_BYTES:  # beside a long argv
+            inline, command = None, command_with(None)
+        if stdin and inline is None:
             upload = sb.fs.upload_file(stdin, f"{scratch}/stdin")
             await self._toolbox(connection, sb, "stdin upload", upload)
         # The daemon's own limit (whole seconds) is the backstop for a wrapper that hangs.
