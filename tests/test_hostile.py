@@ -392,3 +392,131 @@ def test_closed_and_hijacked_descriptors(hostile: tuple[SandboxClient, Sandbox, 
     )
     code, out, _, timed_out = run(sb, prog, timeout=20)
     assert code == 0 and not timed_out and out == "before\n"
+
+
+_SCAN_MEMORY = r"""
+import re, sys
+prefix = bytes([0x7A, 0x71, 0x39, 0x5F])  # built at run time: not in this program's text
+found = set()
+with open('/proc/self/maps') as maps, open('/proc/self/mem', 'rb', 0) as mem:
+    for line in maps:
+        span, perms = line.split()[:2]
+        if not perms.startswith('r') or '[vvar' in line or '[vsyscall' in line:
+            continue
+        start, end = (int(x, 16) for x in span.split('-'))
+        try:
+            mem.seek(start)
+            data = mem.read(end - start)
+        except (OSError, ValueError, OverflowError):
+            continue
+        found.update(m.decode() for m in re.findall(re.escape(prefix) + rb'[0-9a-f]{32}', data))
+print(' '.join(sorted(found)))
+"""
+
+
+def test_a_warm_exec_finds_nothing_of_earlier_execs_in_its_memory(
+    hostile: tuple[SandboxClient, Sandbox, str],
+) -> None:
+    """A pool runs one completion after another in a sandbox: an exec must not find the API
+    token an earlier one was given, a large ``-c`` program (a harness's hidden tests), a
+    script, its argv or its stdin in the memory it inherits from the warm template."""
+    _, sb, _ = hostile
+
+    def secret() -> str:
+        return "zq9_" + uuid.uuid4().hex
+
+    env_token, program_text, argv_word, stdin_text, script_text = (secret() for _ in range(5))
+    big_program = f"x = {program_text!r}\n" + "# padding\n" * 800  # over 4 KiB
+    sb.exec([PY, "-c", "import os"], env={"API_TOKEN": env_token}, timeout=30)
+    sb.exec([PY, "-c", big_program], timeout=30)
+    sb.exec([PY, "-c", "import sys", argv_word], timeout=30)
+    sb.exec([PY, "-c", "import sys; sys.stdin.read()"], stdin=stdin_text.encode(), timeout=30)
+    sb.write_file("script.py", f"y = {script_text!r}\n")
+    sb.exec([PY, "script.py"], timeout=30)
+    sb.exec(["sh", "-c", "rm script.py"], timeout=30)
+    r = sb.exec([PY, "-c", _SCAN_MEMORY], timeout=60)
+    assert r.returncode == 0, r.stderr
+    leaked = set(r.stdout.split()) & {env_token, program_text, argv_word, stdin_text, script_text}
+    assert leaked == set()
+
+
+@pytest.mark.parametrize(
+    "program",
+    [
+        # Children whose parent is the process that runs the exec (the template's server).
+        "import ctypes, os, time\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "for _ in range(3):\n"
+        "    pid = libc.syscall(56, 0x8000 | 17, 0, 0, 0, 0)  # clone(CLONE_PARENT|SIGCHLD)\n"
+        "    if pid == 0:\n"
+        "        time.sleep(600); os._exit(0)\n"
+        "time.sleep(600)\n",
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "pid = libc.syscall(56, 0x8000 | 17, 0, 0, 0, 0)\n"
+        "if pid == 0:\n"
+        "    import time; time.sleep(600)\n"
+        "os._exit(0)  # leaves its CLONE_PARENT child behind\n",
+        # A FIFO named as the script: opening it blocks.
+        "MKFIFO",
+        # Ignoring every signal it can, in a new session.
+        "import os, signal, time\n"
+        "if os.fork(): os._exit(0)  # a daemon, in a session of its own\n"
+        "os.setsid()\n"
+        "for s in range(1, 32):\n"
+        "    try: signal.signal(s, signal.SIG_IGN)\n"
+        "    except (OSError, ValueError): pass\n"
+        "while True: time.sleep(1)\n",
+    ],
+    ids=["clone-parent-sleeping", "clone-parent-orphan", "fifo-script", "daemon"],
+)
+def test_every_exec_returns_within_its_timeout(
+    hostile: tuple[SandboxClient, Sandbox, str], program: str
+) -> None:
+    """Whatever the program does, the exec returns within its timeout plus a second, and the
+    next exec of the sandbox runs as usual."""
+    _, sb, _ = hostile
+    if program == "MKFIFO":
+        sb.exec([PY, "-c", "import os; os.mkfifo('fifo.py')"], timeout=30)
+        argv = [PY, "fifo.py"]
+    else:
+        sb.write_file("prog.py", program)
+        argv = [PY, "prog.py"]
+    started = time.monotonic()
+    r = sb.exec(argv, timeout=3)
+    elapsed = time.monotonic() - started
+    if program.endswith(("behind\n", "\nwhile True: time.sleep(1)\n")):
+        assert (r.returncode, r.timed_out) == (0, False)
+    else:
+        assert r.timed_out
+    assert elapsed < 3 + 1.5, elapsed  # the contract is timeout + 1 s; 0.5 s for a loaded CI
+    assert sb.exec([PY, "-c", "print('next')"], timeout=30).stdout == "next\n"
+
+
+def test_the_process_that_supervises_the_exec_is_out_of_reach(
+    hostile: tuple[SandboxClient, Sandbox, str],
+) -> None:
+    """Whatever runs as the namespace's pid 1 (bwrap's init, cold; the template's tiny init,
+    warm) holds the exec's stdio and its status pipe: a program must not take its descriptors,
+    forge its exit status through them, nor signal it, and its exit code is its own."""
+    _, sb, _ = hostile
+    prog = (
+        "import os, signal, struct, time\n"
+        "took = []\n"
+        "try: fds = os.listdir('/proc/1/fd')\n"
+        "except OSError: fds = []\n"
+        "for fd in fds:\n"
+        "    try:\n"
+        "        f = os.open(f'/proc/1/fd/{fd}', os.O_WRONLY | os.O_NONBLOCK)\n"
+        "        os.write(f, struct.pack('<Q', 42)); took.append(fd)\n"
+        "    except OSError: pass\n"
+        "for s in (signal.SIGTERM, signal.SIGINT, signal.SIGKILL):\n"
+        "    try: os.kill(1, s)\n"
+        "    except OSError: pass\n"
+        "time.sleep(0.5)\n"
+        "print('took', took)\n"
+        "raise SystemExit(3)\n"
+    )
+    code, out, err, timed_out = run(sb, prog, timeout=20)
+    assert (code, timed_out) == (3, False), err
+    assert out == "took []\n"

@@ -505,12 +505,15 @@ def _server_pid(root: int) -> int:
 
 def test_a_command_that_ends_in_time_is_no_timeout_when_its_server_is_late(
     clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A server held up past the deadline (a loaded machine) reports how a command that ended
     in time really ended, not a timeout: the reward must not depend on the server's luck."""
     import signal
     import threading
     import time
+
+    monkeypatch.setattr(warm_templates, "_STUCK_AFTER", 30.0)  # late, but not given up on
 
     warm, _ = clients
     backend = warm.backend
@@ -531,6 +534,39 @@ def test_a_command_that_ends_in_time_is_no_timeout_when_its_server_is_late(
         run.join(60)
         (result,) = results
         assert (result.returncode, result.stdout, result.timed_out) == (0, "done in time\n", False)
+
+
+def test_a_stuck_server_still_answers_within_the_timeout_and_a_second(
+    clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
+) -> None:
+    """The host's backstop: a template that never answers is killed, and the exec answered
+    as timed out, a second after the exec's timeout; the next exec gets a fresh template."""
+    import signal
+    import threading
+    import time
+
+    warm, _ = clients
+    backend = warm.backend
+    assert isinstance(backend, SubprocessBackend)
+    with warm.sandbox() as sb:
+        sb.exec(["true"], timeout=60)
+        template = backend._templates[sb.id]
+        server = _server_pid(template.spawned.proc.pid)
+        results: list[sandboxkit.ExecResult] = []
+        run = threading.Thread(
+            target=lambda: results.append(sb.exec(["sh", "-c", "sleep 30"], timeout=2))
+        )
+        started = time.monotonic()
+        run.start()
+        assert wait_until(lambda: processes_with("sleep 30"), timeout=30)
+        os.kill(server, signal.SIGSTOP)
+        run.join(60)
+        elapsed = time.monotonic() - started
+        (result,) = results
+        assert result.timed_out and result.returncode == 137
+        assert elapsed < 2 + 1.5, elapsed  # timeout + 1 s, and 0.5 s for a loaded machine
+        assert template.broken
+        assert sb.exec(["echo", "next"], timeout=60).stdout == "next\n"
 
 
 REPORT = (

@@ -29,22 +29,24 @@ one:
   with the tiny init, ``os.getppid()``: 0 (the parent, S, is outside the namespace), not 1;
 - the template is non-dumpable, so commands cannot read its memory or descriptors, and its
   processes' /proc directories are covered (``hide_serving_processes``); what a command
-  inherits of the server's memory holds no request's stdin nor earlier output (see ``main``
-  and ``Output``).
+  inherits of the server's memory holds nothing of any request but its limits (argv, env,
+  cwd, program text and stdin go unread through a pipe to the command, see ``main``) nor any
+  earlier output (see ``Output``); only public programs are compiled ahead (the runner).
 
 The template also feeds the command's stdin, collects its output (capped) and enforces its
 timeout, so an exec costs the host one request and one answer.
 
 Protocol on the SOCK_SEQPACKET socket whose fd is ``argv[1]`` (``argv[2]``: ``spawn`` to use
-the tiny init where it runs, ``fork`` not to; ``argv[3]``, if given: a site ``sys.path`` to take
-instead of learning it): the template sends ``{"ready": true, "site_path", "learnt", "init"}``
-(``init``: whether the tiny init is used) or ``{"ready": false, "reason"}``. A request is
-``r`` + a JSON header ``{"argv", "cwd", "env", "limits", "cap", "timeout"}`` + a newline + the
-stdin bytes; it is answered by packets ``o`` + stdout bytes and ``e`` + stderr bytes (none
-when empty), then ``x`` + ``{"exit", "timed_out", "truncated", "duration", "retire"}``
-(``retire``: the template ends now, see ``shared_memory_used``), or ``x`` + ``{"error"}`` when
-it could not start (the host runs it the cold way). ``k`` kills the running command, which is
-then answered as usual.
+the tiny init where it runs, ``fork`` not to; ``argv[3]``: a JSON list of public ``-c``
+programs to compile now; ``argv[4]``, if given: a site ``sys.path`` to take instead of learning
+it): the template sends ``{"ready": true, "site_path", "learnt", "init"}`` (``init``: whether
+the tiny init is used) or ``{"ready": false, "reason"}``. A request is ``r`` + a JSON header
+``{"limits", "cap", "timeout"}`` + a newline + the job's length (4 bytes, little-endian) + the
+job ``{"argv", "cwd", "env"}`` as JSON + the stdin bytes; it is answered by packets ``o`` +
+stdout bytes and ``e`` + stderr bytes (none when empty), then ``x`` + ``{"exit", "timed_out",
+"truncated", "duration", "retire"}`` (``retire``: the template ends now, see
+``shared_memory_used``), or ``x`` + ``{"error"}`` when it could not start (the host runs it the
+cold way). ``k`` kills the running command, which is then answered as usual.
 """
 
 from __future__ import annotations
@@ -119,9 +121,8 @@ SITE_PATH: list[str] = []
 OUTER_IDS = (os.geteuid(), os.getegid())
 """The sandbox's uid and gid, kept in every user namespace the template makes."""
 COMPILED: dict[str, types.CodeType] = {}
-"""Large ``-c`` programs compiled by the server (``remember_compiled``), oldest first."""
-COMPILE_HERE_FROM = 4096
-COMPILED_MAX = 8
+"""Public ``-c`` programs (the test runner) the host named at start, compiled before any
+command ran: only what every sandbox may read is kept between execs."""
 SERVER_PID_NS: list[int] = []
 """The fd of the server's own pid namespace, once it is the server."""
 INIT: list[str] = []
@@ -266,26 +267,6 @@ def compile_program(source: str, filename: str) -> types.CodeType:
     return compile(source, filename, "exec", dont_inherit=True)
 
 
-def remember_compiled(argv: list[str]) -> None:
-    """Compile a large ``-c`` program here, before forking, and keep it: harness code (the
-    test runner is 20 kB) then compiles once per sandbox instead of once per exec (~7 ms).
-    Small programs are left to the fork; compiling never runs anything, and whatever fails
-    to compile is left to the fork too, which reports it as the interpreter would."""
-    try:
-        source = argv[argv.index("-c") + 1]
-    except (ValueError, IndexError):
-        return
-    if len(source) < COMPILE_HERE_FROM or source in COMPILED:
-        return
-    try:
-        code = compile_program(source, "<string>")
-    except Exception:
-        return
-    if len(COMPILED) >= COMPILED_MAX:
-        COMPILED.pop(next(iter(COMPILED)))
-    COMPILED[source] = code
-
-
 def run_python(program: Program) -> int:
     """Run a program in this process as ``python`` would, and return its exit status."""
     start_up(program)
@@ -335,51 +316,48 @@ def run_python(program: Program) -> int:
     return status
 
 
-def prepare(request: dict[str, Any]) -> tuple[bool, Program | None]:
-    """What the command would otherwise do first, done by the server before it forks: each
-    page a fork writes costs it a copy (~3 us here, hundreds of pages per exec), while the
-    server writes its own pages with no command sharing them. Takes the command's environment
-    and cwd; returns whether it took both and the Python program to run in place (None: exec
-    the command)."""
-    env = request["env"]
-    try:
-        if os.environ != env:
-            os.environ.clear()
-            os.environ.update(env)
-        os.chdir(request["cwd"])
-    except (OSError, ValueError):
-        return False, None  # the command's own setup reports it
-    return True, python_program(request["argv"], env)
+def read_job(fd: int) -> dict[str, Any]:
+    """The command's argv, env and cwd, read by H from the front of its stdin pipe, where the
+    server put them unread: nothing of them passes through the server's memory, which later
+    execs inherit. What follows in the pipe is the command's stdin."""
+    (size,) = struct.unpack("<I", read_exactly(fd, 4))
+    job: dict[str, Any] = json.loads(read_exactly(fd, size))
+    return job
 
 
-def command(
-    request: dict[str, Any],
-    prepared: tuple[bool, Program | None],
-    fds: tuple[int, int, int],
-) -> None:
-    """H: become the command (``prepared`` by the server, in whose environment and cwd it
-    starts). Never returns."""
-    ready, program = prepared
+def read_exactly(fd: int, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = os.read(fd, size - len(data))
+        if not chunk:
+            raise EOFError("the request ended early")
+        data += chunk
+    return data
+
+
+def command(limits: list[Any], fds: tuple[int, int, int]) -> None:
+    """H: become the command whose job is at the front of ``fds[0]``. Never returns."""
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)  # as a fresh interpreter
         os.setsid()
-        for which, (soft, hard) in request["limits"]:
+        for which, (soft, hard) in limits:
             _, current = resource.getrlimit(which)
             if current != resource.RLIM_INFINITY:
                 soft, hard = min(soft, current), min(hard, current)
             resource.setrlimit(which, (soft, hard))
+        job = read_job(fds[0])
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
         os.closerange(3, 65536)
-        if not ready:  # fails as a fresh command's would
-            os.environ.clear()
-            os.environ.update(request["env"])
-            os.chdir(request["cwd"])
-        argv = request["argv"]
+        argv, env = job["argv"], job["env"]
+        os.environ.clear()
+        os.environ.update(env)
+        os.chdir(job["cwd"])
+        program = python_program(argv, env)
         if program is not None:
             os._exit(run_python(program))
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-        os.execvpe(argv[0], argv, request["env"])
+        os.execvpe(argv[0], argv, env)
     except FileNotFoundError as exc:
         os.write(2, f"{exc}\n".encode())
         os._exit(127)
@@ -388,9 +366,7 @@ def command(
         os._exit(126)
 
 
-def namespace_init(
-    request: dict[str, Any], prepared: tuple[bool, Program | None], fds: tuple[int, int, int]
-) -> None:
+def namespace_init(limits: list[Any], fds: tuple[int, int, int]) -> None:
     """G, pid 1 of the exec's fresh pid namespace: run the command, reap, exit with its status
     (and so kill whatever it left). Never returns. (Should the server die, the kernel kills
     G with the server's own pid namespace, of which G's is a part.)"""
@@ -398,7 +374,7 @@ def namespace_init(
         enter_exec_namespaces()
         child = os.fork()
         if child == 0:
-            command(request, prepared, fds)
+            command(limits, fds)
         while True:
             pid, status = os.wait()
             if pid == child:
@@ -540,8 +516,6 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin_r: int) -> bool:
     template must end (the host has gone, or the exec used /dev/shm). ``stdin_r``: a pipe that
     already holds all of the command's stdin (``stdin_pipe``). The command's pipes stay here:
     the host gets one answer, not three streams."""
-    remember_compiled(request["argv"])
-    prepared = prepare(request)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     started = time.monotonic()
@@ -557,12 +531,12 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin_r: int) -> bool:
         for fd in (out_r, err_r):
             os.close(fd)
         if not INIT:
-            namespace_init(request, prepared, (stdin_r, out_w, err_w))
+            namespace_init(request["limits"], (stdin_r, out_w, err_w))
         try:
             enter_exec_namespaces()
         except BaseException as exc:
             setup_failed(err_w, exc)
-        command(request, prepared, (stdin_r, out_w, err_w))
+        command(request["limits"], (stdin_r, out_w, err_w))
     for fd in (stdin_r, out_w, err_w):
         os.close(fd)
     pidfd = os.pidfd_open(pid)
@@ -603,7 +577,7 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin_r: int) -> bool:
             status = exit_code(wait_status)
             if init != pid:  # the tiny init: its death ends whatever the command left
                 os.kill(init, signal.SIGKILL)
-                os.waitpid(init, 0)
+                reap(init)
             drain_until = time.monotonic() + DRAIN_SECONDS
     os.close(pidfd)
     if not host_gone:
@@ -622,6 +596,14 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin_r: int) -> bool:
     }
     sock.send(b"x" + json.dumps(answer).encode())
     return not answer["retire"]
+
+
+def reap(init: int) -> None:
+    """Wait for an exec's tiny init, reaping every other child of the server on the way: a
+    command's ``clone(CLONE_PARENT)`` children are the server's own, and a dying init waits
+    until everything of its namespace is reaped (waiting on the init alone deadlocks)."""
+    while os.waitpid(-1, 0)[0] != init:
+        pass
 
 
 def shared_memory_used() -> bool:
@@ -772,19 +754,22 @@ def main() -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     # First: nothing may run while this process holds the capability bwrap kept for it.
     reason = become_server(sock, spawn_init=sys.argv[2] == "spawn")
-    known = json.loads(sys.argv[3]) if len(sys.argv) > 3 else None
+    known = json.loads(sys.argv[4]) if len(sys.argv) > 4 else None
     if reason is None:
         learn_site(known)
         warm_up()
+        for source in json.loads(sys.argv[3]):
+            COMPILED[source] = compile_program(source, "<string>")
     ready = {"ready": reason is None, "reason": reason or ""}
     ready |= {"site_path": SITE_PATH, "learnt": known is None, "init": bool(INIT)}
     sock.send(json.dumps(ready).encode())
     if reason is not None:
         return
     # Requests are received here and nowhere else, and this memory is dropped (zero pages)
-    # before each fork: a command must find neither its own stdin (the test runner's tests,
-    # which it reads only after the candidate's zygote is forked) nor an earlier exec's in the
-    # memory it inherits from the server.
+    # before each fork. The server parses only the request's limits, cap and timeout; the
+    # command's argv, env and cwd go unread into its stdin pipe, ahead of its stdin, and are
+    # parsed by the command's own process (``read_job``): a command finds nothing of an earlier
+    # exec (nor its own tests) in the memory it inherits from the server.
     received = mmap.mmap(-1, MAX_REQUEST, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     while True:
         size = sock.recv_into(received)
@@ -806,9 +791,9 @@ def main() -> None:
 
 
 def stdin_pipe(data: memoryview) -> int:
-    """The read end of a pipe that holds all of ``data``, written before the command is forked
-    so that nothing of it need stay in this process (raises OSError where a pipe cannot hold
-    it: the host then runs the exec the cold way)."""
+    """The read end of a pipe that holds all of ``data`` (the job and the stdin), written
+    before the command is forked so that nothing of it need stay in this process (raises
+    OSError where a pipe cannot hold it: the host then runs the exec the cold way)."""
     read_end, write_end = os.pipe()
     try:
         if len(data) > PIPE_DEFAULT_SIZE:

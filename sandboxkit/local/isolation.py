@@ -127,6 +127,9 @@ def bwrap_argv(
         args += ["--ro-bind", path, path]
     args += [
         "--proc", "/proc",
+        # bwrap's init (pid 1) holds the exec's stdio and the status pipe its monitor reads
+        # the exit code from: a command of the same uid could take them through /proc/1/fd.
+        "--tmpfs", "/proc/1", "--remount-ro", "/proc/1",
         "--dev", "/dev",
         "--size", str(64 * 1024 * 1024), "--tmpfs", "/dev/shm",
         "--bind", str(workspace), "/workspace",

@@ -25,8 +25,10 @@ from .cgroup import PidsCgroups
 from .isolation import IsolationReport, Tier, bwrap_argv
 from .limits import Limits
 
-_KILL_GRACE = 2.0
-"""Seconds to wait for output pipes to close after the tree is killed."""
+_KILL_GRACE = 0.5
+"""Seconds to wait for output pipes to close after the tree is killed (at once, unless a
+process escaped the kill: rlimits tier only); part of the second an exec may take past its
+timeout."""
 
 
 @dataclass(frozen=True)

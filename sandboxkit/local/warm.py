@@ -17,10 +17,12 @@ import logging
 import os
 import signal
 import socket
+import struct
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..harness import RUNNER_SOURCE
 from ..protocol import ExecResult
 from . import forkserver
 from .supervisor import Confinement, Spawned, spawn
@@ -28,14 +30,19 @@ from .supervisor import Confinement, Spawned, spawn
 logger = logging.getLogger("sandboxkit.local")
 
 SOURCE = Path(forkserver.__file__).read_text()
+PUBLIC_PROGRAMS = json.dumps([RUNNER_SOURCE])
+"""``-c`` programs every sandbox may read, which templates compile once at start: the test
+runner (20 kB) would otherwise compile in every exec. No other program's text is kept."""
 MAX_REQUEST = forkserver.MAX_REQUEST
 """Largest request (argv, env and stdin) sent as one packet; larger execs take the cold path."""
 SPAWN_INIT = True
 """Whether templates start each exec's init as the tiny static program where it runs (else as
 a fork of the template, ~20% more CPU per exec): both ways are tested."""
 _START_TIMEOUT = 60.0
-_STUCK_AFTER = 30.0
-"""Seconds past an exec's timeout after which a silent template counts as stuck."""
+_STUCK_AFTER = 0.9
+"""Seconds past an exec's timeout after which a silent template counts as stuck: it is killed
+and the exec answered as timed out, so that every exec returns within its timeout and a
+second, whatever its program did to the template."""
 
 
 class ColdPath(Exception):
@@ -113,7 +120,7 @@ class WarmTemplate:
         # -S: what site imports (.pth files) would make every fork dearer; the template
         # learns site's sys.path in a throw-away child instead, unless it is already known.
         argv = [confinement.isolation.python, "-I", "-S", "-c", SOURCE, str(template_end.fileno())]
-        argv.append("spawn" if SPAWN_INIT else "fork")
+        argv += ["spawn" if SPAWN_INIT else "fork", PUBLIC_PROGRAMS]
         known = site.known()
         if known is not None:
             argv.append(json.dumps(known))
@@ -180,15 +187,18 @@ class WarmTemplate:
         timeout: float | None,
         stdin: bytes | None,
     ) -> ExecResult:
-        header = {
-            "argv": list(argv),
-            "cwd": cwd,
-            "env": env,
-            "limits": self.rlimits,
-            "cap": self.output_cap,
-            "timeout": timeout,
-        }
-        request = b"r" + json.dumps(header).encode() + b"\n" + (stdin or b"")
+        header = {"limits": self.rlimits, "cap": self.output_cap, "timeout": timeout}
+        job = json.dumps({"argv": list(argv), "cwd": cwd, "env": env}).encode()
+        request = b"".join(
+            (
+                b"r",
+                json.dumps(header).encode(),
+                b"\n",
+                struct.pack("<I", len(job)),
+                job,
+                stdin or b"",
+            )
+        )
         if len(request) > MAX_REQUEST:
             raise ColdPath("request too large for the template")
         if self.busy:
