@@ -273,7 +273,7 @@ def _local_checks(client: SandboxClient, timeout: float) -> list[Check]:
         user = pwd.getpwuid(report.run_as).pw_name
     except KeyError:
         user = "?"
-    checks.append(Check("runs as", Status.OK, f"uid {report.run_as} ({user})"))
+    checks.append(_runs_as(report.run_as, user, report.tier))
     bwrap = bwrap_binary()
     checks.append(
         Check("bwrap", Status.OK, bwrap)
@@ -284,6 +284,19 @@ def _local_checks(client: SandboxClient, timeout: float) -> list[Check]:
     checks.append(Check("root", Status.OK, str(client.root)))
     checks += _smoke(client, timeout)
     return checks
+
+
+def _runs_as(uid: int, user: str, tier: Tier) -> Check:
+    """The host uid sandboxed code holds; root's would own the machine, so that fails."""
+    if uid == 0:
+        return Check(
+            "runs as",
+            Status.FAIL,
+            "uid 0 (root): sandboxed code would hold host privilege",
+            "install a python3 that uid 65534 can run, or run as an unprivileged user",
+        )
+    mapping = " (its user namespace maps to it)" if tier is Tier.NAMESPACES else ""
+    return Check("runs as", Status.OK, f"host uid {uid} ({user}){mapping}")
 
 
 def _smoke(client: SandboxClient, timeout: float) -> list[Check]:

@@ -8,6 +8,7 @@ world-writable paths) the test states that as the expected outcome.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -520,3 +521,61 @@ def test_the_process_that_supervises_the_exec_is_out_of_reach(
     code, out, err, timed_out = run(sb, prog, timeout=20)
     assert (code, timed_out) == (3, False), err
     assert out == "took []\n"
+
+
+_WRITABLE_KERNEL_FILES = r"""
+import contextlib
+import os
+opened, written = [], []
+for top in ('/proc/sys', '/sys', '/proc/sysrq-trigger', '/proc/sys/kernel/core_pattern'):
+    paths = [top] if not os.path.isdir(top) else [
+        os.path.join(d, f) for d, _, files in os.walk(top, followlinks=False) for f in files
+    ]
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY)
+        except OSError:
+            continue
+        try:  # its own value back: changes nothing, unless the kernel refuses it
+            with open(path, 'rb') as f:
+                value = f.read()
+            os.write(fd, value)
+            written.append(path)
+        except OSError:
+            pass
+        os.close(fd)
+        opened.append(path)
+print(len(opened), len(written), opened[:20], written[:20])
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the host is not root here")
+def test_code_on_a_root_host_holds_no_host_privilege(
+    hostile: tuple[SandboxClient, Sandbox, str], tier: str
+) -> None:
+    """On a root host (RL clusters, containers) sandboxed code runs as an unprivileged host uid:
+    its processes are not root's, and nothing under /proc/sys or /sys opens for writing (a
+    completion once changed a host sysctl; core_pattern leads to code run as root)."""
+    client, sb, marker = hostile
+    assert client.isolation.run_as != 0
+    holder = threading.Thread(
+        target=lambda: sb.exec([PY, "-c", "import time; time.sleep(3)"], timeout=30)
+    )
+    holder.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not (pids := _marked_processes(marker)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pids, "the sandbox's process was not found on the host"
+        for pid in pids:
+            with contextlib.suppress(FileNotFoundError):
+                uids = Path(f"/proc/{pid}/status").read_text().split("\nUid:")[1].split()[:4]
+                assert "0" not in uids, (pid, uids)
+    finally:
+        holder.join()
+    r = sb.exec([PY, "-c", _WRITABLE_KERNEL_FILES], timeout=120)
+    assert r.returncode == 0, r.stderr
+    opened, written = (int(n) for n in r.stdout.split()[:2])
+    assert written == 0, r.stdout
+    if tier == "namespaces":  # read-only mounts; the host's own files (rlimits) check on write
+        assert opened == 0, r.stdout

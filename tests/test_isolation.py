@@ -23,7 +23,7 @@ def no_namespaces(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_namespaces_are_used_when_available(local: sandboxkit.SandboxClient) -> None:
-    if isolation._probe_namespaces(isolation.bwrap_binary()) is not None:
+    if isolation.namespaces_failure() is not None:
         pytest.skip("this machine has no user namespaces")
     assert local.isolation.tier is Tier.NAMESPACES
     with local.sandbox() as sb:

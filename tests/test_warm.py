@@ -33,7 +33,7 @@ def clients(
 ) -> Iterator[tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient]]:
     """A warm and a cold client on one root; every test runs with each way of starting an
     exec's init (the tiny program where it runs, a fork of the template where it does not)."""
-    if isolation._probe_namespaces(isolation.bwrap_binary()) is not None:
+    if isolation.namespaces_failure() is not None:
         pytest.skip("no user namespaces here: no warm template")
     import shutil
     import tempfile

@@ -89,7 +89,7 @@ class SubprocessBackend:
         self.limits = limits or Limits.from_env(**limit_overrides)
         cgroups = PidsCgroups.shared()
         report = detect(has_cgroup=cgroups is not None, python=python)
-        if report.tier is not Tier.NAMESPACES and report.run_as != os.getuid():
+        if report.run_as != os.getuid():
             self._check_reachable(report.run_as)
         self._bin = (
             self._python_links(report.python) if report.tier is not Tier.NAMESPACES else None

