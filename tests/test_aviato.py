@@ -308,8 +308,8 @@ def _read_line(stream: IO[str] | None, timeout: float) -> str:
     return lines.get(timeout=timeout)
 
 
-def test_cli_emulator_serves_and_cleans_up_on_sigterm(tmp_path: Path) -> None:
-    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(REPO)}
+def test_cli_emulator_serves_and_cleans_up_on_sigterm(local_root: Path) -> None:
+    env = {**os.environ, "TMPDIR": str(local_root), "PYTHONPATH": str(REPO)}  # nobody can enter
     proc = subprocess.Popen(
         [sys.executable, "-m", "sandboxkit", "emulate", "aviato", "--port", "0", "--api-key", "k"],
         stdout=subprocess.PIPE,
@@ -324,10 +324,10 @@ def test_cli_emulator_serves_and_cleans_up_on_sigterm(tmp_path: Path) -> None:
         with get_backend("aviato", base_url=url, api_key="k") as c:
             sb = c.sandbox()
             assert sb.exec(["echo", "cli"], timeout=60).stdout == "cli\n"
-        assert len(list(tmp_path.glob("sandboxkit-aviato-*/sbx-*"))) == 1
+        assert len(list(local_root.glob("sandboxkit-aviato-*/sbx-*"))) == 1
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0, proc.stderr.read() if proc.stderr else ""
-        assert list(tmp_path.glob("sandboxkit-aviato-*/sbx-*")) == []
+        assert list(local_root.glob("sandboxkit-aviato-*/sbx-*")) == []
     finally:
         if proc.poll() is None:
             proc.kill()

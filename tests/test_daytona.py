@@ -434,9 +434,9 @@ def test_sdk_code_run_and_interpreter(daytona_env: DaytonaEmulator) -> None:
     assert daytona_env.live_sandboxes() == 0
 
 
-def test_cli_serves_until_sigterm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_serves_until_sigterm(local_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    env = os.environ | {"TMPDIR": str(tmp_path)}
+    env = os.environ | {"TMPDIR": str(local_root)}  # a root host's sandboxes run as nobody
     command = [sys.executable, "-m", "sandboxkit", "emulate", "daytona", "--port", "0"]
     proc = subprocess.Popen(
         [*command, "--api-key", "cli-key"], stdout=subprocess.PIPE, text=True, env=env
@@ -451,13 +451,13 @@ def test_cli_serves_until_sigterm(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         with get_backend("daytona", api_key="cli-key", api_url=url, target="local") as client:
             sb = client.sandbox(tags=["cli"])
             assert sb.exec(["echo", "served"], timeout=60).stdout == "served\n"
-            assert len(list(tmp_path.rglob("sandbox.json"))) == 1
+            assert len(list(local_root.rglob("sandbox.json"))) == 1
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=120) == 0
     finally:
         watchdog.cancel()
         proc.kill()
-    assert list(tmp_path.rglob("sandbox.json")) == []
+    assert list(local_root.rglob("sandbox.json")) == []
 
 
 def test_a_program_that_takes_away_the_workdir_does_not_break_the_next_exec(
