@@ -579,3 +579,43 @@ def test_code_on_a_root_host_holds_no_host_privilege(
     assert written == 0, r.stdout
     if tier == "namespaces":  # read-only mounts; the host's own files (rlimits) check on write
         assert opened == 0, r.stdout
+
+
+_ATTACKS = {
+    "host sysctl": "open('/proc/sys/kernel/core_pattern', 'w').write('|/tmp/x')",
+    "drop caches": "open('/proc/sys/vm/drop_caches', 'w').write('3')",
+    "host pid 1's descriptors": (
+        "import os\n"
+        "fds = os.listdir('/proc/1/fd')\n"
+        "assert fds, 'nothing to take'\n"
+        "os.write(os.open('/proc/1/fd/' + fds[0], os.O_WRONLY), b'x')"
+    ),
+    "a server's zombie": (
+        "import ctypes, time\n"
+        "if ctypes.CDLL(None).syscall(56, 0x8000 | 17, 0, 0, 0, 0) == 0:\n"
+        "    time.sleep(600)\n"
+        "time.sleep(600)"
+    ),
+    "a FIFO to block on": "import os; os.mkfifo('f'); open('f').read()",
+}
+
+
+def test_attacks_scored_by_a_reward_function_get_nothing(
+    hostile: tuple[SandboxClient, Sandbox, str],
+) -> None:
+    """What the attacks above reach through ``exec_reward`` as a trainer calls it: a
+    completion earns 1.0 only if its attack worked, and the batch returns in time."""
+    from sandboxkit.rewards import exec_reward
+
+    client, _, _ = hostile
+    reward = exec_reward(client, timeout=2, pool_size=2)
+    try:
+        completions = [f"```python\n{code}\n```" for code in _ATTACKS.values()]
+        started = time.monotonic()
+        rewards = reward(prompts=["p"] * len(completions), completions=completions)
+        elapsed = time.monotonic() - started
+    finally:
+        reward.close()
+    assert dict(zip(_ATTACKS, rewards, strict=True)) == dict.fromkeys(_ATTACKS, 0.0)
+    assert elapsed < 60
+    host_is_healthy()
