@@ -22,7 +22,7 @@ from typing import Any
 from ..errors import BackendError
 from ..protocol import ExecResult
 from .cgroup import PidsCgroups
-from .isolation import IsolationReport, Tier, bwrap_argv
+from .isolation import IsolationReport, Tier, as_user, bwrap_argv
 from .limits import Limits
 
 _KILL_GRACE = 0.5
@@ -205,7 +205,9 @@ async def spawn(
     # A root host runs bwrap as an unprivileged uid. It may lack CAP_SYS_RESOURCE (containers
     # and VMs often do), and then it can apply limits only to a process of its own uid: the
     # launcher, which takes them before it drops its uid and becomes bwrap.
-    launched = tier is not Tier.NAMESPACES or confinement.isolation.run_as != os.getuid()
+    # (Without limits to apply, as for a warm template, bwrap starts as that uid directly.)
+    run_as = confinement.isolation.run_as
+    launched = tier is not Tier.NAMESPACES or (rlimits and run_as != os.getuid())
     if tier is Tier.NAMESPACES:
         assert confinement.bwrap is not None
         if not launched:
@@ -224,7 +226,7 @@ async def spawn(
         ) + list(argv)
         # bwrap's own processes (its namespace init among them) must not carry our
         # environment: the sandbox can read their /proc/<pid>/environ.
-        kwargs = {"env": {"PATH": "/usr/bin:/bin"}}
+        kwargs = {"env": {"PATH": "/usr/bin:/bin"}, **({} if launched else as_user(run_as))}
     else:
         command = list(argv)
         kwargs = {"cwd": cwd, "env": env}
