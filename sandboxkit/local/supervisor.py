@@ -1,9 +1,10 @@
 """Run one untrusted command: start it blocked, confine it, release it, collect capped output.
 
 The command (bwrap's namespace init, or a shell stub in the weaker tiers) starts blocked on a
-pipe. While it waits, the host applies rlimits to it with ``prlimit(2)`` and moves it into a
-pids cgroup; then it is released. Everything it spawns inherits both. On exit or timeout the
-whole tree is killed: the pid namespace dies with its init, and the cgroup is emptied.
+pipe. While it waits, the host applies rlimits to it with ``prlimit(2)`` and moves it into its
+sandbox's memory cgroup and a pids cgroup of its own; then it is released. Everything it spawns
+inherits all of them. On exit or timeout the whole tree is killed: the pid namespace dies with
+its init, and the pids cgroup is emptied.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ from typing import Any
 
 from ..errors import BackendError
 from ..protocol import ExecResult
-from .cgroup import PidsCgroups
+from .cgroup import Cgroups
+from .forkserver import OOM_SCORE_ADJ
 from .isolation import IsolationReport, Tier, bwrap_argv
-from .limits import Limits
+from .limits import Limits, MiB, apply_rlimits
 
 _KILL_GRACE = 2.0
 """Seconds to wait for output pipes to close after the tree is killed."""
@@ -36,8 +38,17 @@ class Confinement:
     isolation: IsolationReport
     limits: Limits
     bwrap: str | None
-    cgroups: PidsCgroups | None
+    cgroups: Cgroups
     read_only: tuple[str, ...] = ()
+
+    def rlimits(self) -> dict[int, tuple[int, int]]:
+        """Each command's rlimits; RLIMIT_NPROC and RLIMIT_AS only where no cgroup bounds
+        processes and memory: they count what is not the sandbox's (every process of its uid;
+        address space reserved and never used, which runtimes and sanitizers do)."""
+        return self.limits.rlimits(
+            with_nproc=self.isolation.process_limit == "rlimit",
+            with_as=self.cgroups.memory is None,
+        )
 
 
 class Capped:
@@ -157,6 +168,13 @@ async def _returncode(proc: asyncio.subprocess.Process) -> int:
     return -signal.SIGKILL
 
 
+def _kill_first(pid: int) -> None:
+    """Give a command the OOM score of the template's commands (``OOM_SCORE_ADJ``); where the
+    kernel refuses, the victim is simply the largest process, as by default."""
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/oom_score_adj", "w") as adj:
+        adj.write(str(OOM_SCORE_ADJ))
+
+
 def kill_session(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
@@ -174,13 +192,14 @@ class Spawned:
         namespace, whose init dies with the bwrap monitor."""
         kill_session(self.proc.pid)
         if self.group is not None:
-            PidsCgroups.kill_all(self.group)
+            Cgroups.kill_all(self.group)
 
 
 async def spawn(
     confinement: Confinement,
     argv: Sequence[str],
     *,
+    sandbox: str,
     workspace: Path,
     tmp: Path,
     cwd: str,
@@ -191,9 +210,9 @@ async def spawn(
     pids_max: int | None = None,
     capabilities: tuple[str, ...] = (),
 ) -> Spawned:
-    """Start ``argv`` blocked, confine it (rlimits unless ``rlimits`` is False, a pids cgroup
-    of ``pids_max`` or the limit's process count, bwrap's ``capabilities``), then release
-    it."""
+    """Start ``argv`` blocked, confine it (rlimits and the command's OOM score unless
+    ``rlimits`` is False, the memory cgroup of ``sandbox``, a pids cgroup of ``pids_max`` or the
+    limit's process count, bwrap's ``capabilities``), then release it."""
     tier = confinement.isolation.tier
     limits = confinement.limits
     block_r, block_w = os.pipe()
@@ -263,11 +282,14 @@ async def spawn(
         if tier is not Tier.NONE:
             try:
                 if rlimits:
-                    with_nproc = confinement.isolation.process_limit != "none"
-                    limits.apply(target, with_nproc=with_nproc)
-                if confinement.cgroups is not None:
-                    spawned.group = confinement.cgroups.new(pids_max or limits.processes)
-                    confinement.cgroups.add(spawned.group, target)
+                    apply_rlimits(target, confinement.rlimits())
+                    _kill_first(target)
+                spawned.group = confinement.cgroups.confine(
+                    target,
+                    sandbox=sandbox,
+                    memory_bytes=limits.memory_mb * MiB,
+                    max_pids=pids_max or limits.processes,
+                )
             except OSError as exc:
                 raise BackendError(f"could not confine the command: {exc}") from exc
         os.write(block_w, b"\n")
@@ -287,6 +309,7 @@ async def run(
     confinement: Confinement,
     argv: Sequence[str],
     *,
+    sandbox: str,
     workspace: Path,
     tmp: Path,
     cwd: str,
@@ -303,6 +326,7 @@ async def run(
     spawned = await spawn(
         confinement,
         argv,
+        sandbox=sandbox,
         workspace=workspace,
         tmp=tmp,
         cwd=cwd,
