@@ -1,8 +1,9 @@
 """The local backend: each sandbox is a private directory, each exec a confined process.
 
 Sandboxes need no account and no network, which makes this the default for offline training.
-Their state lives on disk (``<root>/<id>/sandbox.json``), so ``list`` and ``stop`` also see the
-sandboxes of other processes, including ones a crashed run left behind.
+Their state lives in their directory (``<root>/<id>/sandbox.json``; the directory is a tmpfs
+of its own where the host can mount, see ``local/disk.py``), so ``list`` and ``stop`` also see
+the sandboxes of other processes, including ones a crashed run left behind.
 """
 
 from __future__ import annotations
