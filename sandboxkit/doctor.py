@@ -269,6 +269,7 @@ def _local_checks(client: SandboxClient, timeout: float) -> list[Check]:
     }[report.process_limit]
     limit_fix = "" if limit[0] is Status.OK else "give this process a writable pids cgroup"
     checks.append(Check("process limit", limit[0], limit[1], limit_fix))
+    checks += _storage_checks(client)
     try:
         user = pwd.getpwuid(report.run_as).pw_name
     except KeyError:
@@ -297,6 +298,43 @@ def _runs_as(uid: int, user: str, tier: Tier) -> Check:
         )
     mapping = " (its user namespace maps to it)" if tier is Tier.NAMESPACES else ""
     return Check("runs as", Status.OK, f"host uid {uid} ({user}){mapping}")
+
+
+def _storage_checks(client: SandboxClient) -> list[Check]:
+    """How ``memory_mb`` and ``disk_mb`` hold here: per sandbox, or only per process and file."""
+    limits = client.limits
+    memory = {
+        "rlimit": (
+            Status.WARN,
+            f"{limits.memory_mb} MB of address space per process (RLIMIT_AS): memfds, shared "
+            "memory and children together are not bounded",
+        ),
+        "none": (Status.WARN, "none (isolation tier none)"),
+    }.get(
+        client.memory_limit,
+        (
+            Status.OK,
+            f"{limits.memory_mb} MB per sandbox: processes, /dev/shm and files "
+            f"({client.memory_limit})",
+        ),
+    )
+    disk = {
+        "tmpfs": (
+            Status.OK,
+            f"{limits.disk_mb} MB and {limits.disk_inodes} files per sandbox (a tmpfs of its own)",
+        ),
+        "file size": (
+            Status.WARN,
+            f"{limits.file_size_mb} MB per file only (RLIMIT_FSIZE), not all files together",
+        ),
+        "none": (Status.WARN, "none (isolation tier none)"),
+    }[client.disk_limit]
+    memory_fix = "give this process a writable memory cgroup (v2 or v1)"
+    disk_fix = "run as root (CAP_SYS_ADMIN) to give each sandbox a tmpfs of its own"
+    return [
+        Check("memory limit", *memory, memory_fix if client.memory_limit == "rlimit" else ""),
+        Check("disk limit", *disk, disk_fix if client.disk_limit == "file size" else ""),
+    ]
 
 
 def _smoke(client: SandboxClient, timeout: float) -> list[Check]:

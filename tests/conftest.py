@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from sandboxkit import SandboxClient, get_backend
+from sandboxkit.local import disk
 
 pytest_plugins = [
     "sandboxkit.testing.daytona",
@@ -41,6 +42,11 @@ def local_root() -> Iterator[Path]:
     root = Path(tempfile.mkdtemp(prefix="sandboxkit-test-", dir="/tmp"))
     os.chmod(root, 0o711)
     yield root
+    with open("/proc/self/mountinfo") as f:  # the storage of sandboxes a failed test left
+        points = [line.split()[4] for line in f]
+    for point in points:
+        if point.startswith(f"{root}/"):
+            disk.unmount(Path(point))
     shutil.rmtree(root, ignore_errors=True)
 
 

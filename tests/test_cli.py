@@ -90,7 +90,8 @@ def test_doctor_passes_for_the_local_backend_and_never_prints_secrets(
     assert re.search(r"\[ok  \] smoke test +ran python in a sandbox", out)
     if os.uname().machine == "x86_64":  # the fast path, with the init it can use here
         assert re.search(r"\[ok  \] warm template +execs fork from a warm .*\(tiny init\)", out)
-    for line in ("isolation", "process limit", "runs as", "bwrap", "python", "root"):
+    lines = ("isolation", "process limit", "memory limit", "disk limit", "runs as", "bwrap")
+    for line in (*lines, "python", "root"):
         assert re.search(rf"^  \[\w+ *\] {line} ", out, re.M), line
     assert "DAYTONA_API_KEY set" in out and "CWSANDBOX_API_KEY set" in out
     assert re.search(r"^daytona: NOT READY$", out, re.M)  # its endpoint is unreachable

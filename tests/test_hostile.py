@@ -25,6 +25,9 @@ from sandboxkit.portal import run_sync
 
 PY = "python3"
 CAP = 64 * 1024
+MEMORY_MB = 256
+DISK_MB = 64
+DISK_INODES = 2000
 
 
 def _marked_processes(marker: str) -> list[int]:
@@ -60,7 +63,9 @@ def hostile(tier: str, local_root: Path) -> Iterator[tuple[SandboxClient, Sandbo
         client = get_backend(
             "subprocess",
             root=local_root,
-            memory_mb=512,
+            memory_mb=MEMORY_MB,
+            disk_mb=DISK_MB,
+            disk_inodes=DISK_INODES,
             file_size_mb=8,
             processes=64,
             cpu_seconds=20,
@@ -75,14 +80,27 @@ def hostile(tier: str, local_root: Path) -> Iterator[tuple[SandboxClient, Sandbo
     yield client, sb, marker
     sb.stop()
     assert not any(local_root.glob("sbx-*")), "a stopped sandbox left its directory"
+    assert mounts_under(local_root) == [], "a stopped sandbox left its storage mounted"
     assert _marked_processes(marker) == [], "processes of the sandbox are still running"
     client.close()
+
+
+def mounts_under(root: Path) -> list[str]:
+    """Mount points below ``root`` in this process's mount namespace."""
+    with open("/proc/self/mountinfo") as f:
+        points = [line.split()[4] for line in f]
+    return [p for p in points if p.startswith(f"{root}/")]
 
 
 def run(sb: Sandbox, code: str, timeout: float = 5) -> tuple[int, str, str, bool]:
     sb.write_file("prog.py", code)
     r = sb.exec([PY, "prog.py"], timeout=timeout)
     return r.returncode, r.stdout, r.stderr, r.timed_out
+
+
+def assert_next_exec_works(sb: Sandbox) -> None:
+    r = sb.exec([PY, "-c", "print('next exec')"], timeout=60)
+    assert (r.returncode, r.stdout) == (0, "next exec\n"), r.stderr
 
 
 def host_is_healthy() -> None:
@@ -136,12 +154,18 @@ def test_fork_count_is_bounded(hostile: tuple[SandboxClient, Sandbox, str]) -> N
 
 
 def test_memory_bomb_fails_inside(hostile: tuple[SandboxClient, Sandbox, str]) -> None:
-    _, sb, _ = hostile
+    """Killed by the sandbox's memory cgroup (exit 137), or, where only the address space of
+    each process is bounded, failing with MemoryError; the sandbox still works."""
+    client, sb, _ = hostile
     prog = "chunks = []\nwhile True:\n    chunks.append(bytearray(16 * 1024 * 1024))"
     code, _, err, timed_out = run(sb, prog, timeout=20)
-    assert code != 0 and not timed_out
-    assert "MemoryError" in err
+    assert not timed_out
+    if client.memory_limit == "rlimit":
+        assert code == 1 and "MemoryError" in err
+    else:
+        assert code == 137
     host_is_healthy()
+    assert_next_exec_works(sb)
 
 
 def test_output_flood_is_capped(hostile: tuple[SandboxClient, Sandbox, str]) -> None:
@@ -619,3 +643,162 @@ def test_attacks_scored_by_a_reward_function_get_nothing(
     assert dict(zip(_ATTACKS, rewards, strict=True)) == dict.fromkeys(_ATTACKS, 0.0)
     assert elapsed < 60
     host_is_healthy()
+
+
+# -- memory and disk, per sandbox --------------------------------------------------------
+
+
+def last_count(out: str) -> int:
+    """The last number a filling program printed (0 if it was stopped before the first)."""
+    numbers = [int(word) for word in out.split() if word.isdigit()]
+    return numbers[-1] if numbers else 0
+
+
+def test_memfds_filled_with_write_hold_no_more_than_the_memory_limit(
+    hostile: tuple[SandboxClient, Sandbox, str],
+) -> None:
+    """Pages written into a memfd are in no process's address space: only a limit on the
+    whole sandbox counts them."""
+    client, sb, _ = hostile
+    prog = (
+        "import os\n"
+        "chunk = b'x' * (4 << 20)  # under the file size limit, which holds for memfds too\n"
+        "fds, held = [], 0\n"
+        f"while held < {2 * MEMORY_MB}:\n"
+        "    fds.append(os.memfd_create('fill'))\n"
+        "    held += os.write(fds[-1], chunk) >> 20\n"
+        "    print(held, flush=True)\n"
+    )
+    code, out, _, timed_out = run(sb, prog, timeout=60)
+    assert not timed_out
+    if client.memory_limit == "rlimit":  # documented: bounded per process only
+        assert (code, last_count(out)) == (0, 2 * MEMORY_MB)
+    else:
+        assert code == 137 and last_count(out) < MEMORY_MB, out
+    host_is_healthy()
+    assert_next_exec_works(sb)
+
+
+def test_dev_shm_holds_no_more_than_the_memory_limit(
+    hostile: tuple[SandboxClient, Sandbox, str], tier: str
+) -> None:
+    """Files in /dev/shm live in memory (the host's own /dev/shm in the rlimits tier)."""
+    client, sb, marker = hostile
+    prog = (
+        "import os\n"
+        "chunk = b'x' * (4 << 20)\n"
+        "held = 0\n"
+        "try:\n"
+        f"    while held < {2 * MEMORY_MB}:\n"
+        f"        with open(f'/dev/shm/{marker}-{{held}}', 'wb') as f:\n"
+        "            f.write(chunk)\n"
+        "        held += 4\n"
+        "        print(held, flush=True)\n"
+        "except OSError as e:\n"
+        "    print('refused', e.errno)\n"
+        "print(held)\n"
+    )
+    try:
+        code, out, _, timed_out = run(sb, prog, timeout=60)
+    finally:
+        for leftover in Path("/dev/shm").glob(f"{marker}-*"):  # the rlimits tier's, on the host
+            leftover.unlink()
+    assert not timed_out
+    if tier == "namespaces":  # a /dev/shm of the sandbox's own, of 64 MB
+        assert code == 0 and "refused 28" in out and last_count(out) <= 64, out
+    elif client.memory_limit == "rlimit":  # documented: bounded per process only
+        assert (code, last_count(out)) == (0, 2 * MEMORY_MB)
+    else:
+        assert code == 137 and last_count(out) < MEMORY_MB, out
+    assert_next_exec_works(sb)
+
+
+def test_children_together_hold_no_more_than_the_memory_limit(
+    hostile: tuple[SandboxClient, Sandbox, str],
+) -> None:
+    """Six children of 64 MB each, each under any per-process limit: only as many stay alive
+    at once as the sandbox's limit holds."""
+    client, sb, _ = hostile
+    prog = (
+        "import os, time\n"
+        "children = []\n"
+        "for _ in range(6):\n"
+        "    r, w = os.pipe()\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        block = b'x' * (64 << 20)\n"
+        "        os.write(w, b'1')\n"
+        "        time.sleep(60)\n"
+        "        os._exit(0)\n"
+        "    os.close(w)\n"
+        "    os.read(r, 1)  # it holds its block, or was killed first\n"
+        "    os.close(r)\n"
+        "    children.append(pid)\n"
+        "time.sleep(1)\n"
+        "print(sum(os.waitpid(pid, os.WNOHANG) == (0, 0) for pid in children))\n"
+    )
+    code, out, _, timed_out = run(sb, prog, timeout=60)
+    assert not timed_out
+    if client.memory_limit == "rlimit":  # documented: bounded per process only
+        assert (code, out) == (0, "6\n")
+    elif code != 137:  # the parent itself may be the one the kernel kills
+        assert code == 0 and int(out) * 64 < MEMORY_MB, out
+    host_is_healthy()
+    assert_next_exec_works(sb)
+
+
+def test_files_past_the_disk_limit_get_enospc(
+    hostile: tuple[SandboxClient, Sandbox, str],
+) -> None:
+    """/workspace and /tmp share one cap; another sandbox has its own room."""
+    client, sb, _ = hostile
+    prog = (
+        "import os\n"
+        "chunk = b'x' * (4 << 20)\n"
+        "written = 0\n"
+        "try:\n"
+        f"    while written < {2 * DISK_MB}:\n"
+        "        for d in ('.', os.environ['TMPDIR']):\n"
+        "            with open(f'{d}/f{written}', 'wb') as f:\n"
+        "                f.write(chunk)\n"
+        "            written += 4\n"
+        "except OSError as e:\n"
+        "    print('refused', e.errno)\n"
+        "print(written)\n"
+    )
+    code, out, err, _ = run(sb, prog, timeout=60)
+    assert code == 0, err
+    if client.disk_limit == "file size":  # documented: bounded per file only
+        assert last_count(out) == 2 * DISK_MB
+    else:
+        assert "refused 28" in out and last_count(out) < DISK_MB, out
+    assert_next_exec_works(sb)
+    other = client.sandbox()
+    try:
+        room = "for i in range(12):\n    open(f'f{i}', 'wb').write(b'x' * (4 << 20))\nprint('ok')"
+        r = other.exec([PY, "-c", room], timeout=60)
+        assert (r.returncode, r.stdout) == (0, "ok\n"), r.stderr
+    finally:
+        other.stop()
+
+
+def test_an_inode_flood_gets_enospc(hostile: tuple[SandboxClient, Sandbox, str]) -> None:
+    client, sb, _ = hostile
+    prog = (
+        "import os\n"
+        "made = 0\n"
+        "try:\n"
+        f"    while made < {2 * DISK_INODES}:\n"
+        "        os.mkdir(f'd{made}') if made % 2 else open(f'f{made}', 'w').close()\n"
+        "        made += 1\n"
+        "except OSError as e:\n"
+        "    print('refused', e.errno)\n"
+        "print(made)\n"
+    )
+    code, out, err, _ = run(sb, prog, timeout=60)
+    assert code == 0, err
+    if client.disk_limit == "file size":  # documented: bounded per file only
+        assert last_count(out) == 2 * DISK_INODES
+    else:
+        assert "refused 28" in out and last_count(out) < DISK_INODES, out
+    assert_next_exec_works(sb)

@@ -442,6 +442,36 @@ def test_ipc_objects_of_an_exec_do_not_outlast_it(
             assert result.stdout == "-1 -1 -1\n1\n1\n1\n", result.stderr  # headers only
 
 
+def test_the_command_that_runs_its_sandbox_out_of_memory_is_killed_not_the_template(
+    local_root: Path,
+) -> None:
+    """Memory taken without being touched (``posix_fallocate`` of memfds) leaves the command
+    no larger than the processes of its template: the kernel must still kill the command, so
+    that its output comes back and the next exec finds the same template."""
+    fill = (
+        "import os\n"
+        "fds = []\n"
+        "while True:\n"
+        "    fds.append(os.memfd_create('fill'))\n"
+        "    os.posix_fallocate(fds[-1], 0, 4 << 20)\n"
+        "    print(len(fds) * 4, flush=True)\n"
+    )
+    with get_backend("subprocess", root=local_root, warm=True, memory_mb=128) as client:
+        backend = client.backend
+        assert isinstance(backend, SubprocessBackend)
+        if not backend.warm or backend.memory_limit == "rlimit":
+            pytest.skip("no warm template or no memory cgroup here")
+        with client.sandbox() as sb:
+            sb.exec(["true"], timeout=60)
+            template = backend._templates[sb.id]
+            for _ in range(3):
+                result = sb.exec(["python3", "-c", fill], timeout=60)
+                assert result.returncode == 137 and 0 < int(result.stdout.split()[-1]) < 128
+                assert backend._templates[sb.id] is template and not template.broken
+            assert sb.exec(["python3", "-c", "print('next')"], timeout=60).stdout == "next\n"
+            assert backend._templates[sb.id] is template
+
+
 MEMORY_SCAN = (
     "import ctypes, sys\n"
     "needle, found = sys.argv[1].encode(), 0\n"

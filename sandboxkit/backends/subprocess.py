@@ -1,8 +1,9 @@
 """The local backend: each sandbox is a private directory, each exec a confined process.
 
 Sandboxes need no account and no network, which makes this the default for offline training.
-Their state lives on disk (``<root>/<id>/sandbox.json``), so ``list`` and ``stop`` also see the
-sandboxes of other processes, including ones a crashed run left behind.
+Their state lives in their directory (``<root>/<id>/sandbox.json``; the directory is a tmpfs
+of its own where the host can mount, see ``local/disk.py``), so ``list`` and ``stop`` also see
+the sandboxes of other processes, including ones a crashed run left behind.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from ..errors import (
     SandboxLostError,
     SandboxNotFoundError,
 )
-from ..local.cgroup import PidsCgroups
+from ..local import disk
+from ..local.cgroup import Cgroups
 from ..local.isolation import SANDBOX_BIN, IsolationReport, Tier, bwrap_binary, detect
 from ..local.limits import Limits
 from ..local.supervisor import Confinement, kill_session, run
@@ -87,8 +89,8 @@ class SubprocessBackend:
         self.root = Path(root or setting("SANDBOXKIT_LOCAL_ROOT") or _default_root())
         self.root.mkdir(mode=0o711, parents=True, exist_ok=True)
         self.limits = limits or Limits.from_env(**limit_overrides)
-        cgroups = PidsCgroups.shared()
-        report = detect(has_cgroup=cgroups is not None, python=python)
+        cgroups = Cgroups.shared()
+        report = detect(has_cgroup=cgroups.pids is not None, python=python)
         if report.run_as != os.getuid():
             self._check_reachable(report.run_as)
         self._bin = (
@@ -104,6 +106,11 @@ class SubprocessBackend:
         self.warm = report.tier is Tier.NAMESPACES and (
             warm if warm is not None else setting("SANDBOXKIT_WARM", "1") != "0"
         )
+        self.disk_limit = (
+            "none" if report.tier is Tier.NONE else "tmpfs" if disk.can_mount() else "file size"
+        )
+        """How ``disk_mb`` holds here: 'tmpfs' (a tmpfs per sandbox), 'file size' (only
+        ``file_size_mb``, per file: the host cannot mount) or 'none'."""
         self._templates: dict[str, WarmTemplate] = {}
         self.last_cold_reason: str | None = None
         """Why the last exec that could have used a warm template ran the cold way."""
@@ -126,6 +133,15 @@ class SubprocessBackend:
     @property
     def isolation(self) -> IsolationReport:
         return self.confinement.isolation
+
+    @property
+    def memory_limit(self) -> str:
+        """How ``memory_mb`` holds here: 'cgroup v2' or 'cgroup v1' (per sandbox), 'rlimit'
+        (address space per process: no memory cgroup is writable) or 'none'."""
+        if self.isolation.tier is Tier.NONE:
+            return "none"
+        version = self.confinement.cgroups.memory_version
+        return "rlimit" if version is None else f"cgroup v{version}"
 
     def _python_links(self, python: str) -> Path:
         """``python``/``python3`` for sandboxes that see the host filesystem."""
@@ -199,16 +215,23 @@ class SubprocessBackend:
             "started_at": started.isoformat(),
             "owner_pid": os.getpid(),
         }
-        staging = self.root / f".{sandbox_id}"
-        (staging / "workspace").mkdir(parents=True, mode=0o700)
-        (staging / "tmp").mkdir(mode=0o700)
-        (staging / _META).write_text(json.dumps(meta))
-        self._host_path(staging, spec.workdir, DEFAULT_WORKDIR).mkdir(parents=True, exist_ok=True)
-        for sub in ("workspace", "tmp"):
-            for dirpath, _dirs, _files in os.walk(staging / sub):
-                self._chown(Path(dirpath))
-        self._chown(staging)
-        staging.rename(path)  # appears in ``list`` only once complete
+        path.mkdir(mode=0o711)
+        try:
+            if self.disk_limit == "tmpfs":
+                disk.mount(path, size_mb=self.limits.disk_mb, inodes=self.limits.disk_inodes)
+            (path / "workspace").mkdir(mode=0o700)
+            (path / "tmp").mkdir(mode=0o700)
+            self._host_path(path, spec.workdir, DEFAULT_WORKDIR).mkdir(parents=True, exist_ok=True)
+            for sub in ("workspace", "tmp"):
+                for dirpath, _dirs, _files in os.walk(path / sub):
+                    self._chown(Path(dirpath))
+            self._chown(path)
+            (path / _META).write_text(json.dumps(meta))  # last: the sandbox exists from here
+        except BaseException:
+            if self.disk_limit == "tmpfs":
+                disk.unmount(path)
+            shutil.rmtree(path, ignore_errors=True)
+            raise
         return SandboxInfo(sandbox_id, SandboxStatus.RUNNING, tuple(spec.tags), started)
 
     def _env(
@@ -296,6 +319,7 @@ class SubprocessBackend:
         return await run(
             self.confinement,
             command,
+            sandbox=sandbox_id,
             workspace=path / "workspace",
             tmp=path / "tmp",
             cwd=cwd,
@@ -337,6 +361,7 @@ class SubprocessBackend:
             if template is None or template.broken:
                 template = await WarmTemplate.start(
                     self.confinement,
+                    sandbox=sandbox_id,
                     workspace=path / "workspace",
                     tmp=path / "tmp",
                     env=self._env(self._meta(path), None, path),
@@ -418,7 +443,10 @@ class SubprocessBackend:
             if missing_ok:
                 return
             raise
-        # Rename first so a concurrent exec or list sees it gone at once, then delete.
+        # Rename first so a concurrent exec or list sees it gone at once, then delete; a
+        # mount point cannot be renamed: its tmpfs goes first (and its files with it).
+        if self.disk_limit == "tmpfs":
+            disk.unmount(path)
         graveyard = self.root / f".stopped-{sandbox_id}-{uuid.uuid4().hex[:6]}"
         try:
             path.rename(graveyard)
@@ -434,6 +462,7 @@ class SubprocessBackend:
             pids.add(template.spawned.proc.pid)
         for pid in pids:
             kill_session(pid)  # its exec returns at once, killed
+        self.confinement.cgroups.drop(sandbox_id)
         try:
             # A thread, shielded: a cancelled stop must still delete the directory.
             await asyncio.shield(

@@ -1,9 +1,20 @@
-"""A pids cgroup per command: a process limit root cannot escape, and a reliable tree kill.
+"""The local backend's cgroups: a memory limit per sandbox, a process limit per command.
 
-RLIMIT_NPROC is ignored for processes whose real uid is root (also inside a user namespace
-that maps to root), so when sandboxkit runs as root a fork bomb is contained only by the pids
-controller. Used wherever a writable pids hierarchy exists (cgroup v2 or v1); elsewhere the
-supervisor falls back to RLIMIT_NPROC.
+A sandbox's memory group bounds everything its processes charge: their own memory, memfds,
+/dev/shm and the tmpfs of its storage (``disk.py``), none of which a per-process limit sees
+whole (``RLIMIT_AS`` counts one process's mappings only). A command's pids group bounds its
+processes: RLIMIT_NPROC is ignored for processes whose real uid is root (also inside a user
+namespace that maps to root), so when sandboxkit runs as root a fork bomb is contained only by
+the pids controller; the group also makes a reliable tree kill.
+
+Both live under a private parent of this process, in whichever hierarchy offers the controller
+and is writable: cgroup v2, or v1, where memory and pids are separate hierarchies and a process
+joins a group in each. In one hierarchy (v2, where only leaves hold processes), a command's
+group is a child of its sandbox's. Where a controller is missing, the supervisor falls back to
+RLIMIT_AS and RLIMIT_NPROC.
+
+A sandbox's group belongs to the process that runs its commands: two processes running
+commands in one sandbox bound theirs separately.
 """
 
 from __future__ import annotations
@@ -15,6 +26,9 @@ import os
 import signal
 import uuid
 from pathlib import Path
+
+_LIMIT_FILES = {"pids": ("pids.max",), "memory": ("memory.max", "memory.limit_in_bytes")}
+"""The file a group gets where its controller is on (v2, v1)."""
 
 
 def _mounts() -> list[tuple[str, str, str]]:
@@ -39,88 +53,153 @@ def _own_paths() -> dict[str, str]:
     return paths
 
 
-def _candidate_bases() -> list[Path]:
+def _candidate_bases(controller: str) -> list[Path]:
     own = _own_paths()
     bases = []
     for mount, fstype, opts in _mounts():
         if fstype == "cgroup2":
             bases.append(Path(mount) / own.get("", "/").lstrip("/"))
-        elif "pids" in opts.split(","):
-            key = next((k for k in own if "pids" in k.split(",")), None)
+        elif controller in opts.split(","):
+            key = next((k for k in own if controller in k.split(",")), None)
             if key is not None:
                 bases.append(Path(mount) / own[key].lstrip("/"))
     return bases
 
 
-class PidsCgroups:
-    """A private parent cgroup under which each command gets a child with ``pids.max``."""
+def _offers(parent: Path, controller: str) -> bool:
+    """Whether groups made under ``parent`` get ``controller``'s limit, turning it on where v2
+    needs that (in the parent's parent, then in the parent)."""
+    for level in (parent.parent, parent):
+        with contextlib.suppress(OSError):  # no such file in v1; refused, or already on
+            (level / "cgroup.subtree_control").write_text(f"+{controller}")
+    probe = parent / f"probe-{uuid.uuid4().hex[:8]}"
+    try:
+        probe.mkdir()
+    except OSError:
+        return False
+    try:
+        return any((probe / name).exists() for name in _LIMIT_FILES[controller])
+    finally:
+        with contextlib.suppress(OSError):
+            probe.rmdir()
 
-    def __init__(self, parent: Path) -> None:
-        self.parent = parent
+
+def _private_parent(controller: str) -> Path | None:
+    """A new group of ours whose children get ``controller``'s limit, or None."""
+    for base in _candidate_bases(controller):
+        parent = base / f"sandboxkit-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        try:
+            parent.mkdir()
+        except OSError:
+            continue
+        if _offers(parent, controller):
+            return parent
+        with contextlib.suppress(OSError):
+            parent.rmdir()
+    return None
+
+
+def _limit_memory(group: Path, limit: int) -> None:
+    """``limit`` bytes of memory and no swap beyond it."""
+    if (group / "memory.max").exists():  # v2
+        (group / "memory.max").write_text(str(limit))
+        swap = group / "memory.swap.max"
+    else:  # v1; memsw (memory + swap) only with swap accounting, and never below the first
+        (group / "memory.limit_in_bytes").write_text(str(limit))
+        swap = group / "memory.memsw.limit_in_bytes"
+    if swap.exists():
+        swap.write_text("0" if swap.name == "memory.swap.max" else str(limit))
+
+
+class Cgroups:
+    """This process's private parents: ``memory`` for sandbox groups, ``pids`` for command
+    groups (the same directory where one hierarchy has both); None where none is writable."""
+
+    def __init__(self, pids: Path | None, memory: Path | None) -> None:
+        self.pids = pids
+        self.memory = memory
+        self.nested = pids is not None and pids == memory
+        """One hierarchy: a command's group is made inside its sandbox's."""
+        self._sandboxes: dict[str, Path] = {}
+        self._dying: list[Path] = []
+        """Groups of stopped sandboxes whose killed processes were still exiting."""
 
     @classmethod
-    def create(cls) -> PidsCgroups | None:
-        """A usable parent, or None where no writable pids controller exists."""
-        for base in _candidate_bases():
-            parent = base / f"sandboxkit-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-            try:
-                parent.mkdir()
-            except OSError:
-                continue
-            if not (parent / "pids.max").exists():
-                with contextlib.suppress(OSError):
-                    (base / "cgroup.subtree_control").write_text("+pids")
-                    (parent / "cgroup.subtree_control").write_text("+pids")
-            probe = parent / "probe"
-            try:
-                probe.mkdir()
-                ok = (probe / "pids.max").exists()
-                probe.rmdir()
-            except OSError:
-                ok = False
-            if ok:
-                return cls(parent)
-            with contextlib.suppress(OSError):
-                parent.rmdir()
-        return None
+    def create(cls) -> Cgroups:
+        pids = _private_parent("pids")
+        if pids is not None and _offers(pids, "memory"):
+            return cls(pids, pids)
+        return cls(pids, _private_parent("memory"))
 
     @staticmethod
     @functools.cache
-    def shared() -> PidsCgroups | None:
-        """The process's one parent cgroup, removed at interpreter exit."""
-        cgroups = PidsCgroups.create()
-        if cgroups is not None:
-            atexit.register(cgroups.close)
+    def shared() -> Cgroups:
+        """The process's one set of parents, removed at interpreter exit."""
+        cgroups = Cgroups.create()
+        atexit.register(cgroups.close)
         return cgroups
 
-    def new(self, max_pids: int) -> Path:
-        group = self.parent / uuid.uuid4().hex
-        group.mkdir()
-        (group / "pids.max").write_text(str(max_pids))
+    @functools.cached_property
+    def memory_version(self) -> int | None:
+        """The cgroup version that bounds sandbox memory (v1 has no ``cgroup.controllers``)."""
+        if self.memory is None:
+            return None
+        return 2 if (self.memory / "cgroup.controllers").exists() else 1
+
+    def _sandbox(self, name: str, memory_bytes: int) -> Path | None:
+        """The sandbox's group, made with its limit on its first command here."""
+        if self.memory is None:
+            return None
+        group = self._sandboxes.get(name)
+        if group is None:
+            group = self.memory / name
+            with contextlib.suppress(FileExistsError):
+                group.mkdir()
+            _limit_memory(group, memory_bytes)
+            if self.nested:  # command groups inside get pids.max (v2)
+                with contextlib.suppress(OSError):
+                    (group / "cgroup.subtree_control").write_text("+pids")
+            self._sandboxes[name] = group
         return group
 
-    @staticmethod
-    def add(group: Path, pid: int) -> None:
-        (group / "cgroup.procs").write_text(str(pid))
+    def confine(self, pid: int, *, sandbox: str, memory_bytes: int, max_pids: int) -> Path | None:
+        """Move ``pid`` (a command not yet started) into its sandbox's group and into a new
+        group of its own; returns the latter, to kill the command with (None without a pids
+        controller)."""
+        sandbox_group = self._sandbox(sandbox, memory_bytes)
+        command = None
+        if self.pids is not None:
+            under = sandbox_group if self.nested and sandbox_group is not None else self.pids
+            command = under / uuid.uuid4().hex
+            command.mkdir()
+            (command / "pids.max").write_text(str(max_pids))
+        for group in (command, None if self.nested else sandbox_group):
+            if group is not None:
+                (group / "cgroup.procs").write_text(str(pid))
+        return command
+
+    def drop(self, sandbox: str) -> None:
+        """Kill what is left in a stopped sandbox's group, and remove it: at once if it is
+        empty, else once the killed processes are gone (freeing their memory takes a while),
+        retried on later calls and at exit, never waiting for them."""
+        group = self._sandboxes.pop(sandbox, None)
+        if group is not None:
+            for inner in _groups_in(group):
+                if pids := _procs(inner):
+                    _signal(inner, pids)
+            self._dying.append(group)
+        self._dying = [g for g in self._dying if not _rmdir_all(g)]
 
     @staticmethod
     def kill_all(group: Path) -> None:
         """SIGKILL every process in ``group`` until it is empty, then remove it."""
-        kill_file = group / "cgroup.kill"
         for _ in range(1000):
-            try:
-                pids = [int(p) for p in (group / "cgroup.procs").read_text().split()]
-            except OSError:  # gone, or being removed by a concurrent kill (ENODEV)
+            pids = _procs(group)
+            if pids is None:  # gone, or being removed by a concurrent kill (ENODEV)
                 return
             if not pids:
                 break
-            if kill_file.exists():
-                with contextlib.suppress(OSError):
-                    kill_file.write_text("1")
-            else:
-                for pid in pids:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
+            _signal(group, pids)
         # Killed processes leave the group once reaped; give their parents a moment.
         for _ in range(200):
             try:
@@ -132,8 +211,50 @@ class PidsCgroups:
                 os.sched_yield()
 
     def close(self) -> None:
+        for parent in {p for p in (self.pids, self.memory) if p is not None}:
+            for group in _groups_in(parent):
+                self.kill_all(group)
+
+
+def _procs(group: Path) -> list[int] | None:
+    """The processes in ``group`` (None if it cannot be read)."""
+    try:
+        return [int(p) for p in (group / "cgroup.procs").read_text().split()]
+    except OSError:
+        return None
+
+
+def _signal(group: Path, pids: list[int]) -> None:
+    """SIGKILL ``pids`` of ``group``: all at once where the kernel can (v2's ``cgroup.kill``,
+    which also reaches the groups inside)."""
+    kill_file = group / "cgroup.kill"
+    if kill_file.exists():
         with contextlib.suppress(OSError):
-            for child in self.parent.iterdir():
-                if child.is_dir():
-                    self.kill_all(child)
-            self.parent.rmdir()
+            kill_file.write_text("1")
+        return
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _groups_in(group: Path) -> list[Path]:
+    """``group`` and the groups inside it, innermost first."""
+    inner: list[Path] = []
+    with contextlib.suppress(OSError):
+        for child in group.iterdir():
+            if child.is_dir():
+                inner += _groups_in(child)
+    return [*inner, group]
+
+
+def _rmdir_all(group: Path) -> bool:
+    """Remove ``group`` and the groups inside it, unless a process is still there; whether
+    they are gone."""
+    for inner in _groups_in(group):
+        try:
+            inner.rmdir()
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return False
+    return True

@@ -12,8 +12,8 @@ one:
   S's memory) and SIGCHLD ignored (so the kernel reaps whatever is orphaned to it), and forks
   H, the command, into it as pid 2: H takes a user namespace of its own (so it has no
   capability over S's namespaces) and an IPC one, drops its capabilities
-  (``enter_exec_namespaces``), takes limits, a new session, its own stdio, cwd and
-  environment. When H ends, S kills G, and the death of G
+  (``enter_exec_namespaces``), takes limits and its OOM score, a new session, its own stdio,
+  cwd and environment. When H ends, S kills G, and the death of G
   kills everything left in the namespace (as does a kill of G on timeout). All the command
   can name by pid is G and its own processes, which die with its exec: S as the commands'
   init would save G, but a command can lower the limits, priority and CPUs of any process of
@@ -96,6 +96,9 @@ try:
 except Exception as e:
     raise SystemExit(1) from e
 """
+OOM_SCORE_ADJ = 1000
+"""Each command's: the first process the kernel kills when its sandbox's memory runs out (never
+the template; and sandboxes before the host's processes when the host's does)."""
 MAX_REQUEST = 128 * 1024
 """Largest request (header and stdin) the host sends in one packet."""
 MAX_SCRIPT = 1024 * 1024
@@ -348,6 +351,8 @@ def command(limits: list[Any], fds: tuple[int, int, int]) -> None:
             if current != resource.RLIM_INFINITY:
                 soft, hard = min(soft, current), min(hard, current)
             resource.setrlimit(which, (soft, hard))
+        with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as adj:
+            adj.write(str(OOM_SCORE_ADJ))
         job = read_job(fds[0])
         for target, fd in enumerate(fds):
             os.dup2(fd, target)

@@ -219,12 +219,10 @@ def _usable_by(uid: int, python: str) -> bool:
     try:
         done = subprocess.run(
             [python, "-I", "-c", "import json, warnings"],
-            user=uid,
-            group=uid,
-            extra_groups=[],
             cwd="/",
             capture_output=True,
             timeout=60,
+            **as_user(uid),
         )
     except (OSError, subprocess.SubprocessError):
         return False

@@ -1,8 +1,10 @@
-"""Resource limits for one local command, applied with ``prlimit(2)`` before it starts.
+"""Resource limits of local sandboxes and their commands.
 
-The supervisor starts each command blocked, applies these to the blocked process from the
-host, then releases it: the limits hold from the first instruction of untrusted code, and no
-``preexec_fn`` (unsafe with threads) or extra interpreter start is needed.
+Per command, rlimits applied with ``prlimit(2)`` before it starts: the supervisor starts each
+command blocked, applies them to the blocked process from the host, then releases it, so they
+hold from the first instruction of untrusted code, and no ``preexec_fn`` (unsafe with threads)
+or extra interpreter start is needed. Per sandbox, where the host allows: memory in a cgroup
+(``cgroup.py``), storage on a tmpfs of its own (``disk.py``).
 """
 
 from __future__ import annotations
@@ -19,10 +21,17 @@ MiB = 1024 * 1024
 class Limits:
     cpu_seconds: int = 60
     memory_mb: int = 2048
-    """Address space per process (RLIMIT_AS)."""
+    """Memory of the whole sandbox, its processes, /dev/shm and files on its tmpfs included
+    (a memory cgroup per sandbox); where no memory cgroup is writable, the address space of
+    each process (RLIMIT_AS)."""
     processes: int = 128
     """Processes and threads (pids cgroup where one is available, else RLIMIT_NPROC)."""
     file_size_mb: int = 64
+    disk_mb: int = 512
+    """/workspace and /tmp of a sandbox together (a tmpfs of its own, where the host can mount
+    one; elsewhere only ``file_size_mb`` holds)."""
+    disk_inodes: int = 32768
+    """Files and directories in them (the same tmpfs)."""
     open_files: int = 256
     output_bytes: int = 1 * MiB
     """Kept per stream (stdout, stderr); the rest is read and dropped, and ``truncated`` set."""
@@ -40,24 +49,26 @@ class Limits:
                     raise ValueError(f"SANDBOXKIT_LIMIT_{f.name.upper()}={raw!r}") from None
         return replace(cls(**values), **overrides)
 
-    def rlimits(self, *, with_nproc: bool) -> dict[int, tuple[int, int]]:
+    def rlimits(self, *, with_nproc: bool, with_as: bool) -> dict[int, tuple[int, int]]:
         limits = {
             # Soft limit sends SIGXCPU, the hard one a second later SIGKILL.
             resource.RLIMIT_CPU: (self.cpu_seconds, self.cpu_seconds + 1),
-            resource.RLIMIT_AS: (self.memory_mb * MiB, self.memory_mb * MiB),
             resource.RLIMIT_FSIZE: (self.file_size_mb * MiB, self.file_size_mb * MiB),
             resource.RLIMIT_NOFILE: (self.open_files, self.open_files),
             resource.RLIMIT_CORE: (0, 0),
         }
+        if with_as:
+            limits[resource.RLIMIT_AS] = (self.memory_mb * MiB, self.memory_mb * MiB)
         if with_nproc:
             limits[resource.RLIMIT_NPROC] = (self.processes, self.processes)
         return limits
 
-    def apply(self, pid: int, *, with_nproc: bool) -> None:
-        """Lower ``pid``'s limits; never above its current hard limit (raising needs
-        CAP_SYS_RESOURCE, which even root may lack in a container)."""
-        for which, (soft, hard) in self.rlimits(with_nproc=with_nproc).items():
-            _, current = resource.prlimit(pid, which)
-            if current != resource.RLIM_INFINITY:
-                soft, hard = min(soft, current), min(hard, current)
-            resource.prlimit(pid, which, (soft, hard))
+
+def apply_rlimits(pid: int, rlimits: dict[int, tuple[int, int]]) -> None:
+    """Lower ``pid``'s limits; never above its current hard limit (raising needs
+    CAP_SYS_RESOURCE, which even root may lack in a container)."""
+    for which, (soft, hard) in rlimits.items():
+        _, current = resource.prlimit(pid, which)
+        if current != resource.RLIM_INFINITY:
+            soft, hard = min(soft, current), min(hard, current)
+        resource.prlimit(pid, which, (soft, hard))

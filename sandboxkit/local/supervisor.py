@@ -1,9 +1,10 @@
 """Run one untrusted command: start it blocked, confine it, release it, collect capped output.
 
 The command (bwrap's namespace init, or a shell stub in the weaker tiers) starts blocked on a
-pipe. While it waits, the host applies rlimits to it with ``prlimit(2)`` and moves it into a
-pids cgroup; then it is released. Everything it spawns inherits both. On exit or timeout the
-whole tree is killed: the pid namespace dies with its init, and the cgroup is emptied.
+pipe. While it waits, the host applies rlimits to it with ``prlimit(2)`` and moves it into its
+sandbox's memory cgroup and a pids cgroup of its own; then it is released. Everything it spawns
+inherits all of them. On exit or timeout the whole tree is killed: the pid namespace dies with
+its init, and the pids cgroup is emptied.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ from typing import Any
 
 from ..errors import BackendError
 from ..protocol import ExecResult
-from .cgroup import PidsCgroups
-from .isolation import IsolationReport, Tier, as_user, bwrap_argv
-from .limits import Limits
+from .cgroup import Cgroups
+from .forkserver import OOM_SCORE_ADJ
+from .isolation import IsolationReport, Tier, bwrap_argv
+from .limits import Limits, MiB, apply_rlimits
 
 _KILL_GRACE = 0.5
 """Seconds to wait for output pipes to close after the tree is killed (at once, unless a
@@ -38,8 +40,17 @@ class Confinement:
     isolation: IsolationReport
     limits: Limits
     bwrap: str | None
-    cgroups: PidsCgroups | None
+    cgroups: Cgroups
     read_only: tuple[str, ...] = ()
+
+    def rlimits(self) -> dict[int, tuple[int, int]]:
+        """Each command's rlimits; RLIMIT_NPROC and RLIMIT_AS only where no cgroup bounds
+        processes and memory: they count what is not the sandbox's (every process of its uid;
+        address space reserved and never used, which runtimes and sanitizers do)."""
+        return self.limits.rlimits(
+            with_nproc=self.isolation.process_limit == "rlimit",
+            with_as=self.cgroups.memory is None,
+        )
 
 
 class Capped:
@@ -160,6 +171,13 @@ async def _returncode(proc: asyncio.subprocess.Process) -> int:
     return -signal.SIGKILL
 
 
+def _kill_first(pid: int) -> None:
+    """Give a command the OOM score of the template's commands (``OOM_SCORE_ADJ``); where the
+    kernel refuses, the victim is simply the largest process, as by default."""
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/oom_score_adj", "w") as adj:
+        adj.write(str(OOM_SCORE_ADJ))
+
+
 def kill_session(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
@@ -177,13 +195,14 @@ class Spawned:
         namespace, whose init dies with the bwrap monitor."""
         kill_session(self.proc.pid)
         if self.group is not None:
-            PidsCgroups.kill_all(self.group)
+            Cgroups.kill_all(self.group)
 
 
 async def spawn(
     confinement: Confinement,
     argv: Sequence[str],
     *,
+    sandbox: str,
     workspace: Path,
     tmp: Path,
     cwd: str,
@@ -194,9 +213,9 @@ async def spawn(
     pids_max: int | None = None,
     capabilities: tuple[str, ...] = (),
 ) -> Spawned:
-    """Start ``argv`` blocked, confine it (rlimits unless ``rlimits`` is False, a pids cgroup
-    of ``pids_max`` or the limit's process count, bwrap's ``capabilities``), then release
-    it."""
+    """Start ``argv`` blocked, confine it (rlimits and the command's OOM score unless
+    ``rlimits`` is False, the memory cgroup of ``sandbox``, a pids cgroup of ``pids_max`` or the
+    limit's process count, bwrap's ``capabilities``), then release it."""
     tier = confinement.isolation.tier
     limits = confinement.limits
     block_r, block_w = os.pipe()
@@ -205,9 +224,9 @@ async def spawn(
     # A root host runs bwrap as an unprivileged uid. It may lack CAP_SYS_RESOURCE (containers
     # and VMs often do), and then it can apply limits only to a process of its own uid: the
     # launcher, which takes them before it drops its uid and becomes bwrap.
-    # (Without limits to apply, as for a warm template, bwrap starts as that uid directly.)
-    run_as = confinement.isolation.run_as
-    launched = tier is not Tier.NAMESPACES or (rlimits and run_as != os.getuid())
+    # (Not subprocess's ``user=``: a child forked from a multithreaded host, a gRPC server's,
+    # crashed in its setreuid; the launcher changes its uid in a fresh process.)
+    launched = tier is not Tier.NAMESPACES or confinement.isolation.run_as != os.getuid()
     if tier is Tier.NAMESPACES:
         assert confinement.bwrap is not None
         if not launched:
@@ -226,7 +245,7 @@ async def spawn(
         ) + list(argv)
         # bwrap's own processes (its namespace init among them) must not carry our
         # environment: the sandbox can read their /proc/<pid>/environ.
-        kwargs = {"env": {"PATH": "/usr/bin:/bin"}, **({} if launched else as_user(run_as))}
+        kwargs = {"env": {"PATH": "/usr/bin:/bin"}}
     else:
         command = list(argv)
         kwargs = {"cwd": cwd, "env": env}
@@ -269,15 +288,23 @@ async def spawn(
             target = proc.pid
         else:
             fd, info_r = info_r, -1  # from here on owned and closed by the pipe transport
-            target = await _read_info(fd)
+            try:
+                target = await _read_info(fd)
+            except BackendError as exc:
+                assert proc.stderr is not None
+                said = (await asyncio.wait_for(proc.stderr.read(4096), _KILL_GRACE)).strip()
+                raise BackendError(f"{exc}: {said.decode(errors='replace')}") from exc
         if tier is not Tier.NONE:
             try:
                 if rlimits:
-                    with_nproc = confinement.isolation.process_limit == "rlimit"
-                    limits.apply(target, with_nproc=with_nproc)
-                if confinement.cgroups is not None:
-                    spawned.group = confinement.cgroups.new(pids_max or limits.processes)
-                    confinement.cgroups.add(spawned.group, target)
+                    apply_rlimits(target, confinement.rlimits())
+                    _kill_first(target)
+                spawned.group = confinement.cgroups.confine(
+                    target,
+                    sandbox=sandbox,
+                    memory_bytes=limits.memory_mb * MiB,
+                    max_pids=pids_max or limits.processes,
+                )
             except OSError as exc:
                 raise BackendError(f"could not confine the command: {exc}") from exc
         os.write(block_w, b"\n")
@@ -297,6 +324,7 @@ async def run(
     confinement: Confinement,
     argv: Sequence[str],
     *,
+    sandbox: str,
     workspace: Path,
     tmp: Path,
     cwd: str,
@@ -313,6 +341,7 @@ async def run(
     spawned = await spawn(
         confinement,
         argv,
+        sandbox=sandbox,
         workspace=workspace,
         tmp=tmp,
         cwd=cwd,

@@ -90,12 +90,8 @@ class WarmTemplate:
     def __init__(self, spawned: Spawned, sock: socket.socket, confinement: Confinement) -> None:
         self.spawned = spawned
         self.sock = sock
-        limits = confinement.limits
-        with_nproc = confinement.isolation.process_limit == "rlimit"
-        self.rlimits = [
-            [which, list(v)] for which, v in limits.rlimits(with_nproc=with_nproc).items()
-        ]
-        self.output_cap = limits.output_bytes
+        self.rlimits = [[which, list(v)] for which, v in confinement.rlimits().items()]
+        self.output_cap = confinement.limits.output_bytes
         self.loop = asyncio.get_running_loop()
         self.busy = False
         self.broken = False
@@ -110,6 +106,7 @@ class WarmTemplate:
         cls,
         confinement: Confinement,
         *,
+        sandbox: str,
         workspace: Path,
         tmp: Path,
         env: dict[str, str],
@@ -128,6 +125,7 @@ class WarmTemplate:
             spawned = await spawn(
                 confinement,
                 argv,
+                sandbox=sandbox,
                 workspace=workspace,
                 tmp=tmp,
                 cwd="/workspace",

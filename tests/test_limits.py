@@ -1,0 +1,314 @@
+"""Memory and disk limits per sandbox: what they let programs do, and their upkeep (the
+sandbox's tmpfs and memory cgroup come and go with it, also after a crashed run).
+
+The attacks on these limits are in ``test_hostile.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import sandboxkit
+from sandboxkit.backends.subprocess import SubprocessBackend
+from sandboxkit.local.cgroup import Cgroups
+from sandboxkit.local.limits import Limits
+from sandboxkit.testing.remote import wait_until
+
+REPO = Path(__file__).resolve().parent.parent
+MEMORY_MB = 256
+
+
+def mounts_under(root: Path) -> list[str]:
+    with open("/proc/self/mountinfo") as f:
+        points = [line.split()[4] for line in f]
+    return [p for p in points if p.startswith(f"{root}/")]
+
+
+def leftovers(root: Path, sandbox_id: str) -> list[str]:
+    """What is left of a sandbox in ``root`` (its directory, or a half-removed one)."""
+    return [p.name for p in root.iterdir() if sandbox_id in p.name]
+
+
+def processes_in(group: Path) -> str:
+    try:
+        return (group / "cgroup.procs").read_text()
+    except FileNotFoundError:
+        return ""
+
+
+def memory_group(cgroup_file: str) -> str:
+    """The memory cgroup in a /proc/<pid>/cgroup: v1's memory line, else v2's one."""
+    paths = {}
+    for line in cgroup_file.splitlines():
+        _id, controllers, path = line.split(":", 2)
+        paths[controllers] = path
+    return next((p for c, p in paths.items() if "memory" in c.split(",")), paths.get("", ""))
+
+
+def host_memory_group(sb: sandboxkit.Sandbox) -> str:
+    """The memory cgroup of an exec's process as the host sees it (inside, a cgroup namespace
+    may show it as "/")."""
+    marker = f"SBX_GROUP_{uuid.uuid4().hex}"
+    holder = threading.Thread(target=lambda: sb.exec(["sleep", "2"], env={marker: "1"}, timeout=60))
+    holder.start()
+    try:
+        assert wait_until(lambda: processes_with_env(marker), timeout=30)
+        pid = processes_with_env(marker)[0]
+        return memory_group(Path(f"/proc/{pid}/cgroup").read_text())
+    finally:
+        holder.join()
+
+
+def processes_with_env(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if marker.encode() in Path(f"/proc/{entry}/environ").read_bytes():
+                    found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.fixture(params=["namespaces", "namespaces-cold", "rlimits"])
+def client(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, local_root: Path
+) -> Iterator[sandboxkit.SandboxClient]:
+    tier, _, cold = str(request.param).partition("-")
+    monkeypatch.setenv("SANDBOXKIT_ISOLATION", tier)
+    monkeypatch.setenv("SANDBOXKIT_WARM", "0" if cold else "1")
+    try:
+        backend = sandboxkit.get_backend("subprocess", root=local_root, memory_mb=MEMORY_MB)
+    except Exception as exc:  # namespaces unavailable on this machine
+        pytest.skip(f"{tier} tier unavailable: {exc}")
+    with backend:
+        yield backend
+
+
+def test_the_new_limits_are_settings_like_the_others(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SANDBOXKIT_LIMIT_DISK_MB", "100")
+    monkeypatch.setenv("SANDBOXKIT_LIMIT_DISK_INODES", "500")
+    limits = Limits.from_env(disk_inodes=600)
+    assert (limits.disk_mb, limits.disk_inodes) == (100, 600)
+    assert (Limits().memory_mb, Limits().disk_mb, Limits().disk_inodes) == (2048, 512, 32768)
+
+
+def test_a_program_may_reserve_more_address_space_than_the_memory_limit(
+    client: sandboxkit.SandboxClient,
+) -> None:
+    """Runtimes, sanitizers and some allocators reserve address space they never touch; only
+    where no memory cgroup bounds the sandbox does a per-process address space limit (which
+    refuses them) stand in."""
+    reserve = f"import mmap\nm = mmap.mmap(-1, {4 * MEMORY_MB} << 20)\nprint('reserved')"
+    with client.sandbox() as sb:
+        r = sb.exec(["python3", "-c", reserve], timeout=60)
+    if client.memory_limit == "rlimit":
+        assert r.returncode == 1 and "Cannot allocate memory" in r.stderr
+    else:
+        assert (r.returncode, r.stdout) == (0, "reserved\n"), r.stderr
+
+
+def test_a_sandbox_has_its_own_storage_and_memory_group_until_stopped(
+    client: sandboxkit.SandboxClient, local_root: Path
+) -> None:
+    """Both belong to the sandbox, not to one exec, and go with ``stop``, also while a program
+    still writes there: a long run that creates and stops thousands of sandboxes leaves no
+    mounts and no cgroups behind."""
+    backend = client.backend
+    assert isinstance(backend, SubprocessBackend)
+    if client.disk_limit != "tmpfs" or client.memory_limit == "rlimit":
+        pytest.skip("no tmpfs or no memory cgroup here (tested as nobody below)")
+    sb = client.sandbox()
+    path = local_root / sb.id
+    assert mounts_under(local_root) == [str(path)]
+    assert shutil.disk_usage(path).total == client.limits.disk_mb << 20
+    groups = [host_memory_group(sb) for _ in range(2)]
+    assert groups[0] == groups[1] and groups[0].endswith(f"/{sb.id}")
+    parent = backend.confinement.cgroups.memory
+    assert parent is not None
+    group = parent / sb.id
+    limit_file = "memory.max" if (group / "memory.max").exists() else "memory.limit_in_bytes"
+    assert int((group / limit_file).read_text()) == MEMORY_MB << 20
+    assert [info.id for info in client.list()] == [sb.id]
+    writer = "while True:\n    open('x', 'a').write('.')\n"
+    outcome: list[BaseException | sandboxkit.ExecResult] = []
+
+    def write() -> None:
+        try:
+            outcome.append(sb.exec(["python3", "-c", writer], timeout=60))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    assert wait_until(lambda: (path / "workspace" / "x").exists(), timeout=30)
+    sb.stop()
+    thread.join(60)
+    assert len(outcome) == 1 and isinstance(outcome[0], sandboxkit.SandboxLostError)
+    assert mounts_under(local_root) == [] and leftovers(local_root, sb.id) == []
+    assert client.list() == []
+    # The group goes as soon as its killed processes are gone, at the latest with a later stop.
+    assert wait_until(lambda: not processes_in(group))
+    client.sandbox().stop()
+    assert not group.exists()
+
+
+CRASHING_RUN = """
+import os, sandboxkit, sys
+client = sandboxkit.get_backend("subprocess", root=sys.argv[1])
+sb = client.sandbox(tags=["crashed"])
+sb.write_file("result.txt", "kept")
+sb.exec(["python3", "-c", "pass"], timeout=60)
+print(sb.id, os.getpid(), flush=True)
+os._exit(1)  # no stop, no atexit: as a run killed by the OOM killer or a node's preemption
+"""
+
+
+def test_a_crashed_runs_sandboxes_are_listed_read_and_reaped_with_their_storage(
+    local_root: Path,
+) -> None:
+    """A sandbox's storage is a mount point, which cannot be renamed: ``stop`` (and so
+    ``sandboxkit reap``) of a sandbox another process left behind still removes it all."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    crashed = subprocess.run(
+        [sys.executable, "-c", CRASHING_RUN, str(local_root)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert crashed.returncode == 1, crashed.stderr
+    sandbox_id, crashed_pid = crashed.stdout.split()
+    client = sandboxkit.get_backend("subprocess", root=local_root)
+    with client:
+        if client.disk_limit == "tmpfs":
+            assert os.path.ismount(local_root / sandbox_id)
+        assert [info.id for info in client.list(tags=["crashed"])] == [sandbox_id]
+        assert client.get(sandbox_id).read_file("result.txt") == b"kept"
+        done = subprocess.run(
+            [sys.executable, "-m", "sandboxkit", "reap", "--tag", "crashed"],
+            capture_output=True,
+            text=True,
+            env={**env, "SANDBOXKIT_LOCAL_ROOT": str(local_root)},
+            timeout=300,
+        )
+        assert done.returncode == 0 and "stopped 1 sandbox" in done.stdout, done.stderr
+        assert client.list() == []
+    assert mounts_under(local_root) == [] and leftovers(local_root, sandbox_id) == []
+    # The crashed run's cgroups stay, empty (its processes died with it): removed here.
+    cgroups = Cgroups.shared()
+    for parent in (cgroups.memory, cgroups.pids):
+        for stale in parent.parent.glob(f"sandboxkit-{crashed_pid}-*") if parent else ():
+            groups = [g for g in stale.rglob("*") if g.is_dir()]
+            for group in [*sorted(groups, key=lambda g: len(g.parts), reverse=True), stale]:
+                group.rmdir()  # fails if a process of the crashed run were still there
+
+
+def test_a_sandbox_group_holds_its_commands_and_goes_with_drop() -> None:
+    """Real processes in a private set of groups: the sandbox's group bounds memory, each
+    command's its processes (inside the sandbox's where one hierarchy has both); ``drop``
+    kills what is left and removes the groups (without waiting for the processes to exit),
+    ``close`` the parents."""
+    cgroups = Cgroups.create()
+    if cgroups.memory is None or cgroups.pids is None:
+        cgroups.close()
+        pytest.skip("no writable memory and pids cgroups here")
+    sleepers = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
+    try:
+        confined = [
+            cgroups.confine(p.pid, sandbox="sbx-test", memory_bytes=64 << 20, max_pids=8)
+            for p in sleepers
+        ]
+        groups = [g for g in confined if g is not None]
+        assert len(set(groups)) == 2
+        assert [int((g / "pids.max").read_text()) for g in groups] == [8, 8]
+        sandbox_group = cgroups.memory / "sbx-test"
+        for sleeper, group in zip(sleepers, groups, strict=True):
+            expected = f"/sbx-test/{group.name}" if cgroups.nested else "/sbx-test"
+            assert memory_group(Path(f"/proc/{sleeper.pid}/cgroup").read_text()).endswith(expected)
+        cgroups.drop("sbx-test")
+        assert [p.wait(timeout=30) for p in sleepers] == [-9, -9]
+        cgroups.drop("sbx-other")  # removes what was left while its processes were exiting
+        assert not sandbox_group.exists()
+    finally:
+        for p in sleepers:
+            p.kill()
+            p.wait()
+        cgroups.close()
+    assert not cgroups.memory.exists() and not cgroups.pids.exists()
+
+
+UNPRIVILEGED_LIMITS = """
+import sandboxkit, sys
+client = sandboxkit.get_backend("subprocess", root=sys.argv[1], memory_mb=256, disk_mb=4)
+print(client.memory_limit, client.disk_limit)
+fill = "for i in range(3):\\n    open(f'f{i}', 'wb').write(b'x' * (2 << 20))\\nprint('wrote 6 MB')"
+limit = "import resource; print(resource.getrlimit(resource.RLIMIT_AS)[0] >> 20)"
+with client.sandbox() as sb:
+    print(sb.exec(["python3", "-c", fill], timeout=60).stdout.strip())
+    print(sb.exec(["python3", "-c", limit], timeout=60).stdout.strip())
+"""
+
+
+def test_an_unprivileged_host_bounds_memory_per_process_and_disk_per_file() -> None:
+    """Where the host can neither write a memory cgroup nor mount (a user that is not root),
+    the limits fall back to what each process and file can hold, and ``doctor`` says so."""
+    if os.geteuid() != 0:
+        pytest.skip("not root: cannot become nobody (the fallback is what runs here anyway)")
+    python = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
+    if python is None:
+        pytest.skip("no system python3")
+    home = Path(tempfile.mkdtemp(dir="/tmp"))  # pytest's tmp_path is root's alone
+    home.chmod(0o777)
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(home),
+        "PYTHONPATH": os.pathsep.join([str(REPO), *sys.path]),
+        "SANDBOXKIT_LOCAL_ROOT": str(home / "root"),
+    }
+    nobody: dict[str, Any] = {
+        "user": 65534,
+        "group": 65534,
+        "extra_groups": [],
+        "env": env,
+        "cwd": home,
+    }
+    try:
+        probe = subprocess.run(
+            [python, "-c", "import sandboxkit"], capture_output=True, timeout=60, **nobody
+        )
+        if probe.returncode != 0:
+            pytest.skip(f"nobody cannot import sandboxkit with {python}: {probe.stderr!r}")
+        run = subprocess.run(
+            [python, "-c", UNPRIVILEGED_LIMITS, str(home / "root")],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            **nobody,
+        )
+        doctor = subprocess.run(
+            [python, "-m", "sandboxkit", "doctor", "--backend", "subprocess"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            **nobody,
+        )
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == ["rlimit file size", "wrote 6 MB", "256"]
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+    assert "[warn] memory limit  2048 MB of address space per process (RLIMIT_AS)" in doctor.stdout
+    assert "[warn] disk limit    64 MB per file only (RLIMIT_FSIZE)" in doctor.stdout
