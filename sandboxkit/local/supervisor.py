@@ -24,6 +24,7 @@ from ..protocol import ExecResult
 from .cgroup import PidsCgroups
 from .isolation import IsolationReport, Tier, bwrap_argv
 from .limits import Limits
+from .seccomp import SyscallFilter
 
 _KILL_GRACE = 2.0
 """Seconds to wait for output pipes to close after the tree is killed."""
@@ -38,6 +39,16 @@ class Confinement:
     bwrap: str | None
     cgroups: PidsCgroups | None
     read_only: tuple[str, ...] = ()
+    syscall_filter: SyscallFilter | None = None
+
+    def syscall_filters(self, *, command: bool) -> tuple[bytes, ...]:
+        """The seccomp programs to stack on a process, with the commands' one if ``command``
+        (the warm template installs that one in each of its commands)."""
+        if self.syscall_filter is None:
+            return ()
+        if command:
+            return (self.syscall_filter.base, self.syscall_filter.command)
+        return (self.syscall_filter.base,)
 
 
 class Capped:
@@ -105,13 +116,23 @@ async def _feed(stdin: asyncio.StreamWriter | None, data: bytes | None) -> None:
 
 _LAUNCH = """\
 import os, sys
-fd, uid = int(sys.argv[1]), int(sys.argv[2])
+fd, uid, filters = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 if os.read(fd, 1) != b"\\n":
     os._exit(125)  # the supervisor died before confining us: never run unconfined
 os.close(fd)
 if uid >= 0:
     os.setgroups([]); os.setgid(uid); os.setuid(uid)
-os.execvp(sys.argv[3], sys.argv[3:])
+if filters:
+    import ctypes
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+    prctl = ctypes.CDLL(None).prctl
+    programs = [Program(len(c) // 8, c) for c in map(bytes.fromhex, filters.split(","))]
+    # PR_SET_NO_NEW_PRIVS, then PR_SET_SECCOMP with SECCOMP_MODE_FILTER for each program
+    if prctl(38, 1, 0, 0, 0) or any(prctl(22, 2, ctypes.byref(p), 0, 0) for p in programs):
+        os.write(2, b"sandboxkit: the syscall filter could not be installed\\n")
+        os._exit(125)
+os.execvp(sys.argv[4], sys.argv[4:])
 """
 
 
@@ -119,11 +140,28 @@ def _launcher(confinement: Confinement, block_fd: int) -> list[str]:
     """Without bwrap, a small launcher waits for the go-ahead, then becomes the command.
 
     It drops to the unprivileged uid only after the host applied the limits: a root host may
-    lack CAP_SYS_RESOURCE, and then ``prlimit`` only works on processes of its own uid.
+    lack CAP_SYS_RESOURCE, and then ``prlimit`` only works on processes of its own uid. Then it
+    installs the syscall filters, after ``no_new_privs`` (which bwrap sets in its tier).
     """
     uid = confinement.isolation.run_as
     drop = uid if uid != os.getuid() else -1
-    return [confinement.isolation.python, "-I", "-S", "-c", _LAUNCH, str(block_fd), str(drop)]
+    filters = ",".join(code.hex() for code in confinement.syscall_filters(command=True))
+    python = confinement.isolation.python
+    return [python, "-I", "-S", "-c", _LAUNCH, str(block_fd), str(drop), filters]
+
+
+def _holding(data: bytes) -> int:
+    """The read end of a pipe that holds all of ``data`` (a seccomp program, well within a
+    pipe's buffer) and then ends, as bwrap reads it."""
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, data)
+    except OSError:
+        os.close(read_end)
+        raise
+    finally:
+        os.close(write_end)
+    return read_end
 
 
 async def _exit_of(pid: int) -> None:
@@ -190,19 +228,22 @@ async def spawn(
     rlimits: bool = True,
     pids_max: int | None = None,
     capabilities: tuple[str, ...] = (),
+    command_filter: bool = True,
 ) -> Spawned:
     """Start ``argv`` blocked, confine it (rlimits unless ``rlimits`` is False, a pids cgroup
-    of ``pids_max`` or the limit's process count, bwrap's ``capabilities``), then release
-    it."""
+    of ``pids_max`` or the limit's process count, bwrap's ``capabilities``, the syscall
+    filters: the commands' one only if ``command_filter``), then release it."""
     tier = confinement.isolation.tier
     limits = confinement.limits
     block_r, block_w = os.pipe()
     info_r = info_w = -1
+    seccomp_fds: tuple[int, ...] = ()
     kwargs: dict[str, object]
     child_fds: tuple[int, ...]
     if tier is Tier.NAMESPACES:
         assert confinement.bwrap is not None
         info_r, info_w = os.pipe()
+        seccomp_fds = tuple(map(_holding, confinement.syscall_filters(command=command_filter)))
         command = bwrap_argv(
             confinement.bwrap,
             python=confinement.isolation.python,
@@ -214,8 +255,9 @@ async def spawn(
             info_fd=info_w,
             block_fd=block_r,
             capabilities=capabilities,
+            seccomp_fds=seccomp_fds,
         ) + list(argv)
-        child_fds = (info_w, block_r)
+        child_fds = (info_w, block_r, *seccomp_fds)
         # bwrap's own processes (its namespace init among them) must not carry our
         # environment: the sandbox can read their /proc/<pid>/environ.
         kwargs = {"env": {"PATH": "/usr/bin:/bin"}}
@@ -243,13 +285,15 @@ async def spawn(
                 late = await starting
                 kill_session(late.pid)
                 await late.wait()
-        for fd in (block_r, block_w, info_r, info_w):
+        for fd in (block_r, block_w, info_r, info_w, *seccomp_fds):
             if fd >= 0:
                 os.close(fd)
         if isinstance(exc, OSError):
             raise BackendError(f"could not start {command[0]}: {exc}") from exc
         raise
     os.close(block_r)
+    for fd in seccomp_fds:
+        os.close(fd)
     if info_w >= 0:
         os.close(info_w)
     spawned = Spawned(proc, None)
