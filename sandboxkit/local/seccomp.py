@@ -234,7 +234,7 @@ def program(rules: Sequence[Rule], arch: str) -> bytes:
         asm.jump(_JGE, X32_SYSCALL_BIT, true="kill")
     for index, rule in enumerate(rules):
         for name in rule.names.split():
-            number = SYSCALLS[name][ARCHES.index(arch)]
+            number = syscall_number(name, arch)
             if number is None:
                 continue
             deny = f"errno {rule.errno}"
@@ -261,11 +261,15 @@ def program(rules: Sequence[Rule], arch: str) -> bytes:
     return asm.bytes()
 
 
+def syscall_number(name: str, arch: str) -> int | None:
+    """The call's number on ``arch``; None where it does not exist."""
+    return SYSCALLS[name][ARCHES.index(arch)]
+
+
 def denied_calls(rules: Sequence[Rule], arch: str) -> list[str]:
     """The names of the calls ``rules`` deny (some by argument) that exist on ``arch``."""
-    column = ARCHES.index(arch)
     names = [name for rule in rules for name in rule.names.split()]
-    return [name for name in names if SYSCALLS[name][column] is not None]
+    return [name for name in names if syscall_number(name, arch) is not None]
 
 
 @dataclass(frozen=True)
