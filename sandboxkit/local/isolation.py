@@ -112,16 +112,16 @@ def bwrap_argv(
     info_fd: int | None = None,
     block_fd: int | None = None,
     capabilities: tuple[str, ...] = (),
-    seccomp_fds: tuple[int, ...] = (),
+    seccomp_fd: int | None = None,
 ) -> list[str]:
     """The bwrap command line for one command (the command itself is appended after it);
     ``capabilities`` are kept (in the sandbox's user namespace), all others dropped;
-    ``seccomp_fds`` hold syscall filters, stacked on everything in the sandbox."""
+    ``seccomp_fd`` holds a syscall filter for everything in the sandbox."""
     args = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
     for capability in capabilities:
         args += ["--cap-add", capability]
-    for fd in seccomp_fds:
-        args += ["--add-seccomp-fd", str(fd)]
+    if seccomp_fd is not None:
+        args += ["--seccomp", str(seccomp_fd)]  # not --add-seccomp-fd: bwrap 0.4 lacks it
     if info_fd is not None:
         args += ["--info-fd", str(info_fd)]
     if block_fd is not None:

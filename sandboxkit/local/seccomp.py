@@ -2,14 +2,16 @@
 
 A denylist, after Docker's default profile and gVisor's: the calls sandboxed programs never
 need and that reach kernel code an attacker wants (keyrings shared with the host, io_uring,
-bpf, another process's memory, the host's clock, modules, mounts). Two programs, stacked:
+bpf, another process's memory, the host's clock, modules, mounts). Two sets of rules:
 
-- ``base`` covers everything in a namespaced sandbox, bwrap's init and the warm template
-  included (bwrap loads it), so it allows what the template needs: ``unshare``, ``setns`` and
-  ``mount``, each with its own arguments;
-- ``command`` is added for commands alone (by bwrap on the cold path, by the template in each
-  exec's process on the warm path, by the launcher in the rlimits tier) and denies those too:
-  a new namespace is where most escapes from containers start.
+- ``BASE`` covers everything in a namespaced sandbox, bwrap's init and the warm template
+  included, so it allows what the template needs: ``unshare``, ``setns`` and ``mount``;
+- ``COMMAND`` denies those too, to commands alone: a new namespace is where most escapes from
+  containers start.
+
+A cold command gets both in one program (from bwrap, or in the rlimits tier from its
+launcher); the warm template gets the base one from bwrap and stacks the command one on each
+of its commands.
 
 A denied call fails with ``EPERM``, except ``clone3``, which fails with ``ENOSYS`` (its flags
 sit in memory a filter cannot read; the C library then falls back to ``clone``, whose flags it
@@ -278,7 +280,12 @@ class SyscallFilter:
 
     arch: str
     base: bytes
+    """For the warm template (bwrap loads it)."""
     command: bytes
+    """Stacked on ``base`` by the template, in each command."""
+    whole: bytes
+    """``base`` and ``command`` in one program: for cold commands (bwrap loads it) and those of
+    the rlimits tier (its launcher loads it)."""
 
     @property
     def denied(self) -> list[str]:
@@ -313,4 +320,5 @@ def host_filter() -> SyscallFilter | None:
     arch = native_arch()
     if arch is None or unsupported() is not None:
         return None
-    return SyscallFilter(arch, program(BASE, arch), program(COMMAND, arch))
+    whole = program((*BASE, *COMMAND), arch)
+    return SyscallFilter(arch, program(BASE, arch), program(COMMAND, arch), whole)

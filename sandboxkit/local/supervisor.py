@@ -41,14 +41,12 @@ class Confinement:
     read_only: tuple[str, ...] = ()
     syscall_filter: SyscallFilter | None = None
 
-    def syscall_filters(self, *, command: bool) -> tuple[bytes, ...]:
-        """The seccomp programs to stack on a process, with the commands' one if ``command``
-        (the warm template installs that one in each of its commands)."""
+    def seccomp_program(self, *, command: bool) -> bytes | None:
+        """The syscall filter for a command, or for the warm template if not ``command`` (it
+        stacks the commands' part on each of its commands itself)."""
         if self.syscall_filter is None:
-            return ()
-        if command:
-            return (self.syscall_filter.base, self.syscall_filter.command)
-        return (self.syscall_filter.base,)
+            return None
+        return self.syscall_filter.whole if command else self.syscall_filter.base
 
 
 class Capped:
@@ -116,20 +114,19 @@ async def _feed(stdin: asyncio.StreamWriter | None, data: bytes | None) -> None:
 
 _LAUNCH = """\
 import os, sys
-fd, uid, filters = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+fd, uid, seccomp = int(sys.argv[1]), int(sys.argv[2]), bytes.fromhex(sys.argv[3])
 if os.read(fd, 1) != b"\\n":
     os._exit(125)  # the supervisor died before confining us: never run unconfined
 os.close(fd)
 if uid >= 0:
     os.setgroups([]); os.setgid(uid); os.setuid(uid)
-if filters:
+if seccomp:
     import ctypes
     class Program(ctypes.Structure):
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
-    prctl = ctypes.CDLL(None).prctl
-    programs = [Program(len(c) // 8, c) for c in map(bytes.fromhex, filters.split(","))]
-    # PR_SET_NO_NEW_PRIVS, then PR_SET_SECCOMP with SECCOMP_MODE_FILTER for each program
-    if prctl(38, 1, 0, 0, 0) or any(prctl(22, 2, ctypes.byref(p), 0, 0) for p in programs):
+    prctl, program = ctypes.CDLL(None).prctl, Program(len(seccomp) // 8, seccomp)
+    # PR_SET_NO_NEW_PRIVS, then PR_SET_SECCOMP with SECCOMP_MODE_FILTER
+    if prctl(38, 1, 0, 0, 0) or prctl(22, 2, ctypes.byref(program), 0, 0):
         os.write(2, b"sandboxkit: the syscall filter could not be installed\\n")
         os._exit(125)
 os.execvp(sys.argv[4], sys.argv[4:])
@@ -141,13 +138,13 @@ def _launcher(confinement: Confinement, block_fd: int) -> list[str]:
 
     It drops to the unprivileged uid only after the host applied the limits: a root host may
     lack CAP_SYS_RESOURCE, and then ``prlimit`` only works on processes of its own uid. Then it
-    installs the syscall filters, after ``no_new_privs`` (which bwrap sets in its tier).
+    installs the syscall filter, after ``no_new_privs`` (which bwrap sets in its tier).
     """
     uid = confinement.isolation.run_as
     drop = uid if uid != os.getuid() else -1
-    filters = ",".join(code.hex() for code in confinement.syscall_filters(command=True))
+    seccomp = (confinement.seccomp_program(command=True) or b"").hex()
     python = confinement.isolation.python
-    return [python, "-I", "-S", "-c", _LAUNCH, str(block_fd), str(drop), filters]
+    return [python, "-I", "-S", "-c", _LAUNCH, str(block_fd), str(drop), seccomp]
 
 
 def _holding(data: bytes) -> int:
@@ -237,13 +234,14 @@ async def spawn(
     limits = confinement.limits
     block_r, block_w = os.pipe()
     info_r = info_w = -1
-    seccomp_fds: tuple[int, ...] = ()
+    seccomp_r = -1
     kwargs: dict[str, object]
     child_fds: tuple[int, ...]
     if tier is Tier.NAMESPACES:
         assert confinement.bwrap is not None
         info_r, info_w = os.pipe()
-        seccomp_fds = tuple(map(_holding, confinement.syscall_filters(command=command_filter)))
+        seccomp = confinement.seccomp_program(command=command_filter)
+        seccomp_r = -1 if seccomp is None else _holding(seccomp)
         command = bwrap_argv(
             confinement.bwrap,
             python=confinement.isolation.python,
@@ -255,9 +253,9 @@ async def spawn(
             info_fd=info_w,
             block_fd=block_r,
             capabilities=capabilities,
-            seccomp_fds=seccomp_fds,
+            seccomp_fd=None if seccomp_r < 0 else seccomp_r,
         ) + list(argv)
-        child_fds = (info_w, block_r, *seccomp_fds)
+        child_fds = (info_w, block_r) if seccomp_r < 0 else (info_w, block_r, seccomp_r)
         # bwrap's own processes (its namespace init among them) must not carry our
         # environment: the sandbox can read their /proc/<pid>/environ.
         kwargs = {"env": {"PATH": "/usr/bin:/bin"}}
@@ -285,15 +283,15 @@ async def spawn(
                 late = await starting
                 kill_session(late.pid)
                 await late.wait()
-        for fd in (block_r, block_w, info_r, info_w, *seccomp_fds):
+        for fd in (block_r, block_w, info_r, info_w, seccomp_r):
             if fd >= 0:
                 os.close(fd)
         if isinstance(exc, OSError):
             raise BackendError(f"could not start {command[0]}: {exc}") from exc
         raise
     os.close(block_r)
-    for fd in seccomp_fds:
-        os.close(fd)
+    if seccomp_r >= 0:
+        os.close(seccomp_r)
     if info_w >= 0:
         os.close(info_w)
     spawned = Spawned(proc, None)
