@@ -5,9 +5,10 @@ Tiers, strongest first:
 - ``namespaces``: bubblewrap puts each command in fresh user, mount, pid, network, ipc, uts and
   cgroup namespaces, on a read-only view of ``/usr`` and the Python interpreter, with the
   sandbox's own ``/workspace`` and ``/tmp``; nothing of the caller's files, processes or network
-  is visible.
-- ``rlimits``: where user namespaces are unavailable. Limits, a scrubbed environment and, when
-  running as root, a switch to an unprivileged uid; the filesystem and network stay visible.
+  is visible; a syscall filter (``seccomp``).
+- ``rlimits``: where user namespaces are unavailable. Limits, a scrubbed environment, the
+  syscall filter and, when running as root, a switch to an unprivileged uid; the filesystem
+  and network stay visible.
 - ``none``: for debugging only; the command runs as the caller with a scrubbed environment.
 
 ``SANDBOXKIT_ISOLATION`` picks: ``auto`` (default: namespaces if they work, else rlimits with a
