@@ -15,7 +15,7 @@ import pytest
 import sandboxkit
 from sandboxkit import get_backend
 from sandboxkit.backends.subprocess import SubprocessBackend
-from sandboxkit.local import isolation
+from sandboxkit.local import isolation, seccomp
 from sandboxkit.local import warm as warm_templates
 from sandboxkit.local.forkserver import MAX_SCRIPT
 from sandboxkit.local.warm import LearntSite, site_stamp
@@ -202,6 +202,36 @@ def test_another_interpreter_named_by_path_is_not_replaced(
     if not other.exists():
         pytest.skip("no /usr/bin/python3")
     same(clients, [str(other), "-c", "import sys; print(sys.version, sys.executable)"])
+
+
+SYSCALL_FILTER = {
+    "in the template's process": [
+        "python3",
+        "-c",
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "status = open('/proc/self/status').readlines()\n"
+        "print([l for l in status if l.startswith(('NoNewPrivs', 'Seccomp:'))])\n"
+        "print(libc.unshare(0x10000000), ctypes.get_errno())",  # CLONE_NEWUSER
+    ],
+    "exec'd": ["sh", "-c", "grep -E '^(NoNewPrivs|Seccomp):' /proc/self/status; unshare -U id -u"],
+}
+
+
+@pytest.mark.parametrize("name", list(SYSCALL_FILTER))
+def test_commands_run_under_the_syscall_filter_as_cold_ones(
+    clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient], name: str
+) -> None:
+    """The template, which runs under the sandbox's base filter, stacks the commands' one on
+    each command (whichever init its exec has), as bwrap gives cold ones both: the same calls
+    fail the same way."""
+    if seccomp.host_filter() is None:
+        pytest.skip(f"no syscall filter here: {seccomp.unsupported()}")
+    result = same(clients, SYSCALL_FILTER[name])
+    if name == "exec'd":
+        assert result.stdout == "NoNewPrivs:\t1\nSeccomp:\t2\n" and result.returncode != 0
+        assert "Operation not permitted" in result.stderr
+    else:
+        assert result.stdout == "['NoNewPrivs:\\t1\\n', 'Seccomp:\\t2\\n']\n-1 1\n"
 
 
 IN_PROCESS = "import sys; print('json' in sys.modules)"

@@ -229,7 +229,7 @@ async def spawn(
 ) -> Spawned:
     """Start ``argv`` blocked, confine it (rlimits unless ``rlimits`` is False, a pids cgroup
     of ``pids_max`` or the limit's process count, bwrap's ``capabilities``, the syscall
-    filters: the commands' one only if ``command_filter``), then release it."""
+    filter: the warm template's if not ``command_filter``), then release it."""
     tier = confinement.isolation.tier
     limits = confinement.limits
     block_r, block_w = os.pipe()
