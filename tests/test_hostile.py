@@ -456,7 +456,8 @@ def test_kernel_surface_exploits_start_from_is_closed(
     hostile: tuple[SandboxClient, Sandbox, str],
 ) -> None:
     """io_uring, bpf, perf events and userfaultfd fail with EPERM, whatever the arguments
-    (arguments the kernel itself would reject with another error show it is the filter)."""
+    (arguments the kernel itself would reject with another error show it is the filter);
+    sockets of families other than Unix, IP and netlink with EAFNOSUPPORT."""
     _, sb, _ = hostile
     found = calls(
         sb,
@@ -466,9 +467,15 @@ def test_kernel_surface_exploits_start_from_is_closed(
         "print('bpf map:', call('bpf', 0, ctypes.create_string_buffer(72), 72))\n"
         "print('bpf bad command:', call('bpf', 999, None, 0))\n"
         "print('perf_event_open:', call('perf_event_open', None, 0, -1, -1, 0))\n"
-        "print('userfaultfd:', call('userfaultfd', 1 | os.O_CLOEXEC))\n",  # UFFD_USER_MODE_ONLY
+        "print('userfaultfd:', call('userfaultfd', 1 | os.O_CLOEXEC))\n"  # UFFD_USER_MODE_ONLY
+        "import socket\n"
+        "for family in ('AF_VSOCK', 'AF_ALG', 'AF_PACKET', 'AF_TIPC', 'AF_RDS', 'AF_KEY'):\n"
+        "    kind = socket.SOCK_RAW if family == 'AF_PACKET' else socket.SOCK_SEQPACKET\n"
+        "    print(family + ':', call('socket', getattr(socket, family, 0), kind, 0))\n",
     )
+    sockets = {name: found.pop(name) for name in list(found) if name.startswith("AF_")}
     assert len(found) == 6 and set(found.values()) == {"EPERM"}, found
+    assert len(sockets) == 6 and set(sockets.values()) == {"EAFNOSUPPORT"}, sockets
 
 
 @pytest.mark.usefixtures("filtered")
@@ -611,11 +618,19 @@ def test_ordinary_programs_run_under_the_filter(
         "    out, _ = await proc.communicate()\n"
         "    return out.decode().strip(), await asyncio.to_thread(sum, [1, 2])\n"
         "seen.append(asyncio.run(main()))\n"
+        "import socket\n"
+        "a, b = socket.socketpair()\n"
+        "a.sendall(b'unix'); seen.append(b.recv(4).decode())\n"
+        "server = socket.create_server(('127.0.0.1', 0))\n"
+        "with socket.create_connection(server.getsockname()) as c: seen.append('inet')\n"
+        "seen.append(any(name == 'lo' for _, name in socket.if_nameindex()))\n"  # netlink
         "print(sorted(seen[:8]), seen[8:])\n",
         timeout=60,
     )
     assert code == 0, err
-    assert out == "[0, 1, 2, 3, 4, 5, 6, 7] [25, 7, '42', 5, [1, 2, 3], ('async', 3)]\n"
+    assert out == (
+        "[0, 1, 2, 3, 4, 5, 6, 7] [25, 7, '42', 5, [1, 2, 3], ('async', 3), 'unix', 'inet', True]\n"
+    )
     if shutil.which("gcc") is None:
         return
     sb.write_file("ordinary.c", ORDINARY_C)

@@ -71,16 +71,16 @@ RULES = {"base": BASE, "command": COMMAND, "whole": (*BASE, *COMMAND)}
 @pytest.mark.parametrize("which", list(RULES))
 def test_each_program_denies_exactly_its_calls(arch: str, which: str) -> None:
     """Every syscall number, with zero arguments: the rules' calls fail (clone3 with ENOSYS),
-    all others run (clone without namespace flags, personality(0) included)."""
+    all others run (those decided by an argument: below)."""
     rules = RULES[which]
     code = program(rules, arch)
     denied = numbers(denied_calls(rules, arch), arch)
-    by_argument = numbers(["clone", "personality"], arch)
+    by_argument = numbers(["clone", "personality", "socket"], arch)
     enosys = numbers(["clone3"], arch)
     assert len(code) % 8 == 0 and len(code) // 8 < 256
-    for number in range(1024):
+    for number in set(range(1024)) - by_argument:
         expected = RET_ALLOW
-        if number in denied - by_argument:
+        if number in denied:
             expected = ENOSYS if number in enosys else EPERM
         assert verdict(code, number, AUDIT_ARCH[arch]) == expected, (arch, number)
 
@@ -104,9 +104,11 @@ def test_the_calls_the_issue_names_are_denied_and_the_template_keeps_its_own() -
 
 
 @pytest.mark.parametrize("arch", ARCHES)
-def test_arguments_decide_clone_and_personality(arch: str) -> None:
+def test_arguments_decide_clone_personality_and_socket(arch: str) -> None:
     code = program(BASE, arch)
-    clone, personality, clone3 = (nr(name, arch) for name in ("clone", "personality", "clone3"))
+    clone, personality, clone3, socket = (
+        nr(name, arch) for name in ("clone", "personality", "clone3", "socket")
+    )
     audit = AUDIT_ARCH[arch]
     sigchld, vm_vfork = 17, 0x100 | 0x4000
     assert verdict(code, clone, audit, sigchld) == RET_ALLOW  # fork
@@ -121,6 +123,11 @@ def test_arguments_decide_clone_and_personality(arch: str) -> None:
         assert verdict(code, personality, audit, value) == RET_ALLOW, hex(value)
     for value in (0x0040000, 0x0400000, 0x0440000, 1, 0x20):  # no ASLR, READ_IMPLIES_EXEC...
         assert verdict(code, personality, audit, value) == EPERM, hex(value)
+    unix, inet, inet6, netlink = 1, 2, 10, 16
+    for family in range(64):
+        allowed = family in (unix, inet, inet6, netlink)
+        expected = RET_ALLOW if allowed else RET_ERRNO | errno.EAFNOSUPPORT
+        assert verdict(code, socket, audit, family) == expected, family
 
 
 @pytest.mark.parametrize("arch", ARCHES)

@@ -22,7 +22,8 @@ process whose every call fails (its exit included) would only spin. Programs are
 x86-64 and aarch64; elsewhere there is no filter (``sandboxkit doctor`` says so).
 
 A filter that only compares syscall numbers is cached by the kernel (5.11 and later) as
-"always allowed" for every call it allows: only ``clone`` and ``personality`` run it.
+"always allowed" for every call it allows: only ``clone``, ``personality`` and ``socket`` run
+it.
 """
 
 from __future__ import annotations
@@ -102,11 +103,16 @@ SYSCALLS: dict[str, tuple[int, int | None]] = {
     "unshare": (272, 97),
     "setns": (308, 268),
     "mount": (165, 40),
+    "socket": (41, 198),
 }
 
 CLONE_NEW_FLAGS = 0x7E020000
 """CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID and NEWNET (CLONE_NEWTIME is
 clone3's and unshare's: in clone's flags that bit is part of the exit signal)."""
+SOCKET_FAMILIES = (1, 2, 10, 16)
+"""AF_UNIX, AF_INET, AF_INET6 and AF_NETLINK (the C library's name lookups use it), as in
+Flatpak's filter: the other families (vsock, AF_ALG, rds, tipc...) are kernel code most
+programs never reach and exploits often do."""
 PERSONALITIES = (0x0, 0x8, 0x20000, 0x20008, 0xFFFFFFFF)
 """Docker's: PER_LINUX, PER_LINUX32, UNAME26, both, and the query; not ADDR_NO_RANDOMIZE or
 READ_IMPLIES_EXEC, which turn off exploit mitigations."""
@@ -161,6 +167,13 @@ BASE = (
         "personality",
         "only Docker's values: turning off address randomization helps exploits",
         unless_arg0=PERSONALITIES,
+    ),
+    Rule(
+        "socket",
+        "other than Unix, IP and netlink sockets (EAFNOSUPPORT, as for a family this kernel "
+        "lacks): rarely used kernel code that exploits reach for",
+        errno=errno.EAFNOSUPPORT,
+        unless_arg0=SOCKET_FAMILIES,
     ),
     Rule(
         "clone",
@@ -289,7 +302,8 @@ class SyscallFilter:
 
     @property
     def denied(self) -> list[str]:
-        """Every call a command cannot make (``clone`` and ``personality``: by argument)."""
+        """Every call a command cannot make (``clone``, ``personality`` and ``socket``: by
+        argument)."""
         return denied_calls((*BASE, *COMMAND), self.arch)
 
 
