@@ -29,8 +29,9 @@ from urllib.parse import urlsplit
 
 from . import __version__
 from .backends.subprocess import SubprocessBackend
-from .client import SandboxClient
+from .client import Sandbox, SandboxClient
 from .config import BACKEND_VAR, DEFAULT_BACKEND, ISOLATION_VAR, setting
+from .local import seccomp
 from .local.isolation import Tier, bwrap_binary
 from .portal import run_sync
 from .registry import ALIASES, BUILTIN_BACKENDS, _plugins, get_backend
@@ -343,15 +344,44 @@ def _smoke(client: SandboxClient, timeout: float) -> list[Check]:
     try:
         with client.sandbox(tags=[PROBE_TAG]) as sb:
             result = sb.exec(["python", "-c", "print(6 * 7)"], timeout=timeout)
+            elapsed = time.monotonic() - started
             warm = _warm_path(client, sb.id)
+            filtered = _syscall_filter(client, sb, timeout)
     except Exception as exc:
         return [Check("smoke test", Status.FAIL, _error(exc), "see the isolation line above")]
-    elapsed = time.monotonic() - started
     if result.ok and result.stdout.strip() == "42":
-        return [Check("smoke test", Status.OK, f"ran python in a sandbox ({elapsed:.2f} s)"), warm]
+        smoke = Check("smoke test", Status.OK, f"ran python in a sandbox ({elapsed:.2f} s)")
+        return [smoke, warm, filtered]
     detail = "timed out" if result.timed_out else f"exit {result.returncode}: {result.stderr}"
     fix = "see the isolation line above"
-    return [Check("smoke test", Status.FAIL, detail.strip()[:300], fix), warm]
+    return [Check("smoke test", Status.FAIL, detail.strip()[:300], fix), warm, filtered]
+
+
+_SECCOMP_STATUS = (
+    "print(*(l.split()[1] for l in open('/proc/self/status') if l.startswith('Seccomp')))"
+)
+
+
+def _syscall_filter(client: SandboxClient, sb: Sandbox, timeout: float) -> Check:
+    """Whether commands run under the syscall filter, as a command sees it in its /proc."""
+    backend = client.backend
+    assert isinstance(backend, SubprocessBackend)
+    if client.isolation.tier is Tier.NONE:
+        return Check("seccomp", Status.WARN, "off in the none tier", f"unset {ISOLATION_VAR}")
+    syscall_filter = backend.confinement.syscall_filter
+    if syscall_filter is None:
+        fix = "run on x86-64 or aarch64 Linux 4.14 or later (seccomp filters)"
+        return Check("seccomp", Status.WARN, f"none: {seccomp.unsupported()}", fix)
+    seen = sb.exec(["python", "-c", _SECCOMP_STATUS], timeout=timeout).stdout.split()
+    if not seen or seen[0] != "2":  # SECCOMP_MODE_FILTER
+        return Check("seccomp", Status.FAIL, f"not seen in a command ({seen})")
+    denied = len(syscall_filter.denied)
+    return Check(
+        "seccomp",
+        Status.OK,
+        f"syscall filter on ({syscall_filter.arch}): {denied} calls denied to commands, "
+        f"{seen[1]} filters seen in a command",
+    )
 
 
 def _warm_path(client: SandboxClient, sandbox_id: str) -> Check:

@@ -21,6 +21,7 @@ from sandboxkit import get_backend
 from sandboxkit.backends.subprocess import SubprocessBackend
 from sandboxkit.cli import parse_duration
 from sandboxkit.doctor import REMOTES, Status, _warm_path
+from sandboxkit.local import seccomp
 from sandboxkit.outcomes import OutcomeKind
 
 REPO = Path(__file__).resolve().parent.parent
@@ -90,8 +91,10 @@ def test_doctor_passes_for_the_local_backend_and_never_prints_secrets(
     assert re.search(r"\[ok  \] smoke test +ran python in a sandbox", out)
     if os.uname().machine == "x86_64":  # the fast path, with the init it can use here
         assert re.search(r"\[ok  \] warm template +execs fork from a warm .*\(tiny init\)", out)
+    if seccomp.native_arch() is not None and seccomp.unsupported() is None:
+        assert re.search(r"\[ok  \] seccomp +syscall filter on \(\w+\): \d+ calls denied", out)
     lines = ("isolation", "process limit", "memory limit", "disk limit", "runs as", "bwrap")
-    for line in (*lines, "python", "root"):
+    for line in (*lines, "python", "root", "seccomp"):
         assert re.search(rf"^  \[\w+ *\] {line} ", out, re.M), line
     assert "DAYTONA_API_KEY set" in out and "CWSANDBOX_API_KEY set" in out
     assert re.search(r"^daytona: NOT READY$", out, re.M)  # its endpoint is unreachable

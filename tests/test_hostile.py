@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import signal
 import socket
 import threading
 import time
@@ -21,6 +23,7 @@ import pytest
 
 from sandboxkit import Sandbox, SandboxClient, SandboxError, get_backend
 from sandboxkit.local.isolation import Tier
+from sandboxkit.local.seccomp import SYSCALLS, native_arch, syscall_number, unsupported
 from sandboxkit.portal import run_sync
 
 PY = "python3"
@@ -802,3 +805,246 @@ def test_an_inode_flood_gets_enospc(hostile: tuple[SandboxClient, Sandbox, str])
     else:
         assert "refused 28" in out and last_count(out) < DISK_INODES, out
     assert_next_exec_works(sb)
+
+
+# -- the syscall filter ---------------------------------------------------------------------
+
+SYSCALLS_HERE = {name: syscall_number(name, native_arch() or "x86_64") for name in SYSCALLS}
+"""This machine's syscall numbers (checked against the kernel's headers in test_seccomp)."""
+CALLS = f"""\
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+NR = {SYSCALLS_HERE!r}
+def outcome(result):
+    return errno.errorcode[ctypes.get_errno()] if result == -1 else "ok"
+def call(name, *args):
+    args = [ctypes.c_long(a) if isinstance(a, int) else a for a in args]
+    return outcome(libc.syscall(NR[name], *args))
+"""
+"""A prelude for programs that make raw system calls: ``call(name, *args)`` says "ok" or the
+error's name."""
+
+
+def calls(sb: Sandbox, code: str) -> dict[str, str]:
+    """What the calls ``code`` makes (after ``CALLS``) came to, as it prints them."""
+    returncode, out, err, timed_out = run(sb, CALLS + code, timeout=60)
+    assert returncode == 0 and not timed_out, err
+    return dict(line.split(": ", 1) for line in out.splitlines())
+
+
+@pytest.fixture
+def filtered() -> None:
+    if native_arch() is None or unsupported() is not None:
+        pytest.skip(f"no syscall filter here: {unsupported()}")
+
+
+@pytest.mark.usefixtures("filtered")
+def test_kernel_keyrings_are_out_of_reach(hostile: tuple[SandboxClient, Sandbox, str]) -> None:
+    """Keyrings are not namespaced: the session keyring the host runs in would be listed and
+    read, and keys added to it would outlive the sandbox."""
+    _, sb, _ = hostile
+    found = calls(
+        sb,
+        "print('session keyring id:', call('keyctl', 0, -3, 0))\n"  # KEYCTL_GET_KEYRING_ID
+        "print('read session keyring:', call('keyctl', 11, -3, None, 0))\n"  # KEYCTL_READ
+        "print('join a named keyring:', call('keyctl', 1, b'sbx'))\n"  # KEYCTL_JOIN_SESSION_...
+        "print('add a key:', call('add_key', b'user', b'sbx', b'secret', 6, -2))\n"
+        "print('request a key:', call('request_key', b'user', b'sbx', None, 0))\n",
+    )
+    assert set(found) == {
+        "session keyring id",
+        "read session keyring",
+        "join a named keyring",
+        "add a key",
+        "request a key",
+    }
+    assert set(found.values()) == {"EPERM"}, found
+
+
+@pytest.mark.usefixtures("filtered")
+def test_kernel_surface_exploits_start_from_is_closed(
+    hostile: tuple[SandboxClient, Sandbox, str],
+) -> None:
+    """io_uring, bpf, perf events and userfaultfd fail with EPERM, whatever the arguments
+    (arguments the kernel itself would reject with another error show it is the filter);
+    sockets of families other than Unix, IP and netlink with EAFNOSUPPORT."""
+    _, sb, _ = hostile
+    found = calls(
+        sb,
+        "params = ctypes.create_string_buffer(120)\n"
+        "print('io_uring_setup:', call('io_uring_setup', 4, params))\n"
+        "print('io_uring_enter:', call('io_uring_enter', 1000, 0, 0, 0, None, 0))\n"
+        "print('bpf map:', call('bpf', 0, ctypes.create_string_buffer(72), 72))\n"
+        "print('bpf bad command:', call('bpf', 999, None, 0))\n"
+        "print('perf_event_open:', call('perf_event_open', None, 0, -1, -1, 0))\n"
+        "print('userfaultfd:', call('userfaultfd', 1 | os.O_CLOEXEC))\n"  # UFFD_USER_MODE_ONLY
+        "import socket\n"
+        "for family in ('AF_VSOCK', 'AF_ALG', 'AF_PACKET', 'AF_TIPC', 'AF_RDS', 'AF_KEY'):\n"
+        "    kind = socket.SOCK_RAW if family == 'AF_PACKET' else socket.SOCK_SEQPACKET\n"
+        "    print(family + ':', call('socket', getattr(socket, family, 0), kind, 0))\n",
+    )
+    sockets = {name: found.pop(name) for name in list(found) if name.startswith("AF_")}
+    assert len(found) == 6 and set(found.values()) == {"EPERM"}, found
+    assert len(sockets) == 6 and set(sockets.values()) == {"EAFNOSUPPORT"}, sockets
+
+
+@pytest.mark.usefixtures("filtered")
+def test_no_process_reaches_into_another(hostile: tuple[SandboxClient, Sandbox, str]) -> None:
+    """Neither its own child (an exec'd program, dumpable, of its uid), nor pid 1 (bwrap's init
+    on the cold path), nor itself can be traced, read, written, or robbed of descriptors."""
+    _, sb, _ = hostile
+    found = calls(
+        sb,
+        "import subprocess\n"
+        "child = subprocess.Popen(['sleep', '60'], stdin=subprocess.PIPE)\n"
+        "class iovec(ctypes.Structure):\n"
+        "    _fields_ = [('base', ctypes.c_void_p), ('len', ctypes.c_size_t)]\n"
+        "a, b = ctypes.create_string_buffer(b'abcd'), ctypes.create_string_buffer(4)\n"
+        "vectors = (ctypes.byref(iovec(ctypes.addressof(a), 4)), 1)\n"
+        "vectors += (ctypes.byref(iovec(ctypes.addressof(b), 4)), 1, 0)\n"
+        "for name in ('process_vm_readv', 'process_vm_writev'):\n"  # its own memory, even
+        "    print(name + ':', outcome(getattr(libc, name)(os.getpid(), *vectors)))\n"
+        "print('attach:', outcome(libc.ptrace(16, child.pid, None, None)))\n"  # PTRACE_ATTACH
+        "print('seize:', outcome(libc.ptrace(0x4206, child.pid, None, None)))\n"  # PTRACE_SEIZE
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    os._exit(0 if libc.ptrace(0, 0, None, None) == 0 else ctypes.get_errno())\n"  # TRACEME
+        "status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])\n"
+        "print('traceme:', 'ok' if status == 0 else errno.errorcode[status])\n"
+        "print('pidfd_getfd child:', call('pidfd_getfd', os.pidfd_open(child.pid), 0, 0))\n"
+        "print('pidfd_getfd pid 1:', call('pidfd_getfd', os.pidfd_open(1), 0, 0))\n"
+        "print('kcmp:', call('kcmp', os.getpid(), child.pid, 0, 0, 0))\n"  # KCMP_FILE
+        "child.kill()\n",
+    )
+    assert len(found) == 8 and set(found.values()) == {"EPERM"}, found
+
+
+@pytest.mark.usefixtures("filtered")
+def test_a_command_makes_no_namespaces_and_no_mounts(
+    hostile: tuple[SandboxClient, Sandbox, str],
+) -> None:
+    """A new user namespace is where most container escapes start (it hands out capabilities
+    over new mount, network... namespaces, and with them kernel code otherwise reserved to
+    root): no way to make or enter one, nor to mount, works."""
+    _, sb, _ = hostile
+    found = calls(
+        sb,
+        "import shutil, subprocess\n"
+        "NEWUSER, NEWNS, NEWNET = 0x10000000, 0x00020000, 0x40000000\n"
+        "print('unshare user:', call('unshare', NEWUSER))\n"
+        "print('unshare user, mount, net:', call('unshare', NEWUSER | NEWNS | NEWNET))\n"
+        "pid = libc.syscall(NR['clone'], ctypes.c_long(NEWUSER | 17), None, None, None, None)\n"
+        "if pid == 0:\n"
+        "    os._exit(0)\n"
+        "print('clone user:', outcome(pid))\n"
+        "if pid > 0:\n"
+        "    os.waitpid(pid, 0)\n"
+        "print('clone3:', call('clone3', ctypes.create_string_buffer(88), 88))\n"
+        "print('setns:', call('setns', os.open('/proc/self/ns/user', os.O_RDONLY), 0))\n"
+        "print('mount:', outcome(libc.mount(b'none', b'/tmp', b'tmpfs', 0, None)))\n"
+        "print('chroot:', outcome(libc.chroot(b'/tmp')))\n"
+        "if shutil.which('unshare'):\n"
+        "    done = subprocess.run(['unshare', '-Ur', 'id', '-u'], capture_output=True)\n"
+        "    print('unshare -Ur:', 'ok' if done.returncode == 0 else 'EPERM')\n",
+    )
+    assert found.pop("clone3") == "ENOSYS"  # the C library falls back to clone
+    assert len(found) >= 6 and set(found.values()) == {"EPERM"}, found
+
+
+@pytest.mark.usefixtures("filtered")
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="x86-64's other ABIs")
+def test_calls_of_another_abi_kill_the_process(hostile: tuple[SandboxClient, Sandbox, str]) -> None:
+    """32-bit calls (``int 0x80``) and x32 calls have numbers a filter of x86-64 numbers
+    would not recognise: they kill the process (SIGSYS)."""
+    _, sb, _ = hostile
+    x32 = "import ctypes; ctypes.CDLL(None).syscall(0x40000000 | 39)"  # x32 getpid
+    i386 = (
+        "import ctypes, mmap\n"
+        "page = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)\n"
+        "page.write(bytes.fromhex('b814000000cd80c3'))\n"  # mov eax, 20 (getpid); int 0x80; ret
+        "address = ctypes.addressof(ctypes.c_char.from_buffer(page))\n"
+        "print(ctypes.CFUNCTYPE(ctypes.c_int)(address)())\n"
+    )
+    code, out, err, _ = run(
+        sb,
+        "import subprocess, sys\n"
+        f"for program in ({x32!r}, {i386!r}):\n"
+        "    print(subprocess.run([sys.executable, '-c', program]).returncode)\n",
+        timeout=60,
+    )
+    assert code == 0, err
+    assert out.split() == [str(-signal.SIGSYS)] * 2
+
+
+ORDINARY_C = r"""
+#include <pthread.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+extern char **environ;
+static void *twice(void *x) { return (void *)((long)x * 2); }
+int main(void) {
+    pthread_t thread; void *result; int status; pid_t pid;
+    pthread_create(&thread, NULL, twice, (void *)21); pthread_join(thread, &result);
+    if ((pid = fork()) == 0) _exit(3);
+    waitpid(pid, &status, 0);
+    char *argv[] = {"true", NULL};
+    int spawned = posix_spawnp(&pid, "true", NULL, NULL, argv, environ);
+    waitpid(pid, &status, 0);
+    printf("%ld %d %d\n", (long)result, spawned, WEXITSTATUS(status));
+    return 0;
+}
+"""
+
+
+@pytest.mark.usefixtures("filtered")
+def test_ordinary_programs_run_under_the_filter(
+    hostile: tuple[SandboxClient, Sandbox, str],
+) -> None:
+    """Threads, thread pools, fork, subprocess, posix_spawn, multiprocessing and asyncio (the C
+    library's clone3 falls back to clone), and a C program built with gcc in the sandbox."""
+    _, sb, _ = hostile
+    code, out, err, _ = run(
+        sb,
+        "import asyncio, concurrent.futures, multiprocessing, os, subprocess, threading\n"
+        "seen = []\n"
+        "threads = [threading.Thread(target=seen.append, args=(i,)) for i in range(8)]\n"
+        "for t in threads: t.start()\n"
+        "for t in threads: t.join()\n"
+        "with concurrent.futures.ThreadPoolExecutor(4) as pool:\n"
+        "    seen.append(sum(pool.map(abs, range(-5, 5))))\n"
+        "pid = os.fork()\n"
+        "if pid == 0: os._exit(7)\n"
+        "seen.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))\n"
+        "seen.append(subprocess.run(['sh', '-c', 'echo $((6 * 7))'], capture_output=True,"
+        " text=True).stdout.strip())\n"
+        "pid = os.posix_spawnp('sh', ['sh', '-c', 'exit 5'], os.environ)\n"
+        "seen.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))\n"
+        "with multiprocessing.Pool(2) as pool:\n"
+        "    seen.append(pool.map(abs, [-1, -2, -3]))\n"
+        "async def main():\n"
+        "    proc = await asyncio.create_subprocess_exec('echo', 'async', stdout=-1)\n"
+        "    out, _ = await proc.communicate()\n"
+        "    return out.decode().strip(), await asyncio.to_thread(sum, [1, 2])\n"
+        "seen.append(asyncio.run(main()))\n"
+        "import socket\n"
+        "a, b = socket.socketpair()\n"
+        "a.sendall(b'unix'); seen.append(b.recv(4).decode())\n"
+        "server = socket.create_server(('127.0.0.1', 0))\n"
+        "with socket.create_connection(server.getsockname()) as c: seen.append('inet')\n"
+        "seen.append(any(name == 'lo' for _, name in socket.if_nameindex()))\n"  # netlink
+        "print(sorted(seen[:8]), seen[8:])\n",
+        timeout=60,
+    )
+    assert code == 0, err
+    assert out == (
+        "[0, 1, 2, 3, 4, 5, 6, 7] [25, 7, '42', 5, [1, 2, 3], ('async', 3), 'unix', 'inet', True]\n"
+    )
+    if shutil.which("gcc") is None:
+        return
+    sb.write_file("ordinary.c", ORDINARY_C)
+    built = sb.exec(
+        ["sh", "-c", "gcc -O1 -pthread -o ordinary ordinary.c && ./ordinary"], timeout=120
+    )
+    assert (built.returncode, built.stdout) == (0, "42 0 0\n"), built.stderr

@@ -35,6 +35,7 @@ from ..local import disk
 from ..local.cgroup import Cgroups
 from ..local.isolation import SANDBOX_BIN, IsolationReport, Tier, bwrap_binary, detect
 from ..local.limits import Limits
+from ..local.seccomp import host_filter
 from ..local.supervisor import Confinement, kill_session, run
 from ..local.warm import ColdPath, LearntSite, WarmTemplate
 from ..portal import on_portal
@@ -102,6 +103,7 @@ class SubprocessBackend:
             bwrap=bwrap_binary() if report.tier is Tier.NAMESPACES else None,
             cgroups=cgroups,
             read_only=tuple(read_only_paths),
+            syscall_filter=host_filter() if report.tier is not Tier.NONE else None,
         )
         self.warm = report.tier is Tier.NAMESPACES and (
             warm if warm is not None else setting("SANDBOXKIT_WARM", "1") != "0"

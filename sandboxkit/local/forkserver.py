@@ -13,7 +13,7 @@ one:
   H, the command, into it as pid 2: H takes a user namespace of its own (so it has no
   capability over S's namespaces) and an IPC one, drops its capabilities
   (``enter_exec_namespaces``), takes limits and its OOM score, a new session, its own stdio,
-  cwd and environment. When H ends, S kills G, and the death of G
+  cwd and environment, and the commands' syscall filter. When H ends, S kills G, and the death of G
   kills everything left in the namespace (as does a kill of G on timeout). All the command
   can name by pid is G and its own processes, which die with its exec: S as the commands'
   init would save G, but a command can lower the limits, priority and CPUs of any process of
@@ -38,9 +38,10 @@ timeout, so an exec costs the host one request and one answer.
 
 Protocol on the SOCK_SEQPACKET socket whose fd is ``argv[1]`` (``argv[2]``: ``spawn`` to use
 the tiny init where it runs, ``fork`` not to; ``argv[3]``: a JSON list of public ``-c``
-programs to compile now; ``argv[4]``, if given: a site ``sys.path`` to take instead of learning
-it): the template sends ``{"ready": true, "site_path", "learnt", "init"}`` (``init``: whether
-the tiny init is used) or ``{"ready": false, "reason"}``. A request is ``r`` + a JSON header
+programs to compile now; ``argv[4]``: the seccomp program each command gets, in hex, or
+nothing; ``argv[5]``, if given: a site ``sys.path`` to take instead of learning it): the
+template sends ``{"ready": true, "site_path", "learnt", "init"}`` (``init``: whether the tiny
+init is used) or ``{"ready": false, "reason"}``. A request is ``r`` + a JSON header
 ``{"limits", "cap", "timeout"}`` + a newline + the job's length (4 bytes, little-endian) + the
 job ``{"argv", "cwd", "env"}`` as JSON + the stdin bytes; it is answered by packets ``o`` +
 stdout bytes and ``e`` + stderr bytes (none when empty), then ``x`` + ``{"exit", "timed_out",
@@ -85,6 +86,8 @@ queues would otherwise outlast the exec in the template's)."""
 MS_RDONLY_NOSUID_NODEV_NOEXEC = 0x1 | 0x2 | 0x4 | 0x8
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
 PYTHON_FLAGS = set("IEsSPBuq")
 WARM_UP_PROGRAM = """
 import sys
@@ -155,6 +158,14 @@ class CapData(ctypes.Structure):
 
 
 NO_CAPABILITIES = (CapHeader(0x20080522, 0), (CapData * 2)())  # _LINUX_CAPABILITY_VERSION_3
+
+
+class SeccompProgram(ctypes.Structure):  # struct sock_fprog
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+
+COMMAND_FILTER: list[SeccompProgram] = []
+"""The syscall filter each command gets on top of the template's (``argv[3]``), if any."""
 
 
 def exit_code(status: int) -> int:
@@ -357,6 +368,10 @@ def command(limits: list[Any], fds: tuple[int, int, int]) -> None:
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
         os.closerange(3, 65536)
+        for seccomp in COMMAND_FILTER:  # no_new_privs: set by bwrap, inherited
+            if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(seccomp), 0, 0):
+                code = ctypes.get_errno()
+                raise OSError(code, f"seccomp: {os.strerror(code)}")
         argv, env = job["argv"], job["env"]
         os.environ.clear()
         os.environ.update(env)
@@ -762,7 +777,10 @@ def main() -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     # First: nothing may run while this process holds the capability bwrap kept for it.
     reason = become_server(sock, spawn_init=sys.argv[2] == "spawn")
-    known = json.loads(sys.argv[4]) if len(sys.argv) > 4 else None
+    if sys.argv[4]:
+        code = bytes.fromhex(sys.argv[4])
+        COMMAND_FILTER.append(SeccompProgram(len(code) // 8, code))
+    known = json.loads(sys.argv[5]) if len(sys.argv) > 5 else None
     if reason is None:
         learn_site(known)
         warm_up()

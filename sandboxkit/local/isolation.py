@@ -5,10 +5,11 @@ Tiers, strongest first:
 - ``namespaces``: bubblewrap puts each command in fresh user, mount, pid, network, ipc, uts and
   cgroup namespaces, on a read-only view of ``/usr`` and the Python interpreter, with the
   sandbox's own ``/workspace`` and ``/tmp``; nothing of the caller's files, processes or network
-  is visible. On a root host bwrap itself runs as ``nobody``, so the sandbox's user namespace
-  maps to that unprivileged host uid, never to root.
-- ``rlimits``: where user namespaces are unavailable. Limits, a scrubbed environment and, when
-  running as root, a switch to an unprivileged uid; the filesystem and network stay visible.
+  is visible; a syscall filter (``seccomp``). On a root host bwrap itself runs as ``nobody``,
+  so the sandbox's user namespace maps to that unprivileged host uid, never to root.
+- ``rlimits``: where user namespaces are unavailable. Limits, a scrubbed environment, the
+  syscall filter and, when running as root, a switch to an unprivileged uid; the filesystem
+  and network stay visible.
 - ``none``: for debugging only; the command runs as the caller with a scrubbed environment.
 
 ``SANDBOXKIT_ISOLATION`` picks: ``auto`` (default: namespaces if they work, else rlimits with a
@@ -146,12 +147,16 @@ def bwrap_argv(
     info_fd: int | None = None,
     block_fd: int | None = None,
     capabilities: tuple[str, ...] = (),
+    seccomp_fd: int | None = None,
 ) -> list[str]:
     """The bwrap command line for one command (the command itself is appended after it);
-    ``capabilities`` are kept (in the sandbox's user namespace), all others dropped."""
+    ``capabilities`` are kept (in the sandbox's user namespace), all others dropped;
+    ``seccomp_fd`` holds a syscall filter for everything in the sandbox."""
     args = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
     for capability in capabilities:
         args += ["--cap-add", capability]
+    if seccomp_fd is not None:
+        args += ["--seccomp", str(seccomp_fd)]  # not --add-seccomp-fd: bwrap 0.4 lacks it
     if info_fd is not None:
         args += ["--info-fd", str(info_fd)]
     if block_fd is not None:

@@ -26,6 +26,7 @@ from .cgroup import Cgroups
 from .forkserver import OOM_SCORE_ADJ
 from .isolation import IsolationReport, Tier, bwrap_argv
 from .limits import Limits, MiB, apply_rlimits
+from .seccomp import SyscallFilter
 
 _KILL_GRACE = 0.5
 """Seconds to wait for output pipes to close after the tree is killed (at once, unless a
@@ -42,6 +43,14 @@ class Confinement:
     bwrap: str | None
     cgroups: Cgroups
     read_only: tuple[str, ...] = ()
+    syscall_filter: SyscallFilter | None = None
+
+    def seccomp_program(self, *, command: bool) -> bytes | None:
+        """The syscall filter for a command, or for the warm template if not ``command`` (it
+        stacks the commands' part on each of its commands itself)."""
+        if self.syscall_filter is None:
+            return None
+        return self.syscall_filter.whole if command else self.syscall_filter.base
 
     def rlimits(self) -> dict[int, tuple[int, int]]:
         """Each command's rlimits; RLIMIT_NPROC and RLIMIT_AS only where no cgroup bounds
@@ -118,13 +127,22 @@ async def _feed(stdin: asyncio.StreamWriter | None, data: bytes | None) -> None:
 
 _LAUNCH = """\
 import os, sys
-fd, uid = int(sys.argv[1]), int(sys.argv[2])
+fd, uid, seccomp = int(sys.argv[1]), int(sys.argv[2]), bytes.fromhex(sys.argv[3])
 if os.read(fd, 1) != b"\\n":
     os._exit(125)  # the supervisor died before confining us: never run unconfined
 os.close(fd)
 if uid >= 0:
     os.setgroups([]); os.setgid(uid); os.setuid(uid)
-os.execvp(sys.argv[3], sys.argv[3:])
+if seccomp:
+    import ctypes
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+    prctl, program = ctypes.CDLL(None).prctl, Program(len(seccomp) // 8, seccomp)
+    # PR_SET_NO_NEW_PRIVS, then PR_SET_SECCOMP with SECCOMP_MODE_FILTER
+    if prctl(38, 1, 0, 0, 0) or prctl(22, 2, ctypes.byref(program), 0, 0):
+        os.write(2, b"sandboxkit: the syscall filter could not be installed\\n")
+        os._exit(125)
+os.execvp(sys.argv[4], sys.argv[4:])
 """
 
 
@@ -133,11 +151,31 @@ def _launcher(confinement: Confinement, block_fd: int) -> list[str]:
     or bwrap itself on a root host).
 
     It drops to the unprivileged uid only after the host applied the limits: a root host may
-    lack CAP_SYS_RESOURCE, and then ``prlimit`` only works on processes of its own uid.
+    lack CAP_SYS_RESOURCE, and then ``prlimit`` only works on processes of its own uid. Then,
+    without bwrap, it installs the syscall filter, after ``no_new_privs`` (which bwrap sets and
+    installs itself in its tier).
     """
     uid = confinement.isolation.run_as
     drop = uid if uid != os.getuid() else -1
-    return [confinement.isolation.python, "-I", "-S", "-c", _LAUNCH, str(block_fd), str(drop)]
+    seccomp = b""
+    if confinement.isolation.tier is not Tier.NAMESPACES:  # else bwrap installs it
+        seccomp = confinement.seccomp_program(command=True) or b""
+    python = confinement.isolation.python
+    return [python, "-I", "-S", "-c", _LAUNCH, str(block_fd), str(drop), seccomp.hex()]
+
+
+def _holding(data: bytes) -> int:
+    """The read end of a pipe that holds all of ``data`` (a seccomp program, well within a
+    pipe's buffer) and then ends, as bwrap reads it."""
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, data)
+    except OSError:
+        os.close(read_end)
+        raise
+    finally:
+        os.close(write_end)
+    return read_end
 
 
 async def _exit_of(pid: int) -> None:
@@ -212,14 +250,17 @@ async def spawn(
     rlimits: bool = True,
     pids_max: int | None = None,
     capabilities: tuple[str, ...] = (),
+    command_filter: bool = True,
 ) -> Spawned:
     """Start ``argv`` blocked, confine it (rlimits and the command's OOM score unless
     ``rlimits`` is False, the memory cgroup of ``sandbox``, a pids cgroup of ``pids_max`` or the
-    limit's process count, bwrap's ``capabilities``), then release it."""
+    limit's process count, bwrap's ``capabilities``, the syscall filter: the warm template's if
+    not ``command_filter``), then release it."""
     tier = confinement.isolation.tier
     limits = confinement.limits
     block_r, block_w = os.pipe()
     info_r = info_w = -1
+    seccomp_r = -1
     kwargs: dict[str, object]
     # A root host runs bwrap as an unprivileged uid. It may lack CAP_SYS_RESOURCE (containers
     # and VMs often do), and then it can apply limits only to a process of its own uid: the
@@ -231,6 +272,8 @@ async def spawn(
         assert confinement.bwrap is not None
         if not launched:
             info_r, info_w = os.pipe()
+        seccomp = confinement.seccomp_program(command=command_filter)
+        seccomp_r = -1 if seccomp is None else _holding(seccomp)
         command = bwrap_argv(
             confinement.bwrap,
             python=confinement.isolation.python,
@@ -242,6 +285,7 @@ async def spawn(
             info_fd=None if launched else info_w,
             block_fd=None if launched else block_r,
             capabilities=capabilities,
+            seccomp_fd=None if seccomp_r < 0 else seccomp_r,
         ) + list(argv)
         # bwrap's own processes (its namespace init among them) must not carry our
         # environment: the sandbox can read their /proc/<pid>/environ.
@@ -251,7 +295,7 @@ async def spawn(
         kwargs = {"cwd": cwd, "env": env}
     if launched:
         command = [*_launcher(confinement, block_r), *command]
-    child_fds = tuple(fd for fd in (info_w, block_r) if fd >= 0)
+    child_fds = tuple(fd for fd in (info_w, block_r, seccomp_r) if fd >= 0)
     starting = asyncio.ensure_future(
         asyncio.create_subprocess_exec(
             *command,
@@ -272,13 +316,15 @@ async def spawn(
                 late = await starting
                 kill_session(late.pid)
                 await late.wait()
-        for fd in (block_r, block_w, info_r, info_w):
+        for fd in (block_r, block_w, info_r, info_w, seccomp_r):
             if fd >= 0:
                 os.close(fd)
         if isinstance(exc, OSError):
             raise BackendError(f"could not start {command[0]}: {exc}") from exc
         raise
     os.close(block_r)
+    if seccomp_r >= 0:
+        os.close(seccomp_r)
     if info_w >= 0:
         os.close(info_w)
     spawned = Spawned(proc, None)

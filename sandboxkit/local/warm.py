@@ -118,6 +118,9 @@ class WarmTemplate:
         # learns site's sys.path in a throw-away child instead, unless it is already known.
         argv = [confinement.isolation.python, "-I", "-S", "-c", SOURCE, str(template_end.fileno())]
         argv += ["spawn" if SPAWN_INIT else "fork", PUBLIC_PROGRAMS]
+        # bwrap gives the template the base syscall filter; it stacks this one on each command.
+        syscall_filter = confinement.syscall_filter
+        argv.append(syscall_filter.command.hex() if syscall_filter is not None else "")
         known = site.known()
         if known is not None:
             argv.append(json.dumps(known))
@@ -137,6 +140,7 @@ class WarmTemplate:
                 # Only for the template's first act, its own user namespace: a root sandbox
                 # can keep its uid there only with CAP_SETFCAP (see forkserver.become_server).
                 capabilities=("CAP_SETFCAP",),
+                command_filter=False,
             )
         finally:
             template_end.close()
