@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from sandboxkit import Sandbox, SandboxClient, SandboxError, get_backend
-from sandboxkit.local.isolation import Tier
+from sandboxkit.local.isolation import Tier, namespaces_failure
 from sandboxkit.local.seccomp import SYSCALLS, native_arch, syscall_number, unsupported
 from sandboxkit.portal import run_sync
 
@@ -62,20 +62,19 @@ def tier(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str
 
 @pytest.fixture
 def hostile(tier: str, local_root: Path) -> Iterator[tuple[SandboxClient, Sandbox, str]]:
-    try:
-        client = get_backend(
-            "subprocess",
-            root=local_root,
-            memory_mb=MEMORY_MB,
-            disk_mb=DISK_MB,
-            disk_inodes=DISK_INODES,
-            file_size_mb=8,
-            processes=64,
-            cpu_seconds=20,
-            output_bytes=CAP,
-        )
-    except Exception as exc:  # namespaces unavailable on this machine
-        pytest.skip(f"{tier} tier unavailable: {exc}")
+    if tier == "namespaces" and (reason := namespaces_failure()) is not None:
+        pytest.skip(f"no namespaces on this machine: {reason}")
+    client = get_backend(
+        "subprocess",
+        root=local_root,
+        memory_mb=MEMORY_MB,
+        disk_mb=DISK_MB,
+        disk_inodes=DISK_INODES,
+        file_size_mb=8,
+        processes=64,
+        cpu_seconds=20,
+        output_bytes=CAP,
+    )
     assert client.isolation.tier == Tier(tier)
     assert client.warm == (tier == "namespaces" and os.environ["SANDBOXKIT_WARM"] == "1")
     marker = f"SBX_MARK_{uuid.uuid4().hex}"
