@@ -537,7 +537,7 @@ class Output:
 def serve(sock: socket.socket, request: dict[str, Any], stdin_r: int) -> bool:
     """Run one request to its end and send its output and exit status; False when the
     template must end (the host has gone, or the exec used /dev/shm). ``stdin_r``: a pipe that
-    already holds all of the command's stdin (``stdin_pipe``). The command's pipes stay here:
+    already holds all of the command's stdin (``pipe_holding``). The command's pipes stay here:
     the host gets one answer, not three streams."""
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
@@ -807,7 +807,7 @@ def main() -> None:
         header = json.loads(received[1:end])
         with memoryview(received) as view:
             try:
-                stdin_r = stdin_pipe(view[end + 1 : size])
+                stdin_r = pipe_holding(view[end + 1 : size])
             except OSError as exc:
                 stdin_r = -1
                 sock.send(b"x" + json.dumps({"error": f"stdin: {exc}"}).encode())
@@ -816,10 +816,11 @@ def main() -> None:
             return
 
 
-def stdin_pipe(data: memoryview) -> int:
-    """The read end of a pipe that holds all of ``data`` (the job and the stdin), written
-    before the command is forked so that nothing of it need stay in this process (raises
-    OSError where a pipe cannot hold it: the host then runs the exec the cold way)."""
+def pipe_holding(data: memoryview | bytes) -> int:
+    """The read end of a pipe that holds all of ``data`` and then ends: here, a request's job
+    and stdin, written before the command is forked so that nothing of it need stay in this
+    process (raises OSError where a pipe cannot hold it: the host then runs the exec the cold
+    way); for the host, a seccomp program for bwrap."""
     read_end, write_end = os.pipe()
     try:
         if len(data) > PIPE_DEFAULT_SIZE:

@@ -23,7 +23,7 @@ from typing import Any
 from ..errors import BackendError
 from ..protocol import ExecResult
 from .cgroup import Cgroups
-from .forkserver import OOM_SCORE_ADJ
+from .forkserver import OOM_SCORE_ADJ, pipe_holding
 from .isolation import IsolationReport, Tier, bwrap_argv
 from .limits import Limits, MiB, apply_rlimits
 from .seccomp import SyscallFilter
@@ -164,20 +164,6 @@ def _launcher(confinement: Confinement, block_fd: int) -> list[str]:
     return [python, "-I", "-S", "-c", _LAUNCH, str(block_fd), str(drop), seccomp.hex()]
 
 
-def _holding(data: bytes) -> int:
-    """The read end of a pipe that holds all of ``data`` (a seccomp program, well within a
-    pipe's buffer) and then ends, as bwrap reads it."""
-    read_end, write_end = os.pipe()
-    try:
-        os.write(write_end, data)
-    except OSError:
-        os.close(read_end)
-        raise
-    finally:
-        os.close(write_end)
-    return read_end
-
-
 async def _exit_of(pid: int) -> None:
     """Returns when ``pid`` exits, even while its descendants keep its pipes open (asyncio's
     ``Process.wait`` also waits for the pipes)."""
@@ -273,7 +259,7 @@ async def spawn(
         if not launched:
             info_r, info_w = os.pipe()
         seccomp = confinement.seccomp_program(command=command_filter)
-        seccomp_r = -1 if seccomp is None else _holding(seccomp)
+        seccomp_r = -1 if seccomp is None else pipe_holding(seccomp)
         command = bwrap_argv(
             confinement.bwrap,
             python=confinement.isolation.python,
