@@ -575,6 +575,9 @@ print(len(opened), len(written), opened[:20], written[:20])
 """
 
 
+_STARTED_THEN_SLEEP = "import time; open('started', 'w').close(); time.sleep(3)"
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="the host is not root here")
 def test_code_on_a_root_host_holds_no_host_privilege(
     hostile: tuple[SandboxClient, Sandbox, str], tier: str
@@ -585,13 +588,19 @@ def test_code_on_a_root_host_holds_no_host_privilege(
     client, sb, marker = hostile
     assert client.isolation.run_as != 0
     holder = threading.Thread(
-        target=lambda: sb.exec([PY, "-c", "import time; time.sleep(3)"], timeout=30)
+        target=lambda: sb.exec([PY, "-c", _STARTED_THEN_SLEEP], timeout=30)
     )
     holder.start()
     try:
+        # Wait for the program itself: before it starts, the host's own launcher (root until
+        # it applies the limits and drops its uid) carries the sandbox's environment too.
         deadline = time.monotonic() + 20
-        while not (pids := _marked_processes(marker)) and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
+            with contextlib.suppress(FileNotFoundError):
+                sb.read_file("started")
+                break
             time.sleep(0.05)
+        pids = _marked_processes(marker)
         assert pids, "the sandbox's process was not found on the host"
         for pid in pids:
             with contextlib.suppress(FileNotFoundError):
