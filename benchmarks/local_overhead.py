@@ -1,5 +1,6 @@
 """What a local sandbox costs: create + exec + stop, and per-exec overhead over a bare
-``subprocess.run`` of the same command, in each isolation tier available here.
+``subprocess.run`` of the same command, in each isolation tier available here; and what a
+host file operation (resolved beneath the sandbox, in a thread) takes.
 
     python benchmarks/local_overhead.py [--runs 30]
 """
@@ -37,6 +38,7 @@ def main() -> None:
     warnings.simplefilter("ignore", RuntimeWarning)
     bare_python = interpreter()
     rows = []
+    file_rows = []
     for tier in ("namespaces", "rlimits"):
         os.environ["SANDBOXKIT_ISOLATION"] = tier
         with tempfile.TemporaryDirectory(dir="/tmp") as root:
@@ -55,12 +57,22 @@ def main() -> None:
 
                 full = _median_ms(lifecycle, args.runs)
                 rows.append((tier, label, bare, one, one - bare, full))
+            with client.sandbox() as sb:
+                blob = os.urandom(4096)
+                write = _median_ms(lambda s=sb, b=blob: s.write_file("d/e/f.bin", b), args.runs)
+                read = _median_ms(lambda s=sb: s.read_file("d/e/f.bin"), args.runs)
+                file_rows.append((tier, write, read))
     print(f"interpreter: {bare_python}; {os.cpu_count()} cpus; median of {args.runs} runs (ms)")
     header = ("tier", "command", "bare run", "exec", "overhead", "create+exec+stop")
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     for tier, label, bare, one, over, full in rows:
         print(f"| {tier} | {label} | {bare:.1f} | {one:.1f} | {over:+.1f} | {full:.1f} |")
+    print()
+    print("| tier | write_file 4 KiB | read_file 4 KiB |")
+    print("|---|---|---|")
+    for tier, write, read in file_rows:
+        print(f"| {tier} | {write:.2f} | {read:.2f} |")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import sys
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
@@ -26,6 +27,9 @@ from .portal import run_sync
 from .protocol import SandboxInfo, SandboxStatus
 from .registry import get_backend
 from .session import Session
+
+if TYPE_CHECKING:
+    from .backends.subprocess import SubprocessBackend
 
 logger = logging.getLogger("sandboxkit.cli")
 
@@ -193,16 +197,51 @@ def _reap(args: argparse.Namespace) -> int:
         found = session.reap(
             tags=args.tag, older_than=args.older_than, dry_run=True, all_sandboxes=args.all
         )
+        local = _local_backend(session)
+        leftovers = run_sync(local.leftovers()) if local is not None else []
         if args.dry_run:
             for info in found:
                 print(f"would stop {_describe(info)}")
-            print(f"{_count(len(found))} would be stopped (dry run)")
+            for name in leftovers:
+                print(f"would delete half-stopped {name}")
+            print(f"{_count(len(found))} would be stopped{_and_deleted(leftovers)} (dry run)")
             return 0
         failed = run_sync(_stop_all(session, found))
+        deleted = _delete_leftovers(local, leftovers) if local is not None else []
     finally:
         session.close()
-    print(f"stopped {_count(len(found) - failed)}" + (f", {failed} failed" if failed else ""))
-    return 1 if failed else 0
+    failed_total = failed + len(leftovers) - len(deleted)
+    print(
+        f"stopped {_count(len(found) - failed)}{_and_deleted(deleted)}"
+        + (f", {failed_total} failed" if failed_total else "")
+    )
+    return 1 if failed_total else 0
+
+
+def _local_backend(session: Session) -> SubprocessBackend | None:
+    """The local backend, whose stopped sandboxes can leave directories behind that reap
+    deletes whatever their tags (no other backend leaves anything the client could find)."""
+    from .backends.subprocess import SubprocessBackend
+
+    backend = session.client.backend
+    return backend if isinstance(backend, SubprocessBackend) else None
+
+
+def _delete_leftovers(local: SubprocessBackend, leftovers: Sequence[str]) -> list[str]:
+    deleted = []
+    for name in leftovers:
+        try:
+            run_sync(local.remove_leftover(name))
+        except SandboxError as exc:
+            print(f"could not delete {name}: {exc}", file=sys.stderr)
+        else:
+            print(f"deleted half-stopped {name}")
+            deleted.append(name)
+    return deleted
+
+
+def _and_deleted(leftovers: Sequence[str]) -> str:
+    return f", {len(leftovers)} half-stopped deleted" if leftovers else ""
 
 
 # -- eval and bench -----------------------------------------------------------------------
@@ -315,7 +354,11 @@ def build_parser() -> argparse.ArgumentParser:
     ls.set_defaults(handler=_ls)
 
     reap = sub.add_parser(
-        "reap", parents=[common, backend], help="stop sandboxes that crashed runs left behind"
+        "reap",
+        parents=[common, backend],
+        help="stop sandboxes that crashed runs left behind",
+        description="Stop sandboxes that crashed runs left behind. On the local backend, also "
+        "delete the directories of sandboxes stopped half-way, whatever their tags.",
     )
     reap.add_argument("--tag", action="append", default=[], help="with this tag (repeatable)")
     reap.add_argument(

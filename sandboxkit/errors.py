@@ -24,6 +24,20 @@ class SandboxTimeoutError(SandboxError):
     """
 
 
+class SandboxFileError(SandboxError, OSError):
+    """A file of a sandbox could not be read, written or removed: missing, a link the program
+    planted (never followed), a FIFO or device (never opened). An ``OSError`` too, with the
+    ``errno`` when the system gave one, so code written for local files handles it unchanged."""
+
+
+class SandboxFileNotFoundError(SandboxFileError, FileNotFoundError):
+    """No such file (or directory on the way) in the sandbox."""
+
+
+class SandboxIsADirectoryError(SandboxFileError, IsADirectoryError):
+    """A file was asked for where the sandbox has a directory."""
+
+
 class BackendError(SandboxError):
     """A failure of the provider or of the local machinery rather than of the program run."""
 

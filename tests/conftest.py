@@ -6,8 +6,8 @@ that needs a server (an emulator) starts it through its own fixture.
 
 from __future__ import annotations
 
+import contextlib
 import os
-import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from sandboxkit import SandboxClient, get_backend
-from sandboxkit.local import disk
+from sandboxkit.local import disk, files
 
 pytest_plugins = [
     "sandboxkit.testing.daytona",
@@ -47,7 +47,8 @@ def local_root() -> Iterator[Path]:
     for point in points:
         if point.startswith(f"{root}/"):
             disk.unmount(Path(point))
-    shutil.rmtree(root, ignore_errors=True)
+    with contextlib.suppress(OSError):  # however deep and unreadable a failed test left it
+        files.remove_tree(root)
 
 
 @pytest.fixture

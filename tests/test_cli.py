@@ -21,7 +21,7 @@ from sandboxkit import get_backend
 from sandboxkit.backends.subprocess import SubprocessBackend
 from sandboxkit.cli import parse_duration
 from sandboxkit.doctor import REMOTES, Status, _warm_path
-from sandboxkit.local import seccomp
+from sandboxkit.local import disk, seccomp
 from sandboxkit.outcomes import OutcomeKind
 
 REPO = Path(__file__).resolve().parent.parent
@@ -325,6 +325,49 @@ def test_ls_and_reap_on_the_local_backend(local_env: dict[str, str], local_root:
         assert other.id in everything.stdout
         assert cli("ls", "--status", "stopped", env=local_env).stdout == "no sandboxes\n"
         other.stop()
+
+
+def test_reap_deletes_what_half_stopped_sandboxes_left(
+    local_env: dict[str, str], local_root: Path
+) -> None:
+    """A stop killed after it renamed the directory, and a create that died before it wrote
+    the metadata (its tmpfs still mounted on a root host), leave directories no ``stop``
+    finds: ``reap`` deletes them, however deep and unreadable, and nothing else."""
+    with get_backend("subprocess", root=local_root) as client:
+        live = client.sandbox()
+        doomed = client.sandbox()
+        deep = (
+            "import os\n"
+            "for _ in range(300): os.mkdir('d'); os.chdir('d')\n"
+            "open('f', 'w').write('x')\n"
+            "os.chdir('/workspace'); os.chmod('d', 0)\n"
+        )
+        assert doomed.exec(["python3", "-c", deep], timeout=60).returncode == 0
+    half_stopped = local_root / f".stopped-{doomed.id}-0a1b2c"
+    backend = SubprocessBackend(root=local_root)
+    if backend.disk_limit == "tmpfs":
+        disk.unmount(local_root / doomed.id)  # as stop does before it renames
+    (local_root / doomed.id).rename(half_stopped)
+    half_made = local_root / "sbx-000000000000"
+    half_made.mkdir(mode=0o711)
+    if backend.disk_limit == "tmpfs":
+        disk.mount(half_made, size_mb=1, inodes=64)
+    (half_made / "workspace").mkdir()
+    old = time.time() - 3600
+    os.utime(half_made, (old, old))
+    young = local_root / "sbx-111111111111"  # a create under way: not touched
+    young.mkdir()
+    dry = cli("reap", "--all", "--dry-run", env=local_env)
+    assert f"would delete half-stopped {half_stopped.name}" in dry.stdout
+    assert f"would delete half-stopped {half_made.name}" in dry.stdout
+    assert half_stopped.exists() and half_made.exists()
+    reaped = cli("reap", "--all", env=local_env)
+    assert reaped.returncode == 0, reaped.stderr
+    assert reaped.stdout.splitlines()[-1] == "stopped 1 sandbox, 2 half-stopped deleted"
+    assert sorted(p.name for p in local_root.iterdir()) == [young.name]
+    with open("/proc/self/mountinfo") as f:
+        assert str(half_made) not in f.read()
+    assert live.id in reaped.stdout
 
 
 @pytest.mark.parametrize("emulator", ["daytona_env", "aviato_env"])

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from sandboxkit import Sandbox, SandboxClient, SandboxError, get_backend
+from sandboxkit.local import disk, files
 from sandboxkit.local.isolation import Tier, namespaces_failure
 from sandboxkit.local.seccomp import SYSCALLS, native_arch, syscall_number, unsupported
 from sandboxkit.portal import run_sync
@@ -60,8 +61,9 @@ def tier(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str
     return tier
 
 
-@pytest.fixture
-def hostile(tier: str, local_root: Path) -> Iterator[tuple[SandboxClient, Sandbox, str]]:
+@contextlib.contextmanager
+def _sandbox_of(tier: str, local_root: Path) -> Iterator[tuple[SandboxClient, Sandbox, str]]:
+    """A sandbox with tight limits whose stop must leave nothing of it behind."""
     if tier == "namespaces" and (reason := namespaces_failure()) is not None:
         pytest.skip(f"no namespaces on this machine: {reason}")
     client = get_backend(
@@ -81,10 +83,17 @@ def hostile(tier: str, local_root: Path) -> Iterator[tuple[SandboxClient, Sandbo
     sb = client.sandbox(env={marker: "1"})
     yield client, sb, marker
     sb.stop()
-    assert not any(local_root.glob("sbx-*")), "a stopped sandbox left its directory"
+    left = [p.name for p in local_root.iterdir() if sb.id in p.name]
+    assert left == [], f"a stopped sandbox left its directory: {left}"
     assert mounts_under(local_root) == [], "a stopped sandbox left its storage mounted"
     assert _marked_processes(marker) == [], "processes of the sandbox are still running"
     client.close()
+
+
+@pytest.fixture
+def hostile(tier: str, local_root: Path) -> Iterator[tuple[SandboxClient, Sandbox, str]]:
+    with _sandbox_of(tier, local_root) as made:
+        yield made
 
 
 def mounts_under(root: Path) -> list[str]:
@@ -587,9 +596,7 @@ def test_code_on_a_root_host_holds_no_host_privilege(
     completion once changed a host sysctl; core_pattern leads to code run as root)."""
     client, sb, marker = hostile
     assert client.isolation.run_as != 0
-    holder = threading.Thread(
-        target=lambda: sb.exec([PY, "-c", _STARTED_THEN_SLEEP], timeout=30)
-    )
+    holder = threading.Thread(target=lambda: sb.exec([PY, "-c", _STARTED_THEN_SLEEP], timeout=30))
     holder.start()
     try:
         # Wait for the program itself: before it starts, the host's own launcher (root until
@@ -1056,3 +1063,260 @@ def test_ordinary_programs_run_under_the_filter(
         ["sh", "-c", "gcc -O1 -pthread -o ordinary ordinary.c && ./ordinary"], timeout=120
     )
     assert (built.returncode, built.stdout) == (0, "42 0 0\n"), built.stderr
+
+
+# -- the host's file API against a program that rearranges its files ----------------------
+
+
+@pytest.fixture(params=["openat2", "walk"])
+def resolution(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """How the host resolves sandbox paths: ``openat2`` where the kernel has it, else the
+    walk from directory to directory (forced here, so both are tested on every kernel)."""
+    if request.param == "openat2" and not files.use_openat2:
+        pytest.skip("this kernel has no openat2")
+    monkeypatch.setattr(files, "use_openat2", request.param == "openat2")
+    return str(request.param)
+
+
+SWAPPER = (
+    "import ctypes, os, sys, time\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "a, b = (os.path.expandvars(name).encode() for name in sys.argv[1:])\n"
+    "print('swapping', flush=True)\n"
+    "n, end = 0, time.monotonic() + 60\n"
+    "while time.monotonic() < end and not os.path.exists('stop'):\n"
+    "    for _ in range(1000):\n"
+    "        n += libc.syscall(316, -100, a, -100, b, 2) == 0  # renameat2 RENAME_EXCHANGE\n"
+    "print(n)\n"
+)
+"""Swaps two names for as long as the host works (x86_64: renameat2 is syscall 316)."""
+
+RACES = {
+    # What the program sets up, the names it swaps, what the host reads and writes.
+    "a directory on the way": (
+        "os.makedirs('race/d'); open('race/d/f', 'w').write('inside')\n"
+        "os.symlink(HOST, 'race/l')\n",
+        ("race/d", "race/l"),
+        ("race/d/f", "race/d/new"),
+    ),
+    "the file itself": (
+        "os.makedirs('race/d'); open('race/d/f', 'w').write('inside')\n"
+        "os.symlink(HOST + '/f', 'race/d/l')\n",
+        ("race/d/f", "race/d/l"),
+        ("race/d/f", "race/d/f"),
+    ),
+    "a directory in /tmp": (
+        "t = os.environ['TMPDIR']\n"
+        "os.makedirs(t + '/d'); open(t + '/d/f', 'w').write('inside')\n"
+        "os.symlink(HOST, t + '/l')\n",
+        ("$TMPDIR/d", "$TMPDIR/l"),
+        ("/tmp/d/f", "/tmp/d/new"),
+    ),
+}
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the program calls syscall 316")
+@pytest.mark.parametrize("race", list(RACES))
+def test_racing_links_never_lead_the_file_api_out_of_the_sandbox(
+    hostile: tuple[SandboxClient, Sandbox, str], resolution: str, race: str, tmp_path: Path
+) -> None:
+    """The program swaps a directory or file with a link to a host directory holding a secret
+    (``renameat2(RENAME_EXCHANGE)`` in a loop) while the host reads and writes there: the
+    host never reads the secret, never writes on the host."""
+    _, sb, _ = hostile
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "f").write_text("SECRET")
+    setup, swapped, (read, write) = RACES[race]
+    assert run(sb, f"import os\nHOST = {str(host)!r}\n{setup}")[0] == 0
+    sb.write_file("swap.py", SWAPPER)
+    argv = [PY, "swap.py", *swapped]
+    swapper: list[str] = []
+    thread = threading.Thread(target=lambda: swapper.append(sb.exec(argv, timeout=90).stdout))
+    thread.start()
+    try:
+        read_back: list[bytes | str] = []
+        deadline = time.monotonic() + 30
+        while len(read_back) < 400 and time.monotonic() < deadline:
+            try:
+                read_back.append(sb.read_file(read))
+            except SandboxError as exc:
+                read_back.append(type(exc).__name__)
+        for i in range(400):
+            with contextlib.suppress(SandboxError):
+                sb.write_file(write, f"written {i}")
+    finally:
+        sb.write_file("stop", "")
+        thread.join(timeout=60)
+    assert swapper and swapper[0].split()[0] == "swapping" and int(swapper[0].split()[1]) > 0
+    assert b"SECRET" not in read_back
+    assert b"inside" in read_back, "the race never let a read through: the test tests nothing"
+    assert sorted(os.listdir(host)) == ["f"] and (host / "f").read_text() == "SECRET"
+
+
+LINKS = (
+    "import os\n"
+    "os.makedirs('d'); open('d/f', 'w').write('inside')\n"
+    "os.symlink('loop', 'loop')\n"
+    "os.symlink('b', 'a'); os.symlink('a', 'b')\n"
+    "os.symlink('d', 'inner'); os.symlink('d/f', 'innerfile')\n"
+    "os.symlink('/workspace/d', 'absolute')\n"
+    "os.makedirs(os.environ['TMPDIR'] + '/x'); os.symlink('../x', os.environ['TMPDIR'] + '/x/up')\n"
+)
+"""Link loops, and links that stay inside the sandbox: the host follows none of them."""
+
+
+@pytest.mark.parametrize(
+    "operation",
+    [
+        "read loop",
+        "read a/f",
+        "read inner/f",
+        "read innerfile",
+        "read absolute/f",
+        "read /tmp/x/up/up/up",
+        "write loop",
+        "write a/f",
+        "write inner/new",
+        "remove a/f",
+        "cwd a",
+        "cwd inner",
+        "cwd /tmp/x/up",
+    ],
+)
+def test_links_the_program_made_are_never_followed(
+    hostile: tuple[SandboxClient, Sandbox, str], resolution: str, operation: str
+) -> None:
+    """A link loop is a ``SandboxError`` (it was a bare ``RuntimeError``), and so is a link
+    that stays inside the sandbox: whether it does is only known by following it."""
+    client, sb, _ = hostile
+    assert run(sb, LINKS)[0] == 0
+    verb, path = operation.split()
+    calls = {
+        "read": lambda: sb.read_file(path),
+        "write": lambda: sb.write_file(path, "x"),
+        "remove": lambda: run_sync(client.backend.remove(sb.id, path)),  # type: ignore[attr-defined]
+        "cwd": lambda: sb.exec([PY, "-c", "pass"], cwd=path, timeout=30),
+    }
+    with pytest.raises(SandboxError):
+        calls[verb]()
+    listing = "import os; print(sorted(os.listdir()), open('d/f').read())"
+    r = sb.exec([PY, "-c", listing], timeout=30)
+    expected = ["a", "absolute", "b", "d", "inner", "innerfile", "loop", "prog.py"]
+    assert r.stdout == f"{expected} inside\n"
+
+
+FIFOS = (
+    "import os, socket\n"
+    "os.mkfifo('fifo'); os.mkfifo(os.environ['TMPDIR'] + '/fifo'); os.mkfifo('notadir')\n"
+    "socket.socket(socket.AF_UNIX).bind('sock')\n"
+)
+
+
+@pytest.mark.parametrize(
+    "operation", ["read fifo", "read /tmp/fifo", "read notadir/f", "read sock", "write fifo"]
+)
+def test_a_fifo_or_socket_never_holds_up_the_host(
+    hostile: tuple[SandboxClient, Sandbox, str],
+    resolution: str,
+    operation: str,
+    local_root: Path,
+) -> None:
+    """Reading a FIFO with no writer blocked the event loop, and with it every exec of every
+    other sandbox of the process: it is refused at once, and the other sandbox's exec runs."""
+    client, sb, _ = hostile
+    assert run(sb, FIFOS)[0] == 0
+    verb, path = operation.split()
+    other = client.sandbox()
+    outcome: list[BaseException | bytes | None] = []
+    results: list[str] = []
+
+    def call() -> None:
+        try:
+            outcome.append(sb.read_file(path) if verb == "read" else sb.write_file(path, "x"))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    caller = threading.Thread(target=call, daemon=True)
+    bystander = threading.Thread(
+        target=lambda: results.append(other.exec([PY, "-c", "print(6 * 7)"], timeout=30).stdout),
+        daemon=True,
+    )
+    try:
+        caller.start()
+        bystander.start()
+        caller.join(timeout=30)
+        bystander.join(timeout=60)
+        assert not caller.is_alive(), f"{operation} blocked"
+        assert results == ["42\n"], "another sandbox's exec was held up"
+        assert len(outcome) == 1 and isinstance(outcome[0], SandboxError), outcome
+    finally:
+        for fifo in ("workspace/fifo", "tmp/fifo", "workspace/notadir"):
+            with contextlib.suppress(OSError):  # let a blocked reader go
+                os.close(os.open(local_root / sb.id / fifo, os.O_WRONLY | os.O_NONBLOCK))
+        other.stop()
+
+
+UNDELETABLE = r"""
+import os, sys, subprocess
+host, top = sys.argv[1], os.getcwd()
+os.symlink(host, 'host')  # never followed: the host's directory stays whole
+os.symlink(host, os.environ['TMPDIR'] + '/host')
+for name in ('a\nb', '\udcff\udcfe', '-rf', ' ', '..x'):
+    open(name, 'w').close()
+os.mkdir('deep')
+os.chdir('deep')
+for i in range(1500):  # deeper than any recursive delete's stack
+    os.mkdir('d')
+    os.chdir('d')
+open('f', 'w').close()
+os.chdir(top)
+for closed in ('deep', os.environ['TMPDIR']):
+    os.chmod(closed, 0)  # the host must give itself access back to empty them
+# Still writing while the sandbox is stopped: the stop deletes what appears meanwhile.
+subprocess.Popen([sys.executable, '-c',
+    'import os, itertools\n'
+    'for i in itertools.count(): open(f"late{i}", "w").close()'], cwd='.')
+open('ready', 'w').close()
+import time; time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("storage", ["tmpfs", "directory"])
+def test_stop_deletes_whatever_the_program_left(
+    tier: str, storage: str, local_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tree deeper than a recursive delete can go, directories without permissions, names no
+    shell quotes easily, links to a host directory, a process still writing: ``stop`` leaves
+    nothing of the sandbox and deletes nothing on the host. On a root host a sandbox's
+    directory is a tmpfs, which goes whole; elsewhere (``directory``) it is deleted file by
+    file."""
+    if storage == "tmpfs" and not disk.can_mount():
+        pytest.skip("this host cannot mount a tmpfs per sandbox")
+    monkeypatch.setattr(disk, "can_mount", lambda: storage == "tmpfs")
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "keep").write_text("host data")
+    with _sandbox_of(tier, local_root) as (client, sb, _):
+        assert client.backend.disk_limit == storage.replace("directory", "file size")  # type: ignore[attr-defined]
+        sb.write_file("undeletable.py", UNDELETABLE)
+        argv = [PY, "undeletable.py", str(host)]
+
+        def hold() -> None:
+            with contextlib.suppress(SandboxError):  # stopped under it
+                sb.exec(argv, timeout=120)
+
+        holder = threading.Thread(target=hold, daemon=True)
+        holder.start()
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            with contextlib.suppress(FileNotFoundError):
+                sb.read_file("ready")
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail("the program never got ready")
+        sb.stop()
+        holder.join(timeout=30)
+    assert (host / "keep").read_text() == "host data"
+    assert sorted(os.listdir(host)) == ["keep"]

@@ -11,17 +11,17 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import errno
 import json
 import logging
 import os
-import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, TypeVar
 
 from ..config import setting
 from ..errors import (
@@ -31,7 +31,7 @@ from ..errors import (
     SandboxLostError,
     SandboxNotFoundError,
 )
-from ..local import disk
+from ..local import disk, files
 from ..local.cgroup import Cgroups
 from ..local.isolation import SANDBOX_BIN, IsolationReport, Tier, bwrap_binary, detect
 from ..local.limits import Limits
@@ -46,19 +46,30 @@ logger = logging.getLogger("sandboxkit.local")
 ENV_ALLOWLIST = ("LANG", "LC_ALL", "LC_CTYPE", "TZ")
 """The only host variables a sandbox inherits; everything else it sees comes from the spec."""
 _META = "sandbox.json"
+_GRAVEYARD = ".stopped-"
+"""A stopped sandbox's directory is renamed ``.stopped-<id>-<random>``, then deleted."""
+HALF_MADE_GRACE_SECONDS = 60
+"""A sandbox's directory this old with no metadata yet belongs to a ``create`` that died (a
+live one writes it within milliseconds)."""
 _VIRTUAL_ROOTS = ("/workspace", "/tmp")
+T = TypeVar("T")
 
 
 def _bury(graveyard: Path, pids: set[int]) -> None:
-    """Delete a stopped sandbox's directory once the processes killed in it are gone (a dying
-    process may still create files), retrying for a few seconds."""
+    """Delete a stopped sandbox's directory once the processes killed in it are gone, trying
+    again for a few seconds while something still appears in it (a dying process may create
+    files). What cannot be deleted is left for ``reap`` (:meth:`SubprocessBackend.leftovers`)."""
     deadline = time.monotonic() + 10
     while any(os.path.exists(f"/proc/{pid}") for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.01)
     while True:
-        shutil.rmtree(graveyard, ignore_errors=True)
-        if not graveyard.exists() or time.monotonic() > deadline:
+        try:
+            files.remove_tree(graveyard)
             return
+        except OSError as exc:
+            if exc.errno != errno.ENOTEMPTY or time.monotonic() > deadline:
+                logger.warning("could not delete %s (%s): `sandboxkit reap` will", graveyard, exc)
+                return
         time.sleep(0.05)
 
 
@@ -169,7 +180,8 @@ class SubprocessBackend:
 
     def _meta(self, path: Path) -> dict[str, Any]:
         try:
-            meta: dict[str, Any] = json.loads((path / _META).read_text())
+            # Never through a link nor from a FIFO: in the rlimits tier the program owns ``path``.
+            meta: dict[str, Any] = json.loads(files.read_file(path, (_META,)))
         except (OSError, ValueError) as exc:
             raise SandboxNotFoundError(f"no sandbox {path.name!r}") from exc
         return meta
@@ -183,21 +195,22 @@ class SubprocessBackend:
             started_at=datetime.fromisoformat(meta["started_at"]),
         )
 
-    def _host_path(self, sandbox_dir: Path, path: str, workdir: str) -> Path:
-        """Map a sandbox path onto the host, refusing anything that resolves outside it."""
-        parts = _sandbox_parts(path, workdir)
-        base = sandbox_dir / parts[1]
-        host = base.joinpath(*parts[2:])
-        # The code may have planted symlinks: resolve and check containment.
-        resolved = host.resolve()
-        if resolved != base.resolve() and base.resolve() not in resolved.parents:
-            raise SandboxError(f"{path!r} resolves outside the sandbox")
-        return resolved
+    def _owner(self) -> int | None:
+        """The uid to give what the host makes for the sandbox, if not this process's."""
+        uid = self.isolation.run_as
+        return uid if uid != os.getuid() else None
 
     def _chown(self, path: Path) -> None:
-        uid = self.isolation.run_as
-        if uid != os.getuid():
+        uid = self._owner()
+        if uid is not None:
             os.chown(path, uid, uid)
+
+    def _discard(self, path: Path) -> None:
+        """Delete a sandbox's directory that no sandbox uses (one a ``create`` left half-made,
+        its tmpfs maybe still mounted, or a stopped one's)."""
+        if self.disk_limit == "tmpfs":
+            disk.unmount(path)
+        files.remove_tree(path)
 
     # -- Backend protocol ------------------------------------------------------------------
 
@@ -223,16 +236,17 @@ class SubprocessBackend:
                 disk.mount(path, size_mb=self.limits.disk_mb, inodes=self.limits.disk_inodes)
             (path / "workspace").mkdir(mode=0o700)
             (path / "tmp").mkdir(mode=0o700)
-            self._host_path(path, spec.workdir, DEFAULT_WORKDIR).mkdir(parents=True, exist_ok=True)
+            path.joinpath(*_sandbox_parts(spec.workdir, DEFAULT_WORKDIR)[1:]).mkdir(
+                parents=True, exist_ok=True
+            )
             for sub in ("workspace", "tmp"):
                 for dirpath, _dirs, _files in os.walk(path / sub):
                     self._chown(Path(dirpath))
             self._chown(path)
             (path / _META).write_text(json.dumps(meta))  # last: the sandbox exists from here
         except BaseException:
-            if self.disk_limit == "tmpfs":
-                disk.unmount(path)
-            shutil.rmtree(path, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                self._discard(path)
             raise
         return SandboxInfo(sandbox_id, SandboxStatus.RUNNING, tuple(spec.tags), started)
 
@@ -275,17 +289,22 @@ class SubprocessBackend:
             raise ValueError("argv is empty")
         path = self._dir(sandbox_id)
         meta = self._meta(path)
-        cwd_host = self._host_path(path, cwd or ".", meta["workdir"])
-        _give_owner_access(path, ("tmp",))
-        _give_owner_access(path, cwd_host.relative_to(path).parts)
-        if not cwd_host.is_dir():
-            raise SandboxError(f"cwd {cwd!r} is not a directory in the sandbox")
+        parts = _sandbox_parts(cwd or ".", meta["workdir"])[1:]
+        with contextlib.suppress(SandboxError):
+            files.give_owner_access(path, ("tmp",))
+        try:
+            # Walked from the sandbox's directory through no link: the program cannot point
+            # the host's chmod elsewhere. (The command then enters it by path, as the program
+            # could itself, which is no more than the program can do.)
+            files.give_owner_access(path, parts)
+        except SandboxError:
+            raise SandboxError(f"cwd {cwd!r} is not a directory in the sandbox") from None
         run_env = self._env(meta, env, path)
         command = list(argv)
         if self.isolation.tier is Tier.NAMESPACES:
-            cwd_arg = "/" + str(cwd_host.relative_to(path))
+            cwd_arg = str(PurePosixPath("/", *parts))
         else:
-            cwd_arg = str(cwd_host)
+            cwd_arg = str(path.joinpath(*parts))
             command = [self._localize(path, a) for a in command]
         try:
             result = await self._exec(sandbox_id, path, command, cwd_arg, run_env, timeout, stdin)
@@ -372,71 +391,45 @@ class SubprocessBackend:
                 self._templates[sandbox_id] = template
             return template
 
-    @contextlib.contextmanager
-    def _lost_if_stopped(self, sandbox_id: str, sandbox_dir: Path) -> Iterator[None]:
-        """A file operation that fails because the sandbox was stopped under it is a lost
-        sandbox, not a missing file."""
-        try:
-            yield
-        except OSError as exc:
-            if not (sandbox_dir / _META).exists():
-                raise SandboxLostError(f"sandbox {sandbox_id} was stopped") from exc
-            raise
+    async def _file_operation(
+        self, sandbox_id: str, path: str, operation: Callable[[Path, tuple[str, ...]], T]
+    ) -> T:
+        """Run ``operation`` on the sandbox's directory and the parts of ``path`` below it, in
+        a thread (nothing a program left may hold up the event loop); a failure because the
+        sandbox was stopped under it is a lost sandbox, not a missing file."""
+
+        def work() -> T:
+            sandbox_dir = self._dir(sandbox_id)
+            parts = _sandbox_parts(path, self._meta(sandbox_dir)["workdir"])[1:]
+            try:
+                return operation(sandbox_dir, parts)
+            except OSError as exc:
+                if not (sandbox_dir / _META).exists():
+                    raise SandboxLostError(f"sandbox {sandbox_id} was stopped") from exc
+                raise
+
+        return await asyncio.to_thread(work)
 
     async def write_file(self, sandbox_id: str, path: str, data: bytes) -> None:
-        sandbox_dir = self._dir(sandbox_id)
-        target = self._host_path(sandbox_dir, path, self._meta(sandbox_dir)["workdir"])
-        base = sandbox_dir / PurePosixPath(path if path.startswith("/") else "/workspace").parts[1]
-        with self._lost_if_stopped(sandbox_id, sandbox_dir):
-            parents = []
-            directory = target.parent
-            while directory != base and base in directory.parents:
-                parents.append(directory)
-                directory = directory.parent
-            for directory in reversed(parents):  # never above the sandbox: it may be gone
-                with contextlib.suppress(FileExistsError):
-                    directory.mkdir()
-                    self._chown(directory)
-            tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}")
-            tmp.write_bytes(data)
-            self._chown(tmp)
-            tmp.replace(target)
+        owner = self._owner()
+        await self._file_operation(
+            sandbox_id, path, lambda top, parts: files.write_file(top, parts, data, owner)
+        )
 
     async def read_file(self, sandbox_id: str, path: str) -> bytes:
-        sandbox_dir = self._dir(sandbox_id)
-        target = self._host_path(sandbox_dir, path, self._meta(sandbox_dir)["workdir"])
-        with self._lost_if_stopped(sandbox_id, sandbox_dir):
-            try:
-                return target.read_bytes()
-            except FileNotFoundError:
-                if (sandbox_dir / _META).exists():
-                    raise FileNotFoundError(
-                        f"{path}: no such file in sandbox {sandbox_id}"
-                    ) from None
-                raise
-            except IsADirectoryError:
-                raise IsADirectoryError(f"{path}: is a directory in sandbox {sandbox_id}") from None
+        return await self._file_operation(sandbox_id, path, files.read_file)
 
     async def remove(self, sandbox_id: str, path: str) -> None:
         """Remove a file, or an empty directory, of the sandbox, as ``os.remove`` or
-        ``os.rmdir`` would (and with their ``OSError``): for an emulator that cleans up after a
-        command it ran itself, without another command. Walked from the host through no link
-        on the way, which a program may have planted."""
-        sandbox_dir = self._dir(sandbox_id)
-        parts = _sandbox_parts(path, self._meta(sandbox_dir)["workdir"])
-        if len(parts) < 3:
-            raise SandboxError(f"{path!r}: cannot remove a sandbox's /workspace or /tmp")
-        with (
-            self._lost_if_stopped(sandbox_id, sandbox_dir),
-            contextlib.closing(_walk(sandbox_dir, parts[1:-1])) as walk,
-        ):
-            parent = next(walk)
-            for _ in parts[1:-1]:  # to the last directory, not past it (that closes them all)
-                parent = next(walk)
-            try:
-                os.unlink(parts[-1], dir_fd=parent)
-            except IsADirectoryError:
-                os.rmdir(parts[-1], dir_fd=parent)
+        ``os.rmdir`` would (:class:`SandboxFileError`, an ``OSError``, otherwise): for an
+        emulator that cleans up after a command it ran itself, without another command."""
+
+        def remove(sandbox_dir: Path, parts: Sequence[str]) -> None:
+            if len(parts) < 2:
+                raise SandboxError(f"{path!r}: cannot remove a sandbox's /workspace or /tmp")
+            files.remove(sandbox_dir, parts)
+
+        await self._file_operation(sandbox_id, path, remove)
 
     async def stop(self, sandbox_id: str, *, missing_ok: bool = True) -> None:
         try:
@@ -449,7 +442,7 @@ class SubprocessBackend:
         # mount point cannot be renamed: its tmpfs goes first (and its files with it).
         if self.disk_limit == "tmpfs":
             disk.unmount(path)
-        graveyard = self.root / f".stopped-{sandbox_id}-{uuid.uuid4().hex[:6]}"
+        graveyard = self.root / f"{_GRAVEYARD}{sandbox_id}-{uuid.uuid4().hex[:6]}"
         try:
             path.rename(graveyard)
         except FileNotFoundError:
@@ -492,8 +485,34 @@ class SubprocessBackend:
     async def get(self, sandbox_id: str) -> SandboxInfo:
         return self._info(self._dir(sandbox_id))
 
+    async def leftovers(self) -> builtins.list[str]:
+        """What half-stopped sandboxes left in ``root`` (names): the directory of a stopped
+        sandbox that ``stop`` could not delete (a file it may not delete, a process killed
+        before it was done) and that of a ``create`` that died half-way. ``sandboxkit reap``
+        finds them here and deletes them with :meth:`remove_leftover`."""
+        return sorted(entry.name for entry in os.scandir(self.root) if _is_leftover(entry))
+
+    async def remove_leftover(self, name: str) -> None:
+        """Delete one of :meth:`leftovers` (nothing else)."""
+        if name not in await self.leftovers():
+            raise SandboxNotFoundError(f"{name!r} is not a half-stopped sandbox")
+        try:
+            await asyncio.to_thread(self._discard, self.root / name)
+        except OSError as exc:
+            raise BackendError(f"could not delete {self.root / name}: {exc}") from exc
+
     async def aclose(self) -> None:
         """Nothing to release per client: sandboxes outlive it until stopped."""
+
+
+def _is_leftover(entry: os.DirEntry[str]) -> bool:
+    if not entry.is_dir(follow_symlinks=False):
+        return False
+    if entry.name.startswith(_GRAVEYARD):
+        return True
+    if not entry.name.startswith("sbx-") or os.path.lexists(os.path.join(entry.path, _META)):
+        return False
+    return time.time() - entry.stat(follow_symlinks=False).st_mtime > HALF_MADE_GRACE_SECONDS
 
 
 def _sandbox_parts(path: str, workdir: str) -> tuple[str, ...]:
@@ -503,34 +522,3 @@ def _sandbox_parts(path: str, workdir: str) -> tuple[str, ...]:
     if len(parts) < 2 or "/" + parts[1] not in _VIRTUAL_ROOTS or ".." in parts:
         raise SandboxError(f"{path!r}: only /workspace and /tmp are writable in a sandbox")
     return parts
-
-
-def _walk(sandbox_dir: Path, parts: Sequence[str]) -> Generator[int, None, None]:
-    """Descriptors (``O_PATH``) of ``sandbox_dir`` and of each directory of ``parts`` under
-    it, each opened from the last with ``O_NOFOLLOW``, so never through a link a program
-    planted (``OSError`` for a part that is gone, a link or no directory). They stay open
-    until the walk is closed."""
-    flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-    fds = [os.open(sandbox_dir, flags)]
-    try:
-        yield fds[0]
-        for part in parts:
-            fds.append(os.open(part, flags, dir_fd=fds[-1]))
-            yield fds[-1]
-    finally:
-        for fd in fds:
-            os.close(fd)
-
-
-def _give_owner_access(sandbox_dir: Path, parts: Sequence[str]) -> None:
-    """Give the owner back read, write and search on each directory of ``parts`` under
-    ``sandbox_dir``: a program that took them away (``chmod 000 /workspace``) would make every
-    later exec there fail to start, and so score the next completions a pool runs in the
-    sandbox 0. A part that is gone or not a directory ends the walk (the exec then fails on it
-    as it would have)."""
-    with contextlib.closing(_walk(sandbox_dir, parts)) as walk, contextlib.suppress(OSError):
-        next(walk)  # the sandbox's own directory
-        for fd in walk:
-            mode = os.stat(fd).st_mode
-            if mode & 0o700 != 0o700:
-                os.chmod(f"/proc/self/fd/{fd}", (mode & 0o7777) | 0o700)
