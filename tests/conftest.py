@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import subprocess
+import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -56,3 +59,44 @@ def local(local_root: Path) -> Iterator[SandboxClient]:
     """The local backend on a private root, so tests can inspect what it leaves on disk."""
     with get_backend("subprocess", root=local_root) as client:
         yield client
+
+
+@pytest.fixture
+def as_nobody() -> Iterator[Callable[..., subprocess.CompletedProcess[str]]]:
+    """``run(*args)``: ``python3 *args`` as ``nobody`` (from a root host: most users are not
+    root), with the system's interpreter, this checkout importable, a home of its own as cwd
+    and ``SANDBOXKIT_LOCAL_ROOT`` in it. Skips where that cannot be."""
+    if os.geteuid() != 0:
+        pytest.skip("not root: cannot become nobody (the tests here already run unprivileged)")
+    python = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
+    if python is None:
+        pytest.skip("no system python3")
+    home = Path(tempfile.mkdtemp(dir="/tmp"))  # pytest's tmp_path is root's alone
+    home.chmod(0o777)
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(home),
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]), *sys.path]),
+        "SANDBOXKIT_LOCAL_ROOT": str(home / "root"),
+    }
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [python, *args],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            user=65534,
+            group=65534,
+            extra_groups=[],
+            env=env,
+            cwd=home,
+        )
+
+    try:
+        probe = run("-c", "import sandboxkit")
+        if probe.returncode != 0:
+            pytest.skip(f"nobody cannot import sandboxkit with {python}: {probe.stderr[-200:]!r}")
+        yield run
+    finally:
+        shutil.rmtree(home, ignore_errors=True)

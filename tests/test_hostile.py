@@ -765,31 +765,50 @@ def test_children_together_hold_no_more_than_the_memory_limit(
     assert_next_exec_works(sb)
 
 
-def test_files_past_the_disk_limit_get_enospc(
-    hostile: tuple[SandboxClient, Sandbox, str],
-) -> None:
-    """/workspace and /tmp share one cap; another sandbox has its own room."""
-    client, sb, _ = hostile
-    prog = (
-        "import os\n"
+FILLS = {
+    # What fills the sandbox's storage, counting in the unit of its cap (MB or inodes).
+    "megabytes": (
         "chunk = b'x' * (4 << 20)\n"
-        "written = 0\n"
+        "def step(n):\n"
+        "    for d in ('.', os.environ['TMPDIR']):  # /workspace and /tmp share one cap\n"
+        "        with open(f'{d}/f{n}', 'wb') as f:\n"
+        "            f.write(chunk)\n"
+        "    return 8\n",
+        DISK_MB,
+    ),
+    "inodes": (
+        "def step(n):\n"
+        "    os.mkdir(f'd{n}') if n % 2 else open(f'f{n}', 'w').close()\n"
+        "    return 1\n",
+        DISK_INODES,
+    ),
+}
+
+
+@pytest.mark.parametrize("fill", list(FILLS))
+def test_filling_the_sandbox_storage_gets_enospc(
+    hostile: tuple[SandboxClient, Sandbox, str], fill: str
+) -> None:
+    """Bytes and inodes past the sandbox's cap fail with ENOSPC (bounded per file only where
+    the host cannot mount, as documented); another sandbox has its own room."""
+    client, sb, _ = hostile
+    step, cap = FILLS[fill]
+    prog = (
+        f"import os\n{step}"
+        "made = 0\n"
         "try:\n"
-        f"    while written < {2 * DISK_MB}:\n"
-        "        for d in ('.', os.environ['TMPDIR']):\n"
-        "            with open(f'{d}/f{written}', 'wb') as f:\n"
-        "                f.write(chunk)\n"
-        "            written += 4\n"
+        f"    while made < {2 * cap}:\n"
+        "        made += step(made)\n"
         "except OSError as e:\n"
         "    print('refused', e.errno)\n"
-        "print(written)\n"
+        "print(made)\n"
     )
     code, out, err, _ = run(sb, prog, timeout=60)
     assert code == 0, err
     if client.disk_limit == "file size":  # documented: bounded per file only
-        assert last_count(out) == 2 * DISK_MB
+        assert last_count(out) == 2 * cap
     else:
-        assert "refused 28" in out and last_count(out) < DISK_MB, out
+        assert "refused 28" in out and last_count(out) < cap, out
     assert_next_exec_works(sb)
     other = client.sandbox()
     try:
@@ -798,28 +817,6 @@ def test_files_past_the_disk_limit_get_enospc(
         assert (r.returncode, r.stdout) == (0, "ok\n"), r.stderr
     finally:
         other.stop()
-
-
-def test_an_inode_flood_gets_enospc(hostile: tuple[SandboxClient, Sandbox, str]) -> None:
-    client, sb, _ = hostile
-    prog = (
-        "import os\n"
-        "made = 0\n"
-        "try:\n"
-        f"    while made < {2 * DISK_INODES}:\n"
-        "        os.mkdir(f'd{made}') if made % 2 else open(f'f{made}', 'w').close()\n"
-        "        made += 1\n"
-        "except OSError as e:\n"
-        "    print('refused', e.errno)\n"
-        "print(made)\n"
-    )
-    code, out, err, _ = run(sb, prog, timeout=60)
-    assert code == 0, err
-    if client.disk_limit == "file size":  # documented: bounded per file only
-        assert last_count(out) == 2 * DISK_INODES
-    else:
-        assert "refused 28" in out and last_count(out) < DISK_INODES, out
-    assert_next_exec_works(sb)
 
 
 # -- the syscall filter ---------------------------------------------------------------------

@@ -7,7 +7,8 @@ bwrap and a new interpreter per exec (cold); what the program can observe must m
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -742,8 +743,8 @@ def test_a_changed_site_directory_is_learnt_again(tmp_path: Path) -> None:
 
 
 UNPRIVILEGED_RUN = """
-import sandboxkit, sys
-client = sandboxkit.get_backend("subprocess", root=sys.argv[1])
+import sandboxkit
+client = sandboxkit.get_backend("subprocess")
 with client.sandbox() as sb:
     result = sb.exec(["python3", "-c", "import os; print(os.getuid())"], timeout=60)
     template = client.backend.warm_template(sb.id)
@@ -751,42 +752,12 @@ with client.sandbox() as sb:
 """
 
 
-def test_the_template_starts_for_an_unprivileged_user() -> None:
+def test_the_template_starts_for_an_unprivileged_user(
+    as_nobody: Callable[..., subprocess.CompletedProcess[str]],
+) -> None:
     """Most users do not run as root, where the template's /proc files are another owner's
     once it is not dumpable: run as ``nobody`` (from root), with the system's interpreter
     where this one is under a home ``nobody`` cannot enter, an exec must run warm."""
-    import shutil
-    import subprocess
-    import sys
-    import tempfile
-
-    if os.geteuid() != 0:
-        pytest.skip("not root: the other tests here already run unprivileged")
-    python = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
-    if python is None:
-        pytest.skip("no system python3")
-    home = Path(tempfile.mkdtemp(dir="/tmp"))  # pytest's tmp_path is root's alone
-    home.chmod(0o777)
-    env = {
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "HOME": str(home),
-        "PYTHONPATH": os.pathsep.join([str(Path(sandboxkit.__file__).parents[1]), *sys.path]),
-    }
-    nobody = {"user": 65534, "group": 65534, "extra_groups": [], "env": env, "cwd": home}
-    probe = subprocess.run(
-        [python, "-c", "import sandboxkit"], capture_output=True, timeout=60, **nobody
-    )
-    if probe.returncode != 0:
-        pytest.skip(f"nobody cannot import sandboxkit with {python}: {probe.stderr[-200:]!r}")
-    try:
-        done = subprocess.run(
-            [python, "-c", UNPRIVILEGED_RUN, str(home / "root")],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            **nobody,
-        )
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
+    done = as_nobody("-c", UNPRIVILEGED_RUN)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["65534", "True", "None"]
