@@ -165,7 +165,8 @@ def sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
 
 def judge(sb: Sandbox, harness: Harness, code: str) -> Outcome:
     request = harness.request(code)
-    return harness.judge(sb.exec(request.argv, stdin=request.stdin, timeout=request.timeout))
+    result = sb.exec(request.argv, stdin=request.stdin, timeout=request.timeout)
+    return harness.judge(result, request)
 
 
 @pytest.mark.parametrize("kind", HARNESSES)
