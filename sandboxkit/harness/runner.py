@@ -609,9 +609,14 @@ def bind(names: dict[str, Any], channel_box: list[Channel]) -> dict[str, Any]:
     return bound
 
 
-STANDARD_MODULES = sys.stdlib_module_names - {"this", "antigravity", "__main__"}
+STANDARD_MODULES = frozenset(getattr(sys, "stdlib_module_names", sys.builtin_module_names)) - {
+    "this",
+    "antigravity",
+    "__main__",
+}
 """Modules a test may take from the candidate by name (``math`` that a test uses without
-importing it): the standard library's, less those whose import does something."""
+importing it): the standard library's (on Python 3.9, its built-in ones), less those whose
+import does something."""
 
 
 def _proxy(name: str, channel_box: list[Channel]) -> Callable[..., Any]:
