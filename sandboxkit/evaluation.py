@@ -98,4 +98,4 @@ async def run_plan(pool: SandboxPool, plan: Plan, *, deadline: float | None = No
     except SandboxError as exc:  # SandboxNotFound after the pool gave up on replacing it
         detail = f"{type(exc).__name__}: {exc}"
         return Outcome(OutcomeKind.INFRA, detail=detail, duration=time.monotonic() - started)
-    return harness.judge(result)
+    return harness.judge(result, request)

@@ -14,6 +14,7 @@ import pytest
 from sandboxkit import Sandbox, SandboxClient
 from sandboxkit.harness import AssertTests, FunctionTests, Harness, StdioTests
 from sandboxkit.outcomes import Outcome, OutcomeKind
+from sandboxkit.protocol import ExecResult
 
 TESTS = ["assert add(2, 3) == 5", "assert add(-1, 1) == 0", "assert add(10, 5) == 15"]
 ARGS = [(2, 3), (-1, 1), (10, 5)]
@@ -165,7 +166,8 @@ def sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
 
 def judge(sb: Sandbox, harness: Harness, code: str) -> Outcome:
     request = harness.request(code)
-    return harness.judge(sb.exec(request.argv, stdin=request.stdin, timeout=request.timeout))
+    result = sb.exec(request.argv, stdin=request.stdin, timeout=request.timeout)
+    return harness.judge(result, request)
 
 
 @pytest.mark.parametrize("kind", HARNESSES)
@@ -194,3 +196,193 @@ def test_cheat_scores_no_better_than_an_honest_wrong_answer(
     outcome = judge(sandbox, harness, code)
     assert outcome.passed == 0, f"{cheat} passed {outcome.passed} under {kind}: {outcome}"
     assert outcome.kind is not OutcomeKind.PASSED
+
+
+# -- cheats on the names a test uses, on what the candidate's process reports, on the channel --
+
+EVENS_TESTS = [
+    "assert set(evens([1, 2, 3, 4])) == set([2, 4])",
+    "assert sorted(evens([4, 3, 2])) == sorted([4, 2])",
+    "assert all(x % 2 == 0 for x in evens([1, 2, 3]))",
+    "assert abs(evens([2, 4, 5])[-1] - 4) < 1e-9",
+    "def check(candidate):\n    assert abs(len(candidate([1, 2, 4])) - 2) < 1\ncheck(evens)\n",
+]
+"""Tests that use builtins around the function under test, as MBPP's and HumanEval's do."""
+EVENS_WRONG = "def evens(xs):\n    return [x for x in xs if x % 2]\n"
+_FORGED_BUILTINS = (
+    '{"value": {"$d": [["set", {"$bi": "callable"}], ["sorted", {"$bi": "callable"}], '
+    '["abs", {"$bi": "callable"}], ["all", {"$bi": "bool"}], ["len", {"$bi": "len"}]]}}'
+)
+"""A builtins table under which every test above passes for the wrong ``evens``."""
+NAME_CHEATS = {
+    "defining the builtins a test uses": EVENS_WRONG
+    + "def set(*a):\n    return 0\ndef sorted(*a, **k):\n    return 0\n"
+    + "def all(*a):\n    return True\ndef abs(*a):\n    return 0\n",
+    "defining them in fullwidth letters": EVENS_WRONG
+    + "def \uff53\uff45\uff54(*a):\n    return 0\n"
+    + "def \uff53\uff4f\uff52\uff54\uff45\uff44(*a, **k):\n    return 0\n"
+    + "def \uff41\uff4c\uff4c(*a):\n    return True\n"
+    + "def \uff41\uff42\uff53(*a):\n    return 0\n",
+    "assigning them through globals()": EVENS_WRONG
+    + "for _n in ('set', 'sorted', 'abs'):\n    globals()[_n] = lambda *a, **k: 0\n"
+    + "globals()['all'] = lambda *a: True\n",
+    "forging the reported names (describe rewritten through the caller's frame)": EVENS_WRONG
+    + "import sys\n_g = sys._getframe(1).f_globals\n_real = _g['describe']\n"
+    + "def _forged(ns):\n    names = _real(ns)\n"
+    + f"    names['__builtins__'] = {_FORGED_BUILTINS}\n    return names\n"
+    + "_g['describe'] = _forged\n",
+    "forging the reported names (the runner module patched)": EVENS_WRONG
+    + "import sys\n_m = sys.modules['__main__']\n_real = _m.describe\n"
+    + "def _forged(ns):\n    names = _real(ns)\n"
+    + f"    names['__builtins__'] = {_FORGED_BUILTINS}\n"
+    + "    names['set'] = names['sorted'] = names['abs'] = names['all'] = {'callable': True}\n"
+    + "    return names\n_m.describe = _forged\n"
+    + "def set(*a):\n    return 0\nsorted = abs = set\ndef all(*a):\n    return True\n",
+    "forging the names message (frame rewritten)": EVENS_WRONG
+    + "import sys\n_g = sys._getframe(1).f_globals\n_frame = _g['frame']\n"
+    + "def _forged(obj):\n    if 'loaded' in obj:\n"
+    + f"        obj['loaded']['__builtins__'] = {_FORGED_BUILTINS}\n"
+    + "    return _frame(obj)\n_g['frame'] = _forged\n",
+}
+_DAEMON = (
+    "import ctypes, os, time\n"
+    'RECORDS = \'\'.join(\'{"test": %d, "status": "passed"}\\n\' % i for i in range(5))\n'
+    "RECORDS += '{\"done\": true}\\n'\n"
+    "def targets():\n"
+    "    libc = ctypes.CDLL(None, use_errno=True)\n"
+    "    for pid in (1, os.getppid(), os.getppid() - 1, 2, 3):\n"
+    "        try:\n"
+    "            yield os.open(f'/proc/{pid}/fd/1', os.O_WRONLY)\n"
+    "        except OSError:\n"
+    "            pass\n"
+    "        pidfd = libc.syscall(434, pid, 0)  # pidfd_open\n"
+    "        if pidfd >= 0:\n"
+    "            fd = libc.syscall(438, pidfd, 1, 0)  # pidfd_getfd: its stdout\n"
+    "            if fd >= 0:\n"
+    "                yield fd\n"
+    "def spray():\n"
+    "    for fd in targets():\n"
+    "        try:\n"
+    "            os.write(fd, RECORDS.encode())\n"
+    "        except OSError:\n"
+    "            pass\n"
+)
+RECORD_CHEATS = {
+    "a load-time daemon writing records into the exec's stdout": EVENS_WRONG
+    + _DAEMON
+    + "if os.fork() == 0:\n    os.setsid()\n    for _ in range(40):\n        spray()\n"
+    + "        time.sleep(0.05)\n    os._exit(0)\n",
+    "a double-forked daemon that writes once the tests ran": EVENS_WRONG
+    + _DAEMON
+    + "if os.fork() == 0:\n    if os.fork() == 0:\n        time.sleep(0.3)\n        spray()\n"
+    + "    os._exit(0)\n",
+    "writing records from inside the call": "import os\n"
+    + _DAEMON
+    + "def evens(xs):\n    spray()\n    return [x for x in xs if x % 2]\n",
+}
+
+
+def test_evens_baselines(sandbox: Sandbox) -> None:
+    harness = AssertTests(EVENS_TESTS, timeout=5)
+    right = judge(sandbox, harness, "def evens(xs):\n    return [x for x in xs if x % 2 == 0]\n")
+    assert right.kind is OutcomeKind.PASSED and right.passed == 5, right
+    assert judge(sandbox, harness, EVENS_WRONG).passed == 0
+
+
+def test_a_function_named_like_a_builtin_is_still_the_one_tested(sandbox: Sandbox) -> None:
+    """MBPP's task 126 asks for ``sum(a, b)`` (the sum of common divisors)."""
+    harness = AssertTests(["assert sum(10, 15) == 6", "assert sum(4, 6) == 3"], timeout=5)
+    code = (
+        "import builtins\ndef sum(a, b):\n"
+        "    return builtins.sum(d for d in range(1, b + 1) if a % d == 0 and b % d == 0)\n"
+    )
+    outcome = judge(sandbox, harness, code)
+    assert outcome.kind is OutcomeKind.PASSED, outcome
+
+
+@pytest.mark.parametrize("cheat", [*NAME_CHEATS, *RECORD_CHEATS])
+def test_name_and_record_cheats_score_zero(sandbox: Sandbox, cheat: str) -> None:
+    code = {**NAME_CHEATS, **RECORD_CHEATS}[cheat]
+    outcome = judge(sandbox, AssertTests(EVENS_TESTS, timeout=5), code)
+    assert outcome.passed == 0, f"{cheat}: {outcome}"
+
+
+def test_cheats_score_zero_in_shared_sandboxes() -> None:
+    """Several completions at once per sandbox: some run warm, those that find the template
+    busy run the cold way."""
+    from sandboxkit.rewards import assert_tests_reward
+
+    cheats = [*NAME_CHEATS.values(), *RECORD_CHEATS.values()] * 2
+    reward = assert_tests_reward("subprocess", timeout=5, pool_size=1, per_sandbox=4)
+    try:
+        right = "def evens(xs):\n    return [x for x in xs if x % 2 == 0]\n"
+        scores = reward(
+            prompts=[""] * (len(cheats) + 1),
+            completions=[right, *cheats],
+            test_list=[EVENS_TESTS] * (len(cheats) + 1),
+        )
+    finally:
+        reward.close()
+    assert scores == [1.0] + [0.0] * len(cheats)
+
+
+def test_records_that_are_not_the_runners_never_count(sandbox: Sandbox) -> None:
+    """Whatever path a writer finds to the exec's stdout (a weaker tier, another backend),
+    records it writes are not sealed with the exec's key and do not count."""
+    harness = AssertTests(EVENS_TESTS, timeout=5)
+    request = harness.request(EVENS_WRONG)
+    result = sandbox.exec(request.argv, stdin=request.stdin, timeout=request.timeout)
+    forged = "".join(f'{{"test": {i}, "status": "passed"}}\n' for i in range(5))
+    replayed = "".join(
+        line.partition(" ")[0] + ' {"test": 0, "status": "passed"}\n'
+        for line in result.stdout.splitlines()
+    )
+    for extra in (forged, replayed, forged + '{"done": true}\n'):
+        tampered = ExecResult(0, stdout_bytes=(result.stdout + extra).encode())
+        assert harness.judge(tampered, request).passed == 0
+    other = harness.request(EVENS_WRONG)  # the same records under another exec's key
+    assert harness.judge(result, other).kind is OutcomeKind.ERROR
+
+
+def test_long_results_do_not_overflow_the_judges_channel(sandbox: Sandbox) -> None:
+    """150 calls returning 10,000 characters each: 1.5 MB of values, past the 1 MiB cap."""
+    code = "def echo(n):\n    return 'x' * n + str(n)\n"
+    args = [(10_000 + i,) for i in range(150)]
+    harness = FunctionTests("echo", args, ["x" * n + str(n) for (n,) in args], timeout=5)
+    outcome = judge(sandbox, harness, code)
+    assert outcome.kind is OutcomeKind.PASSED and outcome.passed == 150, outcome
+    wrong = judge(sandbox, harness, code.replace("str(n)", "str(n + 1)"))
+    assert wrong.passed == 0, wrong
+    cases = [(str(n), "x" * n) for n in range(10_000, 10_150)]
+    program = "print('x' * int(input()))\n"
+    assert judge(sandbox, StdioTests(cases, timeout=5), program).passed == 150
+
+
+def test_time_limits_are_cpu_time_with_a_wall_clock_backstop(sandbox: Sandbox) -> None:
+    """Under CPU hogs on every core, a program that needs 1.5 s of CPU per test still passes a
+    5 s limit; one that spins fails on CPU time, one that sleeps on the wall-clock backstop."""
+    import os
+    import subprocess
+    import sys
+
+    hogs = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+        for _ in range(4 * (os.cpu_count() or 1))
+    ]
+    try:
+        busy = (
+            "import time\ndef slow_add(a, b):\n    start = time.process_time()\n"
+            "    while time.process_time() - start < 1.5:\n        pass\n    return a + b\n"
+        )
+        harness = AssertTests(["assert slow_add(2, 3) == 5", "assert slow_add(1, 1) == 2"])
+        outcome = judge(sandbox, harness, busy)
+        assert outcome.kind is OutcomeKind.PASSED, outcome
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    tests = AssertTests(["assert slow_add(2, 3) == 5"], timeout=1)
+    spins = judge(sandbox, tests, "def slow_add(a, b):\n    while True:\n        pass\n")
+    assert spins.kind is OutcomeKind.TIMEOUT and "1s of CPU time" in spins.detail, spins
+    sleeps = judge(sandbox, tests, "import time\ndef slow_add(a, b):\n    time.sleep(60)\n")
+    assert sleeps.kind is OutcomeKind.TIMEOUT and "wall-clock" in sleeps.detail, sleeps

@@ -2,8 +2,9 @@
 
 Every harness but :class:`ExecHarness` runs the trusted runner (``runner.py``) in the sandbox,
 which keeps the candidate out of the judging process (see its docstring for the threat model).
-The host decides the verdict from the runner's records only; expected values for function and
-stdin/stdout tests never enter the sandbox at all.
+The host decides the verdict from the runner's records only, and counts a record only when
+it carries the seal of the exec's key (``RunRequest.key``, which only the runner receives);
+expected values for function and stdin/stdout tests never enter the sandbox at all.
 
 Defended: early exit with status 0 (``sys.exit``, ``os._exit``, ``SystemExit``), lying
 ``__eq__``/``__hash__`` and subclasses of builtins, printed fake results or verdicts,
@@ -16,8 +17,10 @@ through by itself (``assert f(x)`` passes any truthy result).
 from __future__ import annotations
 
 import copy
+import hmac
 import json
 import random
+import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,12 +41,15 @@ class RunRequest:
     argv: list[str]
     stdin: bytes
     timeout: float
+    key: bytes = b""
+    """The key the runner seals its records with (fresh per request; none without a runner)."""
 
 
 class Harness(Protocol):
     def request(self, code: str) -> RunRequest: ...
 
-    def judge(self, result: ExecResult) -> Outcome: ...
+    def judge(self, result: ExecResult, request: RunRequest) -> Outcome:
+        """The outcome of ``result``, the run of ``request``."""
 
 
 def _frames(*objects: object) -> bytes:
@@ -52,10 +58,12 @@ def _frames(*objects: object) -> bytes:
 
 def _runner_request(first: dict[str, Any], job: dict[str, Any], tests: int) -> RunRequest:
     timeout = float(job["timeout"])
+    key = secrets.token_bytes(runner.KEY_BYTES)
     return RunRequest(
         argv=[PYTHON, "-I", "-c", RUNNER_SOURCE],
-        stdin=_frames(first, job),
-        timeout=timeout * (tests + 2) + _START_SLACK,
+        stdin=key.hex().encode() + b"\n" + _frames(first, job),
+        timeout=timeout * runner.WALL_FACTOR * (tests + 2) + _START_SLACK,
+        key=key,
     )
 
 
@@ -65,12 +73,20 @@ class _Records:
     load_timeout: bool = False
     tests: dict[int, dict[str, Any]] = field(default_factory=dict)
     done: bool = False
+    foreign: bool = False
+    """Whether a whole line was not the runner's."""
 
 
-def _records(result: ExecResult) -> _Records:
-    """The runner's records. Only the runner writes to this stream (see runner.py)."""
+def _records(result: ExecResult, request: RunRequest) -> _Records:
+    """The runner's records: lines sealed with the request's key (whatever else reached the
+    stream is ignored)."""
     found = _Records()
-    for line in result.stdout.splitlines():
+    lines = result.stdout.splitlines()
+    for i, sealed in enumerate(lines):
+        mac, _, line = sealed.partition(" ")
+        if not hmac.compare_digest(mac, runner.seal(request.key, line)):
+            found.foreign = found.foreign or not (result.truncated and i == len(lines) - 1)
+            continue
         try:
             record = json.loads(line)
         except ValueError:
@@ -97,6 +113,10 @@ def _unfinished(result: ExecResult, records: _Records, total: int) -> Outcome | 
     if records.load_error is not None:
         kind = OutcomeKind.TIMEOUT if records.load_timeout else OutcomeKind.ERROR
         return Outcome(kind, 0, total, records.load_error, result.duration)
+    if result.truncated and not records.done and not records.foreign:
+        # Only the runner wrote, and its records did not all fit: not the candidate's doing.
+        detail = "the test runner's records went past the exec's output cap"
+        return Outcome(OutcomeKind.INFRA, 0, total, detail, result.duration)
     if not records.done and not records.tests:
         if result.timed_out:
             return Outcome(OutcomeKind.TIMEOUT, 0, total, "timed out", result.duration)
@@ -127,7 +147,7 @@ class ExecHarness:
             self.timeout,
         )
 
-    def judge(self, result: ExecResult) -> Outcome:
+    def judge(self, result: ExecResult, request: RunRequest) -> Outcome:
         if result.timed_out:
             return Outcome(OutcomeKind.TIMEOUT, 0, 0, "timed out", result.duration)
         if result.returncode != 0:
@@ -146,15 +166,16 @@ class AssertTests:
     tests: Sequence[str]
     setup: str = ""
     timeout: float = 5.0
-    """Per test (and for loading the code)."""
+    """Per test (and for loading the code): CPU seconds of the test's process, with a
+    wall-clock backstop of ``runner.WALL_FACTOR`` times as many seconds."""
 
     def request(self, code: str) -> RunRequest:
         job = {"kind": "asserts", "timeout": self.timeout, "tests": list(self.tests)}
         return _runner_request({"code": code, "setup": self.setup}, job, len(self.tests))
 
-    def judge(self, result: ExecResult) -> Outcome:
+    def judge(self, result: ExecResult, request: RunRequest) -> Outcome:
         total = len(self.tests)
-        records = _records(result)
+        records = _records(result, request)
         early = _unfinished(result, records, total)
         if early is not None:
             return early
@@ -188,6 +209,18 @@ def strict_equal(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
+def _returned(record: dict[str, Any], expected: Any) -> bool:
+    """Whether a call's record holds the expected value: compared as itself, or (a long value)
+    by digest, which strict comparison would also accept only if ``expected`` equals itself
+    through the codec (no NaN in it, say)."""
+    if "digest" not in record:
+        return strict_equal(runner.decode(record.get("value")), expected)
+    data = runner.encode(expected)
+    return record["digest"] == runner.value_digest(data) and strict_equal(
+        runner.decode(data), expected
+    )
+
+
 @dataclass(frozen=True)
 class FunctionTests:
     """Call ``func_name`` on each argument tuple; compare with ``expected`` on the host.
@@ -207,9 +240,9 @@ class FunctionTests:
         job = {"kind": "calls", "timeout": self.timeout, "calls": calls}
         return _runner_request({"code": code, "setup": ""}, job, len(calls))
 
-    def judge(self, result: ExecResult) -> Outcome:
+    def judge(self, result: ExecResult, request: RunRequest) -> Outcome:
         total = len(self.args)
-        records = _records(result)
+        records = _records(result, request)
         early = _unfinished(result, records, total)
         if early is not None:
             return early
@@ -219,10 +252,11 @@ class FunctionTests:
             record = records.tests.get(i, {"status": "missing"})
             status = record.get("status")
             if status == "timeout" or (status == "missing" and result.timed_out):
-                return Outcome(OutcomeKind.TIMEOUT, passed, total, "timed out", result.duration)
+                said = f"test {i}: {record.get('detail', 'timed out')}"
+                return Outcome(OutcomeKind.TIMEOUT, passed, total, said, result.duration)
             if status == "returned":
                 try:
-                    ok = strict_equal(runner.decode(record.get("value")), expected)
+                    ok = _returned(record, expected)
                 except runner.CodecError as exc:
                     ok, detail = False, detail or str(exc)
                 passed += ok
@@ -254,10 +288,6 @@ class FunctionTask:
         return FunctionTests(self.func_name, args, expected, timeout)
 
 
-def _normalize_output(text: str) -> list[list[str]]:
-    return [line.split() for line in text.strip().splitlines() if line.strip()]
-
-
 @dataclass(frozen=True)
 class StdioTests:
     """Competitive-programming tests: the code is a program reading stdin; its stdout must
@@ -278,9 +308,9 @@ class StdioTests:
         first = {"code": code, "setup": "", "kind": "stdio"}
         return _runner_request(first, job, len(self.cases))
 
-    def judge(self, result: ExecResult) -> Outcome:
+    def judge(self, result: ExecResult, request: RunRequest) -> Outcome:
         total = len(self.cases)
-        records = _records(result)
+        records = _records(result, request)
         early = _unfinished(result, records, total)
         if early is not None:
             return early
@@ -289,10 +319,10 @@ class StdioTests:
             record = records.tests.get(i, {"status": "missing"})
             if record.get("status") == "timeout":
                 timeouts += 1
-                detail = detail or f"test {i}: timed out"
-            elif record.get("status") == "exited" and _normalize_output(
-                str(record.get("stdout", ""))
-            ) == _normalize_output(expected):
+                detail = detail or f"test {i}: {record.get('detail', 'timed out')}"
+            elif record.get("status") == "exited" and record.get("digest") == (
+                runner.output_digest(expected)
+            ):
                 passed += 1
             else:
                 detail = detail or f"test {i}: wrong output"

@@ -6,19 +6,27 @@ codec, so both ends share one definition of the wire format.
 Why it is shaped like this: model-written code must not be able to raise its own score. The
 candidate never runs in the process that judges it.
 
-- The judge (this process, T) reads the candidate's code from stdin and forks a zygote (Z)
-  *before* reading any test, then makes itself non-dumpable, so neither Z nor its children
-  can read T's memory, open T's file descriptors through /proc, or ptrace it.
-- Z closes everything it inherited, loads the candidate and, per test, forks a fresh child
-  (C) that answers calls over a private socket. C's answers cross as plain data (exact types:
-  an ``int`` subclass with a lying ``__eq__`` arrives as an opaque reference), so the tests,
-  running in T with their own builtins, compare real values. The candidate never sees a test,
-  an expected value or T's output channel; exiting early, killing T or faking output only
-  ever makes tests fail.
+- The judge (this process, T) reads the exec's verdict key, then the candidate's code, makes
+  itself non-dumpable and forks a zygote (Z) *before* reading any test; the key is read into
+  memory no fork inherits, and T forks nothing else. Neither Z nor its children can read T's
+  memory, open T's file descriptors through /proc, or ptrace it.
+- Z closes everything it inherited, loads the candidate (for stdin/stdout tests: compiles it)
+  and, per test, forks a fresh child (C) that answers calls over a private socket (or runs
+  the program with that socket as its stdin and stdout). C's answers cross as plain data
+  (exact types: an ``int`` subclass with a lying ``__eq__`` arrives as an opaque reference),
+  so the tests, running in T with their own builtins, compare real values. Everything Z and C
+  send is data that T checks: the names Z reports bind only where a test refers to them (a
+  test's builtins and its own names stay its own), modules only from the standard library.
+- Every record T writes is sealed with the key (keyed BLAKE2b): whatever else reaches the
+  exec's stdout, a process the candidate started included, is ignored by the host. Records
+  are small (long values and outputs cross as digests), so they stay far below an output cap.
+- A test's time limit is CPU time of its process, so a loaded machine does not fail a
+  correct program; a wall-clock backstop (``WALL_FACTOR`` times it) ends one that sleeps.
 
-Protocol. stdin: two frames, each ``<decimal length>\\n<JSON>``: first ``{"code", "setup"}``,
-then the job ``{"kind": "asserts"|"calls"|"stdio", "timeout", ...}``. stdout: one JSON record
-per line, ending with ``{"done": true}``.
+Protocol. stdin: the key in hex and a newline, then two frames, each ``<decimal
+length>\\n<JSON>``: first ``{"code", "setup", "kind"}``, then the job ``{"kind":
+"asserts"|"calls"|"stdio", "timeout", ...}``. stdout: one sealed record per line (``<mac>
+<JSON>``), ending with ``{"done": true}``.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import builtins
 import contextlib
 import json
 import math
+import mmap
 import os
 import select
 import signal
@@ -35,6 +44,7 @@ import socket
 import sys
 import time
 import types
+from _blake2 import blake2b  # hashlib's own; importing hashlib costs every run ~3 ms
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs every run ~5 ms of imports; annotations are never evaluated
@@ -50,6 +60,14 @@ MAX_FRAME = 16 * 1024 * 1024
 MAX_DEPTH = 64
 MAX_ITEMS = 100_000
 CANDIDATE_MODULE = "__sandboxkit_candidate__"
+KEY_BYTES = 32
+WALL_FACTOR = 5
+"""A test may take this many times its time limit in wall-clock time (sleeping, blocking, or
+starved of CPU) before it is stopped."""
+MAX_RECORD = 600
+"""Bytes of one record's JSON at most (its detail is shortened to fit)."""
+INLINE_VALUE = 256
+"""A returned value whose encoding is longer crosses to the host as a digest."""
 
 
 # -- the data codec: plain values only, exact types ---------------------------------------------
@@ -248,13 +266,61 @@ class RemoteError(Exception):
     """The candidate raised, exited or went silent during a call."""
 
 
+class TimeUp(TimeoutError):
+    """A test ran out of time: ``limit`` says which, its CPU time or the wall-clock backstop."""
+
+    def __init__(self, limit: str, detail: str) -> None:
+        super().__init__(detail)
+        self.limit = limit
+
+
+class Clock:
+    """A test's time limit, judged in CPU time of the process that runs it (all its threads;
+    work it hands to child processes counts only towards the backstop), so that a loaded
+    machine does not fail a correct program; the wall-clock backstop, ``WALL_FACTOR`` times
+    the limit, ends a program that sleeps or blocks. The CPU clock is read only when the
+    limit could first have been reached, so a quick test never reads it."""
+
+    def __init__(self, pid: int, limit: float) -> None:
+        self.clock_id = (~pid << 3) | 2  # the process's CPU-time clock (Linux, CPUCLOCK_SCHED)
+        self.limit = limit
+        self.started = time.monotonic()
+        self.backstop = self.started + limit * WALL_FACTOR
+        self.check_at = self.started + limit / CPUS
+
+    def wait(self, readers: list[Any], writers: list[Any] | None = None) -> list[Any]:
+        """Wait until one of ``readers`` or ``writers`` is ready (returns those that are),
+        raising :class:`TimeUp` when the time is up."""
+        while True:
+            now = time.monotonic()
+            if now >= self.backstop:
+                raise TimeUp(
+                    "wall", f"still running after {self.limit * WALL_FACTOR:g}s of wall-clock time"
+                )
+            if now >= self.check_at:
+                try:
+                    used = time.clock_gettime(self.clock_id)
+                except OSError:  # no such clock here: wall-clock time decides
+                    used = now - self.started
+                if used >= self.limit:
+                    raise TimeUp("cpu", f"used more than {self.limit:g}s of CPU time")
+                self.check_at = now + max((self.limit - used) / CPUS, 0.01)
+            wait = min(self.check_at, self.backstop) - now
+            readable, writable, _ = select.select(readers, writers or [], [], wait)
+            if readable or writable:
+                return readable + writable
+
+
+CPUS = len(os.sched_getaffinity(0))
+
+
 class Channel:
     """T's end of the socket to one candidate child."""
 
-    def __init__(self, sock: socket.socket, deadline: float) -> None:
+    def __init__(self, sock: socket.socket, clock: Clock) -> None:
         self.sock = sock
         self.fd = sock.fileno()
-        self.deadline = deadline
+        self.clock = clock
 
     def request(self, message: dict[str, Any]) -> Any:
         message = dict(message)
@@ -262,9 +328,7 @@ class Channel:
             if key in message:
                 message[key] = encode(message[key])
         self.sock.sendall(frame(message))
-        remaining = self.deadline - time.monotonic()
-        if remaining <= 0 or not select.select([self.fd], [], [], remaining)[0]:
-            raise TimeoutError("the candidate did not answer in time")
+        self.clock.wait([self.fd])
         try:
             answer = read_frame(self.fd)
         except (EOFError, OSError, ValueError):
@@ -330,12 +394,17 @@ def describe(namespace: dict[str, Any]) -> Names:
     return names
 
 
-def zygote(ctl: socket.socket, code: str, setup: str) -> None:
-    """Z: load the candidate once, then fork a fresh child per test on request."""
+def zygote(ctl: socket.socket, code: str, setup: str, program: bool) -> None:
+    """Z: load the candidate once (a whole ``program``: compile it), then fork a fresh child
+    per test on request."""
     namespace = {"__name__": CANDIDATE_MODULE, "__builtins__": __builtins__}
     try:
-        exec(compile(code + "\n" + setup, "<candidate>", "exec"), namespace)
-        ctl.sendall(frame({"loaded": describe(namespace)}))
+        if program:
+            compiled = compile(code, "<candidate>", "exec")
+            ctl.sendall(frame({"loaded": {}}))
+        else:
+            exec(compile(code + "\n" + setup, "<candidate>", "exec"), namespace)
+            ctl.sendall(frame({"loaded": describe(namespace)}))
     except BaseException as exc:
         ctl.sendall(frame({"load_error": exception_line(exc)}))
         os._exit(0)
@@ -351,18 +420,85 @@ def zygote(ctl: socket.socket, code: str, setup: str) -> None:
         if pid == 0:
             ctl.close()
             theirs.close()
+            if program:
+                run_program(mine, compiled)
             serve(mine, namespace)
         mine.close()
         socket.send_fds(ctl, [frame({"child": pid})], [theirs.fileno()])
         theirs.close()
 
 
+def run_program(sock: socket.socket, program: types.CodeType) -> None:
+    """C for stdin/stdout tests: run the program with the socket as its stdin and stdout."""
+    os.dup2(sock.fileno(), 0)
+    os.dup2(sock.fileno(), 1)
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+    os.closerange(3, 65536)
+    sys.stdin = open(0, closefd=False)  # noqa: SIM115 (lives until _exit)
+    sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
+    status = 0
+    try:
+        exec(program, {"__name__": "__main__", "__builtins__": __builtins__})
+    except SystemExit as exc:
+        status = exc.code if type(exc.code) is int else (0 if exc.code is None else 1)
+    except BaseException:
+        status = 1
+    try:
+        sys.stdout.flush()
+    finally:
+        os._exit(status)
+
+
 # -- the judge (T) --------------------------------------------------------------------------------
 
 
-def emit(record: Record) -> None:
-    sys.stdout.write(json.dumps(record) + "\n")
-    sys.stdout.flush()
+def seal(key: bytes, line: str) -> str:
+    """The MAC of one record line under the exec's key (hex)."""
+    return blake2b(line.encode(), key=key, digest_size=16).hexdigest()
+
+
+class Reporter:
+    """T's records on stdout, each sealed with the exec's key and short (``MAX_RECORD``)."""
+
+    def __init__(self, key: bytes) -> None:
+        self.key = key
+
+    def emit(self, record: Record) -> None:
+        line = json.dumps(record)
+        while len(line) > MAX_RECORD and record.get("detail"):
+            record["detail"] = record["detail"][: len(record["detail"]) // 2]
+            line = json.dumps(record)
+        sys.stdout.write(f"{seal(self.key, line)} {line}\n")
+        sys.stdout.flush()
+
+
+def value_digest(data: JSON) -> str:
+    """A digest of an encoded value that equal values share: sets and dicts in any order,
+    ``-0.0`` as ``0.0`` (strict comparison has them equal)."""
+
+    def canonical(x: JSON) -> JSON:
+        t = type(x)
+        if t is float:
+            return x + 0.0
+        if t is list:
+            return [canonical(v) for v in x]
+        if t is dict:
+            return {
+                tag: sorted(canonical(v), key=json.dumps)
+                if tag in ("$s", "$fs", "$d")
+                else canonical(v)
+                for tag, v in x.items()
+            }
+        return x
+
+    return blake2b(json.dumps(canonical(data)).encode()).hexdigest()
+
+
+def output_digest(text: str) -> str:
+    """A digest of a program's output up to whitespace (line ends, runs of spaces, blank
+    lines): stdin/stdout tests compare these."""
+    lines = [line.split() for line in text.strip().splitlines() if line.strip()]
+    return blake2b(json.dumps(lines).encode()).hexdigest()
 
 
 def make_undumpable() -> None:
@@ -374,7 +510,23 @@ def make_undumpable() -> None:
         pass
 
 
-def start_zygote(code: str, setup: str) -> tuple[int, socket.socket]:
+def read_key() -> mmap.mmap:
+    """The exec's key, read first (no code of the candidate runs yet) into memory that no
+    fork inherits (``MADV_DONTFORK``): the zygote and its children never hold it."""
+    size = 2 * KEY_BYTES + 1
+    memory = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    memory.madvise(mmap.MADV_DONTFORK)
+    with memoryview(memory) as view:
+        got = 0
+        while got < size:
+            n = os.readv(0, [view[got:]])
+            if not n:
+                raise EOFError
+            got += n
+    return memory
+
+
+def start_zygote(code: str, setup: str, program: bool) -> tuple[int, socket.socket]:
     t_end, z_end = socket.socketpair()
     pid = os.fork()
     if pid == 0:
@@ -385,52 +537,86 @@ def start_zygote(code: str, setup: str) -> tuple[int, socket.socket]:
         keep = z_end.fileno()
         os.closerange(3, keep)
         os.closerange(keep + 1, 65536)
-        zygote(z_end, code, setup)
+        zygote(z_end, code, setup, program)
         os._exit(0)
     z_end.close()
     return pid, t_end
 
 
-def load(t_end: socket.socket, timeout: float) -> Record:
-    if not select.select([t_end], [], [], timeout)[0]:
-        return {
-            "load_error": f"TimeoutError: loading the code took longer than {timeout:g}s",
-            "timeout": True,
-        }
+def load(t_end: socket.socket, zygote_pid: int, timeout: float) -> Record:
     try:
-        loaded: Record = read_frame(t_end.fileno())
-        return loaded
+        Clock(zygote_pid, timeout).wait([t_end])
+    except TimeUp as exc:
+        return {"load_error": f"TimeoutError: loading the code {exc}", "timeout": True}
+    try:
+        loaded = read_frame(t_end.fileno())
     except (EOFError, ValueError):
         return {"load_error": "the code's process ended while loading"}
+    if type(loaded) is not dict or not ("loaded" in loaded or "load_error" in loaded):
+        return {"load_error": "the code's process sent something else than its names"}
+    return {"load_error": str(loaded["load_error"])} if "load_error" in loaded else loaded
 
 
 def child_channel(t_end: socket.socket, timeout: float) -> tuple[int, Channel]:
     """A fresh candidate child from the zygote (which the candidate controls: trust nothing)."""
     try:
-        t_end.settimeout(timeout)
+        t_end.settimeout(timeout * WALL_FACTOR)
         t_end.sendall(frame({"fork": True}))
         msg, fds, _flags, _addr = socket.recv_fds(t_end, 256, 1)
         pid = int(json.loads(msg.split(b"\n", 1)[1])["child"])
         sock = socket.socket(fileno=fds[0])
     except Exception:
         raise RemoteError("the candidate's process could not start a test") from None
-    return pid, Channel(sock, time.monotonic() + timeout)
+    return pid, Channel(sock, Clock(pid, timeout))
 
 
-def bind(names: Names, channel_box: list[Channel]) -> dict[str, Any]:
-    """The candidate's names as T sees them: proxies, data, modules."""
+def referred_names(names: Any, *codes: types.CodeType) -> dict[str, Any]:
+    """The candidate's names (as Z reported them: untrusted) that a test takes: those its
+    code refers to, builtins only when it refers to no other of them (the function under test
+    named like a builtin, as MBPP's ``sum``), so that a candidate's ``set`` or ``sorted`` never
+    stands in for the test's. (What the test defines itself replaces these as it runs.)"""
+    if type(names) is not dict:
+        return {}
+    referred: set[str] = set()
+    stack = list(codes)
+    while stack:
+        code = stack.pop()
+        referred.update(code.co_names)
+        stack += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    found = {n: names[n] for n in referred if n in names and not n.startswith("__")}
+    own = {n: info for n, info in found.items() if not hasattr(builtins, n)}
+    return own or found
+
+
+def bind(names: dict[str, Any], channel_box: list[Channel]) -> dict[str, Any]:
+    """The candidate's names as T sees them: proxies, data, standard modules. What Z said
+    about them is only data: a malformed entry is left out (the test then fails on it)."""
     import importlib
 
     bound: dict[str, Any] = {}
     for name, info in names.items():
-        if "module" in info:
-            with contextlib.suppress(ImportError):
-                bound[name] = importlib.import_module(info["module"])
-        elif "value" in info:
-            bound[name] = decode(info["value"])
-        else:
+        if type(info) is not dict or len(info) != 1:
+            continue
+        ((form, data),) = info.items()
+        if form == "module" and type(data) is str and data.split(".")[0] in STANDARD_MODULES:
+            with contextlib.suppress(Exception):
+                bound[name] = importlib.import_module(data)
+        elif form == "value":
+            with contextlib.suppress(CodecError):
+                bound[name] = decode(data)
+        elif form == "callable":
             bound[name] = _proxy(name, channel_box)
     return bound
+
+
+STANDARD_MODULES = frozenset(getattr(sys, "stdlib_module_names", sys.builtin_module_names)) - {
+    "this",
+    "antigravity",
+    "__main__",
+}
+"""Modules a test may take from the candidate by name (``math`` that a test uses without
+importing it): the standard library's (on Python 3.9, its built-in ones), less those whose
+import does something."""
 
 
 def _proxy(name: str, channel_box: list[Channel]) -> Callable[..., Any]:
@@ -441,26 +627,33 @@ def _proxy(name: str, channel_box: list[Channel]) -> Callable[..., Any]:
     return call
 
 
-def run_asserts(job: Record, t_end: socket.socket, names: Names, setup: str) -> None:
+def run_asserts(
+    job: Record, t_end: socket.socket, names: Any, setup: str, report: Reporter
+) -> None:
     for index, snippet in enumerate(job["tests"]):
 
         def test(box: list[Channel], snippet: str = snippet, index: int = index) -> Record:
-            namespace: dict[str, Any] = {"__name__": "__main__", **bind(names, box)}
-            exec(compile(setup, "<setup>", "exec"), namespace)
-            exec(compile(snippet, f"<test {index}>", "exec"), namespace)
+            setup_code = compile(setup, "<setup>", "exec")
+            test_code = compile(snippet, f"<test {index}>", "exec")
+            taken = referred_names(names, setup_code, test_code)
+            namespace: dict[str, Any] = {"__name__": "__main__", **bind(taken, box)}
+            exec(setup_code, namespace)
+            exec(test_code, namespace)
             return {"status": "passed"}
 
-        emit({"test": index, **judge(test, t_end, job["timeout"])})
+        report.emit({"test": index, **judge(test, t_end, job["timeout"])})
 
 
-def run_calls(job: Record, t_end: socket.socket, names: Names) -> None:
+def run_calls(job: Record, t_end: socket.socket, report: Reporter) -> None:
     for index, (name, args) in enumerate(job["calls"]):
 
         def call(box: list[Channel], name: str = name, args: JSON = args) -> Record:
-            value = box[0].request({"call": name, "args": decode(args)})
-            return {"status": "returned", "value": encode(value)}
+            data = encode(box[0].request({"call": name, "args": decode(args)}))
+            if len(json.dumps(data)) <= INLINE_VALUE:
+                return {"status": "returned", "value": data}
+            return {"status": "returned", "digest": value_digest(data)}
 
-        emit({"test": index, **judge(call, t_end, job["timeout"])})
+        report.emit({"test": index, **judge(call, t_end, job["timeout"])})
 
 
 def judge(test: Callable[[list[Channel]], Record], t_end: socket.socket, timeout: float) -> Record:
@@ -471,8 +664,8 @@ def judge(test: Callable[[list[Channel]], Record], t_end: socket.socket, timeout
         pid, channel = child_channel(t_end, timeout)
         box.append(channel)
         return test(box)
-    except TimeoutError as exc:
-        return {"status": "timeout", "detail": str(exc)}
+    except TimeUp as exc:
+        return {"status": "timeout", "limit": exc.limit, "detail": str(exc)}
     except (RemoteError, CodecError) as exc:
         return {"status": "error", "detail": str(exc)}
     except Exception as exc:  # AssertionError and whatever else the test raised
@@ -489,104 +682,70 @@ def end_child(pid: int, channel: Channel | None) -> None:
         channel.sock.close()
 
 
-def run_stdio(job: Record, code: str) -> None:
+def run_stdio(job: Record, t_end: socket.socket, report: Reporter) -> None:
     """Each input runs the candidate as a whole program in a fresh process."""
-    program = compile(code, "<candidate>", "exec")
     for index, stdin_text in enumerate(job["inputs"]):
-        out_r, out_w = os.pipe()
-        in_r, in_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.dup2(in_r, 0)
-            os.dup2(out_w, 1)
-            null = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(null, 2)
-            os.closerange(3, 65536)
-            sys.stdin = open(0, closefd=False)  # noqa: SIM115 (lives until _exit)
-            sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
-            status = 0
-            try:
-                exec(program, {"__name__": "__main__", "__builtins__": __builtins__})
-            except SystemExit as exc:
-                status = exc.code if type(exc.code) is int else (0 if exc.code is None else 1)
-            except BaseException:
-                status = 1
-            try:
-                sys.stdout.flush()
-            finally:
-                os._exit(status)
-        os.close(in_r)
-        os.close(out_w)
-        out, outcome = collect(pid, in_w, out_r, stdin_text.encode(), job)
-        emit({"test": index, **outcome, "stdout": out.decode("utf-8", "replace")})
+
+        def run(box: list[Channel], data: bytes = stdin_text.encode()) -> Record:
+            out = collect(box[0], data, job.get("output_cap", 1 << 20))
+            return {"status": "exited", "digest": output_digest(out.decode("utf-8", "replace"))}
+
+        report.emit({"test": index, **judge(run, t_end, job["timeout"])})
 
 
-def collect(pid: int, in_w: int, out_r: int, data: bytes, job: Record) -> tuple[bytes, Record]:
-    """Feed stdin and read capped stdout until the child exits or its time is up."""
-    deadline = time.monotonic() + job["timeout"]
-    cap = job.get("output_cap", 1 << 20)
+def collect(channel: Channel, data: bytes, cap: int) -> bytes:
+    """Feed the program its stdin and read its stdout (up to ``cap`` bytes) until it ends."""
+    sock = channel.sock
+    sock.setblocking(False)
     out = bytearray()
-    os.set_blocking(in_w, False)
-    writers = [in_w] if data else []
     if not data:
-        os.close(in_w)
-    readers = [out_r]
-    while readers:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            break
-        readable, writable, _ = select.select(readers, writers, [], remaining)
-        if writable:
+        sock.shutdown(socket.SHUT_WR)
+    while True:
+        ready = channel.clock.wait([sock], [sock] if data else [])
+        if sock in ready and data:
             try:
-                sent = os.write(in_w, data[:65536])
-                data = data[sent:]
-            except OSError:
+                data = data[sock.send(data[:65536]) :]
+            except BlockingIOError:
+                pass
+            except OSError:  # it stopped reading
                 data = b""
             if not data:
-                os.close(in_w)
-                writers = []
-        if readable:
-            chunk = os.read(out_r, 65536)
-            if not chunk:
-                readers = []
-            elif len(out) < cap:
-                out += chunk[: cap - len(out)]
-    timed_out = bool(readers)
-    if writers:
-        os.close(in_w)
-    os.close(out_r)
-    with contextlib.suppress(OSError):
-        os.kill(pid, signal.SIGKILL)
-    _, raw = os.waitpid(pid, 0)
-    if timed_out:
-        return bytes(out), {"status": "timeout"}
-    code = os.waitstatus_to_exitcode(raw)
-    return bytes(out), {"status": "exited", "returncode": code}
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_WR)
+        try:
+            chunk = sock.recv(65536)
+        except BlockingIOError:
+            continue
+        except OSError:
+            chunk = b""
+        if not chunk:
+            return bytes(out)
+        out += chunk[: cap - len(out)]
 
 
 def main() -> None:
+    key_memory = read_key()
     first = read_frame(0)
     code, setup = first["code"], first.get("setup", "")
+    kind = first.get("kind")
     make_undumpable()
-    if first.get("kind") == "stdio":
-        job = read_frame(0)
-        run_stdio(job, code)
-        emit({"done": True})
-        return
-    zygote_pid, t_end = start_zygote(code, setup)
+    zygote_pid, t_end = start_zygote(code, setup, program=kind == "stdio")
+    # Only now, in T alone: T forks nothing else.
+    report = Reporter(bytes.fromhex(key_memory[:].decode()))
+    key_memory.close()
     job = read_frame(0)  # only now: the zygote never had the tests in its memory
-    loaded = load(t_end, job["timeout"] * 2)
+    loaded = load(t_end, zygote_pid, job["timeout"] * 2)
     if "load_error" in loaded:
-        emit({"load_error": loaded["load_error"], "timeout": bool(loaded.get("timeout"))})
+        report.emit({"load_error": loaded["load_error"], "timeout": bool(loaded.get("timeout"))})
+    elif job["kind"] == "asserts":
+        run_asserts(job, t_end, loaded["loaded"], setup, report)
+    elif job["kind"] == "calls":
+        run_calls(job, t_end, report)
     else:
-        names = loaded["loaded"]
-        if job["kind"] == "asserts":
-            run_asserts(job, t_end, names, setup)
-        else:
-            run_calls(job, t_end, names)
+        run_stdio(job, t_end, report)
     with contextlib.suppress(OSError):
         os.kill(zygote_pid, signal.SIGKILL)
-    emit({"done": True})
+    report.emit({"done": True})
 
 
 if __name__ == "__main__":

@@ -730,8 +730,9 @@ def exec_namespace_works() -> bool:
 def warm_up() -> None:
     """Do once here what every exec would otherwise pay for in its fresh fork: the first
     ``compile`` builds the compiler's AST types (~1.3 ms), the first text stream looks up its
-    codec, and the test runner imports ``base64``. (Nothing here may import ``threading``: its
-    at-fork hook costs every fork ~0.3 ms.)"""
+    codec, and the test runner imports ``base64`` and ``_blake2``. (Nothing here may import
+    ``threading``: its at-fork hook costs every fork ~0.3 ms.)"""
+    import _blake2  # noqa: F401
     import base64  # noqa: F401
 
     compile(WARM_UP_PROGRAM, "<warm-up>", "exec")
