@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 from ..outcomes import Outcome, OutcomeKind
 from ..protocol import ExecResult
+from ..sanitize import pattern_bans
 from . import runner
 
 PYTHON = "python3"
@@ -272,7 +273,13 @@ class FunctionTests:
 class FunctionTask:
     """A Daytona-style task: the prompt the model continues, the function it must write, test
     inputs as expressions (each evaluated, on the host, to one argument; ``random`` is a
-    seeded generator there), and a trusted reference implementation."""
+    seeded generator there), and a trusted reference implementation.
+
+    ``banned_patterns`` are Daytona's substrings; unless ``derive_bans`` is off, what they name
+    (``sorted(``: the name, ``.sort(``: the attribute, ``import m``: the module; see
+    :func:`~sandboxkit.sanitize.pattern_bans`) is also banned through the AST check, which sees
+    aliases, computed ``getattr`` and ``eval``. ``banned_names``, ``banned_attributes`` and
+    ``banned_modules`` name constructs for that check directly."""
 
     prompt: str
     func_name: str
@@ -280,6 +287,19 @@ class FunctionTask:
     reference: Callable[..., Any]
     banned_patterns: Sequence[str] = ()
     seed: int = 0
+    banned_names: Sequence[str] = ()
+    banned_attributes: Sequence[str] = ()
+    banned_modules: Sequence[str] = ()
+    derive_bans: bool = True
+
+    def bans(self) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+        """``(names, attributes, modules)`` for the AST check: the explicit ones and derived."""
+        derived = pattern_bans(self.banned_patterns) if self.derive_bans else ((), (), ())
+        return (
+            (*self.banned_names, *derived[0]),
+            (*self.banned_attributes, *derived[1]),
+            (*self.banned_modules, *derived[2]),
+        )
 
     def harness(self, timeout: float = 5.0) -> FunctionTests:
         rng = random.Random(self.seed)
