@@ -21,6 +21,7 @@ import hmac
 import json
 import random
 import secrets
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -198,16 +199,26 @@ class AssertTests:
 
 
 def strict_equal(a: Any, b: Any) -> bool:
-    """Equal in type and value, recursively: ``1 != 1.0 != True``, ``[1] != (1,)``."""
+    """Equal in type and value, recursively: ``1 != 1.0 != True``, ``[1] != (1,)``. Namedtuples
+    (whose classes differ on each end) are equal in type when their names and fields are."""
     if type(a) is not type(b):
-        return False
-    if isinstance(a, (list, tuple)):
+        named = _namedtuple_type(a)
+        same = named is not None and named == _namedtuple_type(b)
+        return same and strict_equal(tuple(a), tuple(b))
+    if isinstance(a, (list, tuple, deque)):
         return len(a) == len(b) and all(strict_equal(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(strict_equal(a[k], b[k]) for k in a)
+    if isinstance(a, dict):  # an OrderedDict's order counts, as in ``==``
+        return a == b and a.keys() == b.keys() and all(strict_equal(a[k], b[k]) for k in a)
     if isinstance(a, (set, frozenset)):
-        return a == b and all(type(x) is type(next(y for y in b if y == x)) for x in a)
+        return a == b and {(type(x), x) for x in a} == {(type(y), y) for y in b}
     return bool(a == b)
+
+
+def _namedtuple_type(value: Any) -> tuple[str, tuple[str, ...]] | None:
+    fields = getattr(type(value), "_fields", None)
+    if isinstance(value, tuple) and type(fields) is tuple:
+        return type(value).__name__, fields
+    return None
 
 
 def _returned(record: dict[str, Any], expected: Any) -> bool:
