@@ -7,33 +7,21 @@ functions: assert tests compare in the runner, function tests on the host.
 from __future__ import annotations
 
 from collections import Counter, OrderedDict, defaultdict, deque, namedtuple
-from collections.abc import Iterator
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
 import pytest
+import test_cheats
 
-from sandboxkit import Sandbox, SandboxClient
-from sandboxkit.harness import AssertTests, FunctionTests, Harness
-from sandboxkit.outcomes import Outcome, OutcomeKind
+from sandboxkit import Sandbox
+from sandboxkit.harness import AssertTests, FunctionTests
+from sandboxkit.outcomes import OutcomeKind
 
 Point = namedtuple("Point", "x y")
-
-
-@pytest.fixture(scope="module", params=["warm", "cold"])
-def sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
-    from sandboxkit import get_backend
-
-    client: SandboxClient = get_backend("subprocess", warm=request.param == "warm")
-    with client.sandbox(tags=["test-values"]) as sb:
-        yield sb
-
-
-def judge(sb: Sandbox, harness: Harness, code: str) -> Outcome:
-    request = harness.request(code)
-    result = sb.exec(request.argv, stdin=request.stdin, timeout=request.timeout)
-    return harness.judge(result, request)
+sandbox = test_cheats.sandbox
+"""One sandbox on the warm path, one on the cold."""
+judge = test_cheats.judge
 
 
 SAFE_DIV = "def safe_div(a, b):\n    return a / b\n"
