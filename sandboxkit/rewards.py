@@ -340,12 +340,20 @@ def function_tests_reward(
     the prompt; completions continue it (function bodies)."""
     table = dict(tasks) if isinstance(tasks, Mapping) else {t.func_name: t for t in tasks}
     harnesses = {name: task.harness(timeout) for name, task in table.items()}
+    bans = {name: task.bans() for name, task in table.items()}
 
     def planner(i: int, prompt: Any, completion: Completion, columns: Any) -> Plan:
         name = _find_task(table, prompt)
         task = table[name]
+        names, attributes, modules = bans[name]
         return plan(
-            completion, harnesses[name], prompt=task.prompt, banned_patterns=task.banned_patterns
+            completion,
+            harnesses[name],
+            prompt=task.prompt,
+            banned_patterns=task.banned_patterns,
+            banned_names=names,
+            banned_attributes=attributes,
+            banned_modules=modules,
         )
 
     def mapping(outcome: Outcome) -> float:

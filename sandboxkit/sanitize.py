@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import ast
 import enum
+import keyword
 import re
+import sys
 import textwrap
+import unicodedata
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
@@ -26,6 +29,9 @@ DEFAULT_MAX_BYTES = 64 * 1024
 
 _FENCE = re.compile(r"[ \t]*(`{3,}|~{3,})(.*)")
 _PYTHON_TAG = re.compile(r"py(?:thon)?[0-9.]*")
+_IMPORT_PATTERN = re.compile(r"(?:import|from)\s+([^\W\d][\w.]*?)(?:\s.*)?")
+_CALL_PATTERN = re.compile(r"((?:[^\W\d]\w*)?\.(?:[^\W\d]\w*\.)*)?([^\W\d]\w*)(\s*\()?")
+"""``sorted(``, ``.sort(``, ``heapq.nsmallest(``, ``heapq``: (qualifier, name, call)."""
 _END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end|>", "</s>")
 
 # What reaches an arbitrary name, attribute or module at run time, so hides what it reaches.
@@ -38,6 +44,20 @@ _DYNAMIC_ATTRS |= {"__getattribute__", "__globals__", "__import__", "__loader__"
 _DYNAMIC_ATTRS |= {"__self__", "__subclasses__", "_getframe", "f_back", "f_builtins"}
 _DYNAMIC_ATTRS |= {"f_globals", "f_locals", "gi_frame", "tb_frame", "meta_path", "modules"}
 """``print.__self__`` is the builtins module, ``sys.modules`` holds every module."""
+# Modules that run code given as text, or resolve names given as text (``pydoc.locate``,
+# ``logging.config``'s resolver), and the builtins module as other modules' attribute
+# (``reprlib.builtins``, ``enum.bltns``) or a ``string.Formatter`` handing ``{0.so''rt}`` over.
+_DYNAMIC_MODULES |= {"bdb", "cProfile", "doctest", "pdb", "profile", "pydoc", "timeit", "trace"}
+_DYNAMIC_MODULES |= {"annotationlib", "imp", "_imp", "zipimport", "logging.config"}
+_DYNAMIC_MODULES |= {"unittest.mock", "_interpreters", "_xxsubinterpreters"}
+_DYNAMIC_ATTRS |= {"builtins", "bltns", "Formatter", "get_type_hints", "ForwardRef"}
+# Other programs: a Python started with computed code is out of the check's sight.
+_DYNAMIC_MODULES |= {"subprocess", "multiprocessing", "pty", "concurrent.interpreters"}
+_DYNAMIC_ATTRS |= {"system", "popen", "executable", "fork", "forkpty", "posix_spawn"}
+_DYNAMIC_ATTRS |= {"posix_spawnp", "create_subprocess_exec", "create_subprocess_shell"}
+_DYNAMIC_ATTRS |= {
+    verb + how for verb in ("exec", "spawn") for how in ("l", "le", "lp", "lpe", "v", "ve", "vp")
+} | {"execvpe", "spawnvpe"}
 _LITERAL_ARGS: Mapping[str, tuple[Literal["code", "attribute"], slice]] = {
     "eval": ("code", slice(0, 1)),
     "exec": ("code", slice(0, 1)),
@@ -144,6 +164,37 @@ def banned_substrings(code: str, patterns: Collection[str]) -> tuple[str, ...]:
     return tuple(p for p in _strings(patterns) if p and p.casefold() in folded)
 
 
+def pattern_bans(
+    patterns: Collection[str],
+) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """``(names, attributes, modules)`` that substring patterns mean, for :func:`find_banned`.
+
+    Who bans ``"sorted("`` bans the function, however it is reached: ``name(`` and a bare
+    ``name`` give the name and the attribute (``reprlib.builtins.sorted``), ``.attr(`` and
+    ``mod.attr(`` the attribute, ``import m``/``from m`` and a bare standard module's name
+    the module. Other patterns (``"import "``, ``"[::-1]"``) give nothing.
+    """
+    names: list[str] = []
+    attributes: list[str] = []
+    modules: list[str] = []
+    for pattern in _strings(patterns):
+        text = unicodedata.normalize("NFKC", pattern).strip()  # as Python reads identifiers
+        imported = _IMPORT_PATTERN.fullmatch(text)
+        if imported:
+            modules.append(imported[1])
+            continue
+        called = _CALL_PATTERN.fullmatch(text)
+        if not called or keyword.iskeyword(called[2]):
+            continue
+        dotted, name = called[1], called[2]
+        attributes.append(name)
+        if not dotted:
+            names.append(name)
+            if not called[3] and name in sys.stdlib_module_names:
+                modules.append(name)
+    return _strings(names), _strings(attributes), _strings(modules)
+
+
 def find_banned(
     code: str,
     *,
@@ -165,13 +216,16 @@ def find_banned(
     anything but a string literal (literals are checked as code, so ``eval(input())`` is
     flagged too), ``getattr`` with a computed name, ``__import__``, ``globals``/``locals``/
     ``vars``, ``__builtins__``, imports of ``builtins``/``importlib``/``pickle``/``inspect``/
-    ``types``/``gc``/``ctypes``..., introspection attributes (``__globals__``, ``__self__``,
-    ``__dict__``, ``__subclasses__``, frame attributes, and ``.modules`` on any object), and
-    these callables referenced other than by a direct call (``g = getattr``).
+    ``types``/``gc``/``ctypes``..., of modules that run or resolve text (``timeit``, ``pydoc``,
+    ``pdb``, ``logging.config``...) or start programs (``subprocess``, ``multiprocessing``),
+    introspection attributes (``__globals__``, ``__self__``, ``__dict__``, ``__subclasses__``,
+    frame attributes, and ``.modules``/``.builtins`` on any object), ``typing``'s evaluators of
+    annotations, ``string.Formatter``, ``os.system``/``popen``/``exec*``/``spawn*``,
+    ``sys.executable``, and these callables referenced other than by a direct call
+    (``g = getattr``).
 
-    Not caught: a program that writes a file and imports or runs it, one that starts a
-    process (``os.system("python -c ...")``, unless ``os``/``subprocess`` are banned), code
-    hidden in data the sandbox provides, and escape routes missing from the lists above.
+    Not caught: a program that writes a file and imports or runs it, code hidden in data the
+    sandbox provides, and escape routes missing from the lists above.
     """
     tree = _parse(code)
     if isinstance(tree, Problem):
@@ -324,9 +378,9 @@ class _Ban:
         for banned in self.modules:
             if name == banned or name.startswith(banned + "."):
                 return banned, f"imports {name!r} (banned module {banned!r})"
-        root = name.partition(".")[0]
-        if root in _DYNAMIC_MODULES:
-            return root, f"imports {name!r}, which reaches arbitrary code"
+        for dynamic in _DYNAMIC_MODULES:
+            if name == dynamic or name.startswith(dynamic + "."):
+                return dynamic, f"imports {name!r}, which reaches arbitrary code"
         return None
 
 

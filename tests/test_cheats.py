@@ -8,13 +8,15 @@ runs around a program that prints nothing useful.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 
 from sandboxkit import Sandbox, SandboxClient
-from sandboxkit.harness import AssertTests, FunctionTests, Harness, StdioTests
+from sandboxkit.harness import AssertTests, FunctionTask, FunctionTests, Harness, StdioTests
 from sandboxkit.outcomes import Outcome, OutcomeKind
 from sandboxkit.protocol import ExecResult
+from sandboxkit.rewards import function_tests_reward
 
 TESTS = ["assert add(2, 3) == 5", "assert add(-1, 1) == 0", "assert add(10, 5) == 15"]
 ARGS = [(2, 3), (-1, 1), (10, 5)]
@@ -386,3 +388,102 @@ def test_time_limits_are_cpu_time_with_a_wall_clock_backstop(sandbox: Sandbox) -
     assert spins.kind is OutcomeKind.TIMEOUT and "1s of CPU time" in spins.detail, spins
     sleeps = judge(sandbox, tests, "import time\ndef slow_add(a, b):\n    time.sleep(60)\n")
     assert sleeps.kind is OutcomeKind.TIMEOUT and "wall-clock" in sleeps.detail, sleeps
+
+
+# -- banned patterns: Daytona's sort task, dodged as a policy would dodge a substring check ----
+
+SORT_TASK = FunctionTask(
+    prompt="def sort_numbers(xs: list[int]) -> list[int]:\n",
+    func_name="sort_numbers",
+    tests=["[3, 1, 2]", "[random.randint(-100, 100) for _ in range(20)]", "[5, 5, 1]"],
+    reference=sorted,
+    banned_patterns=["sorted(", ".sort("],
+)
+INSERTION_SORT = (
+    "    out = []\n    for x in xs:\n        i = 0\n"
+    "        while i < len(out) and out[i] < x:\n            i += 1\n"
+    "        out.insert(i, x)\n    return out\n"
+)
+SORT_DODGES = {
+    "an alias": "    s = sorted\n    return s(xs)\n",
+    "fullwidth letters": "    return \uff53\uff4f\uff52\uff54\uff45\uff44(xs)\n",
+    "getattr with a computed name": (
+        "    out = list(xs)\n    getattr(out, 'so' + 'rt')()\n    return out\n"
+    ),
+    "getattr on __builtins__": "    return getattr(__builtins__, 'sor' + 'ted')(xs)\n",
+    "the builtins module's namespace": (
+        "    import builtins\n    return vars(builtins)['sor' + 'ted'](xs)\n"
+    ),
+    "globals()": (
+        "    b = globals()['__builtins__']\n"
+        "    return (b if isinstance(b, dict) else b.__dict__)['sor' + 'ted'](xs)\n"
+    ),
+    "eval": "    return eval('sor' + 'ted')(xs)\n",
+    "importlib": (
+        "    import importlib\n"
+        "    return importlib.import_module('builtins').__dict__['sor' + 'ted'](xs)\n"
+    ),
+    "operator.methodcaller": (
+        "    import operator\n    out = list(xs)\n"
+        "    operator.methodcaller('so' + 'rt')(out)\n    return out\n"
+    ),
+    "a class __dict__": "    out = list(xs)\n    list.__dict__['so' + 'rt'](out)\n    return out\n",
+    "another module's builtins": (
+        "    import reprlib\n    f = reprlib.builtins.sorted\n    return f(xs)\n"
+    ),
+    "pydoc.locate": "    from pydoc import locate\n    return locate('sor' + 'ted')(xs)\n",
+    "a string.Formatter": (
+        "    import string\n    out = list(xs)\n\n    class F(string.Formatter):\n"
+        "        def format_field(self, value, spec):\n"
+        "            value()\n            return ''\n\n"
+        "    F().format('{0.so' + 'rt}', out)\n    return out\n"
+    ),
+    "timeit running text": (
+        "    import timeit\n    ns = {'xs': xs, 'out': []}\n"
+        "    timeit.timeit('out.extend(sor' + 'ted(xs))', globals=ns, number=1)\n"
+        "    return ns['out']\n"
+    ),
+    "another Python": (
+        "    import json, subprocess, sys\n"
+        "    code = 'import json, sys; print(json.dumps(sor' + 'ted(json.loads(sys.argv[1]))))'\n"
+        "    run = subprocess.run([sys.executable, '-c', code, json.dumps(xs)],\n"
+        "                         capture_output=True, text=True)\n"
+        "    return json.loads(run.stdout)\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("per_sandbox", [1, 2])
+@pytest.mark.parametrize("path", ["warm", "cold"])
+def test_banned_patterns_cannot_be_dodged(path: str, per_sandbox: int) -> None:
+    """Daytona's rule gives banned code -1.0; each dodge scored 1.0 under the substring check."""
+    from sandboxkit import get_backend
+
+    bodies = {"honest": INSERTION_SORT, "wrong": "    return xs[::-1]\n", **SORT_DODGES}
+    with get_backend("subprocess", warm=path == "warm") as client:
+        reward = function_tests_reward(
+            [SORT_TASK], backend=client, pool_size=1, per_sandbox=per_sandbox, timeout=10
+        )
+        try:
+            scores = reward([SORT_TASK.prompt] * len(bodies), list(bodies.values()))
+        finally:
+            reward.close()
+    got = dict(zip(bodies, scores, strict=True))
+    assert got.pop("honest") == 1.0
+    assert got.pop("wrong") == pytest.approx(1 / 3)  # right for [5, 5, 1] only
+    assert got == dict.fromkeys(SORT_DODGES, -1.0)
+
+
+def test_function_task_names_bans_for_the_ast_check() -> None:
+    task = FunctionTask(
+        "def total(xs):\n", "total", ["[1, 2]"], sum, banned_names=["sum"], derive_bans=False
+    )
+    assert task.bans() == (("sum",), (), ())
+    assert SORT_TASK.bans() == (("sorted",), ("sorted", "sort"), ())
+    assert replace(SORT_TASK, derive_bans=False).bans() == ((), (), ())
+    reward = function_tests_reward([task], backend="subprocess", pool_size=1)
+    try:
+        scores = reward([task.prompt] * 2, ["    f = sum\n    return f(xs)\n", "    return 3\n"])
+    finally:
+        reward.close()
+    assert scores == [-1.0, 1.0]

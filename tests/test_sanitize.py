@@ -18,6 +18,7 @@ from sandboxkit.sanitize import (
     extract_code,
     find_banned,
     function_body,
+    pattern_bans,
     sanitize,
 )
 
@@ -396,6 +397,24 @@ def constructs(code: str, **ban: Any) -> set[str | None]:
         ("import gc\ngc.get_objects()", "gc"),
         ("import ctypes", "ctypes"),
         ("__loader__.load_module('builtins')", "__loader__"),
+        ("import reprlib\nreprlib.builtins.sorted(xs)", "builtins"),
+        ("from reprlib import builtins as b\nb.sorted(xs)", "builtins"),
+        ("import enum\nmatch enum:\n    case object(bltns=b):\n        b", "bltns"),
+        ("from pydoc import locate\nlocate('sor' + 'ted')(xs)", "pydoc"),
+        ("import timeit\ntimeit.timeit('sor' + 'ted(xs)', number=1)", "timeit"),
+        ("import cProfile\ncProfile.run(src)", "cProfile"),
+        ("import logging.config as c\nc.BaseConfigurator({}).resolve(n)", "logging.config"),
+        ("from logging import config", "logging.config"),
+        ("from unittest import mock\nmock._importer('builtins')", "unittest.mock"),
+        ("from typing import get_type_hints", "get_type_hints"),
+        ("import typing\ntyping.ForwardRef('sorted')", "ForwardRef"),
+        ("import string\nclass F(string.Formatter): pass", "Formatter"),
+        ("import subprocess", "subprocess"),
+        ("from multiprocessing.reduction import ForkingPickler", "multiprocessing"),
+        ("import os\nos.popen(cmd).read()", "popen"),
+        ("import os\nos.system(cmd)", "system"),
+        ("import os\nos.execvpe(a, b, c)", "execvpe"),
+        ("import sys\nargv = [sys.executable, '-c', src]", "executable"),
     ],
 )
 def test_ast_check_flags(code: str, construct: str) -> None:
@@ -470,6 +489,26 @@ def test_banned_submodule_is_matched_through_from_import() -> None:
     assert constructs("from os import path", modules=["os.path"]) == {"os.path"}
     assert find_banned("import os\nimport osmosis", modules=["os.path"]) == ()
     assert find_banned("import osmosis\nfrom ossify import path", modules=["os"]) == ()
+
+
+@pytest.mark.parametrize(
+    ("patterns", "bans"),
+    [
+        (["sorted(", ".sort("], (("sorted",), ("sorted", "sort"), ())),
+        (["\uff53\uff55\uff4d (", "heapq.nsmallest("], (("sum",), ("sum", "nsmallest"), ())),
+        (
+            ["import heapq", "from bisect import insort", "import os.path as p"],
+            ((), (), ("heapq", "bisect", "os.path")),
+        ),
+        (["heapq", "max"], (("heapq", "max"), ("heapq", "max"), ("heapq",))),
+        (["import ", "[::-1]", "for", "x ** 2", ""], ((), (), ())),
+    ],
+    ids=["daytona-sort", "fullwidth-and-qualified", "imports", "bare-words", "nothing-named"],
+)
+def test_pattern_bans_name_what_the_patterns_mean(
+    patterns: list[str], bans: tuple[tuple[str, ...], ...]
+) -> None:
+    assert pattern_bans(patterns) == bans
 
 
 def test_ast_problem_names_line_and_construct() -> None:

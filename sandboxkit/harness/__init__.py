@@ -21,6 +21,7 @@ import hmac
 import json
 import random
 import secrets
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ from typing import Any, Protocol
 
 from ..outcomes import Outcome, OutcomeKind
 from ..protocol import ExecResult
+from ..sanitize import pattern_bans
 from . import runner
 
 PYTHON = "python3"
@@ -197,16 +199,26 @@ class AssertTests:
 
 
 def strict_equal(a: Any, b: Any) -> bool:
-    """Equal in type and value, recursively: ``1 != 1.0 != True``, ``[1] != (1,)``."""
+    """Equal in type and value, recursively: ``1 != 1.0 != True``, ``[1] != (1,)``. Namedtuples
+    (whose classes differ on each end) are equal in type when their names and fields are."""
     if type(a) is not type(b):
-        return False
-    if isinstance(a, (list, tuple)):
+        named = _namedtuple_type(a)
+        same = named is not None and named == _namedtuple_type(b)
+        return same and strict_equal(tuple(a), tuple(b))
+    if isinstance(a, (list, tuple, deque)):
         return len(a) == len(b) and all(strict_equal(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(strict_equal(a[k], b[k]) for k in a)
+    if isinstance(a, dict):  # an OrderedDict's order counts, as in ``==``
+        return a == b and a.keys() == b.keys() and all(strict_equal(a[k], b[k]) for k in a)
     if isinstance(a, (set, frozenset)):
-        return a == b and all(type(x) is type(next(y for y in b if y == x)) for x in a)
+        return a == b and {(type(x), x) for x in a} == {(type(y), y) for y in b}
     return bool(a == b)
+
+
+def _namedtuple_type(value: Any) -> tuple[str, tuple[str, ...]] | None:
+    fields = getattr(type(value), "_fields", None)
+    if isinstance(value, tuple) and type(fields) is tuple:
+        return type(value).__name__, fields
+    return None
 
 
 def _returned(record: dict[str, Any], expected: Any) -> bool:
@@ -272,7 +284,13 @@ class FunctionTests:
 class FunctionTask:
     """A Daytona-style task: the prompt the model continues, the function it must write, test
     inputs as expressions (each evaluated, on the host, to one argument; ``random`` is a
-    seeded generator there), and a trusted reference implementation."""
+    seeded generator there), and a trusted reference implementation.
+
+    ``banned_patterns`` are Daytona's substrings; unless ``derive_bans`` is off, what they name
+    (``sorted(``: the name, ``.sort(``: the attribute, ``import m``: the module; see
+    :func:`~sandboxkit.sanitize.pattern_bans`) is also banned through the AST check, which sees
+    aliases, computed ``getattr`` and ``eval``. ``banned_names``, ``banned_attributes`` and
+    ``banned_modules`` name constructs for that check directly."""
 
     prompt: str
     func_name: str
@@ -280,6 +298,19 @@ class FunctionTask:
     reference: Callable[..., Any]
     banned_patterns: Sequence[str] = ()
     seed: int = 0
+    banned_names: Sequence[str] = ()
+    banned_attributes: Sequence[str] = ()
+    banned_modules: Sequence[str] = ()
+    derive_bans: bool = True
+
+    def bans(self) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+        """``(names, attributes, modules)`` for the AST check: the explicit ones and derived."""
+        derived = pattern_bans(self.banned_patterns) if self.derive_bans else ((), (), ())
+        return (
+            (*self.banned_names, *derived[0]),
+            (*self.banned_attributes, *derived[1]),
+            (*self.banned_modules, *derived[2]),
+        )
 
     def harness(self, timeout: float = 5.0) -> FunctionTests:
         rng = random.Random(self.seed)

@@ -56,7 +56,8 @@ if TYPE_CHECKING:  # typing costs every run ~5 ms of imports; annotations are ne
     Record: TypeAlias = dict[str, Any]
     Names: TypeAlias = dict[str, dict[str, Any]]
 
-MAX_FRAME = 16 * 1024 * 1024
+MAX_FRAME = 64 * 1024 * 1024
+"""Bytes of one frame at most: a result whose encoding is longer fails its test, saying so."""
 MAX_DEPTH = 64
 MAX_ITEMS = 100_000
 CANDIDATE_MODULE = "__sandboxkit_candidate__"
@@ -124,6 +125,15 @@ _ITERATORS: tuple[type, ...] = (
 )
 
 
+_WIDE = 1 << 64
+"""Integers this large or larger cross in hex: decimal text of over 4300 digits is refused by
+Python's parsing guard (and takes quadratic time), hex is not."""
+_STANDARD = dict.fromkeys(("Counter", "OrderedDict", "defaultdict", "deque"), "collections")
+_STANDARD.update(Decimal="decimal", Fraction="fractions")
+"""Standard types that cross as themselves (exactly these: a subclass is reduced to its base,
+as for builtins), by the module that defines them; none is imported to send a value."""
+
+
 def encode(value: Any, refs: list[Any] | None = None, depth: int = 0) -> JSON:
     """To JSON-able data. Objects that are not plain data become references (into ``refs``)."""
     if depth > MAX_DEPTH:
@@ -134,16 +144,25 @@ def encode(value: Any, refs: list[Any] | None = None, depth: int = 0) -> JSON:
     if value is None or t is bool:
         return value
     if isinstance(value, int):
-        return int.__int__(value)
+        whole = int.__int__(value)
+        return whole if -_WIDE < whole < _WIDE else {"$i": hex(whole)}
     if isinstance(value, str):
         return str.__str__(value)
     if isinstance(value, float):
         number = float.__float__(value)
         return number if math.isfinite(number) else {"$f": repr(number)}
+    if t.__name__ in _STANDARD:
+        standard = _encode_standard(value, t, refs, depth)
+        if standard is not None:
+            return standard
     if isinstance(value, list):
         return [encode(v, refs, depth + 1) for v in list.__iter__(value)]
     if isinstance(value, tuple):
-        return {"$t": [encode(v, refs, depth + 1) for v in tuple.__iter__(value)]}
+        items = [encode(v, refs, depth + 1) for v in tuple.__iter__(value)]
+        fields = getattr(t, "_fields", None) if t is not tuple else None
+        if type(fields) is tuple and all(type(f) is str for f in fields):
+            return {"$nt": [t.__name__, list(fields), items]}  # a namedtuple
+        return {"$t": items}
     if isinstance(value, (set, frozenset)):
         items = [
             encode(v, refs, depth + 1)
@@ -182,6 +201,29 @@ def encode(value: Any, refs: list[Any] | None = None, depth: int = 0) -> JSON:
     return {"$ref": len(refs) - 1}
 
 
+def _encode_standard(value: Any, t: type, refs: list[Any] | None, depth: int) -> JSON:
+    """A value of exactly one of the ``_STANDARD`` types, else None. A ``defaultdict``'s
+    factory crosses when it is a builtin (``int``, ``list``), else as None (equality ignores
+    it)."""
+    name = t.__name__
+    if getattr(sys.modules.get(_STANDARD[name]), name, None) is not t:
+        return None
+    if name == "Decimal":
+        return {"$dec": str(value)}
+    if name == "Fraction":
+        return {"$fr": [encode(value.numerator), encode(value.denominator)]}
+    if name == "deque":
+        return {"$dq": [[encode(v, refs, depth + 1) for v in value], value.maxlen]}
+    pairs = [[encode(k, refs, depth + 1), encode(v, refs, depth + 1)] for k, v in value.items()]
+    if name == "OrderedDict":
+        return {"$od": pairs}
+    if name == "Counter":
+        return {"$ctr": {"$d": pairs}}
+    factory = value.default_factory
+    builtin = factory is not None and getattr(builtins, factory.__name__, None) is factory
+    return {"$dd": [{"$bi": factory.__name__} if builtin else None, {"$d": pairs}]}
+
+
 _TAGS: dict[str, Callable[[Any, Callable[[Any], Any]], Any]] = {
     "$t": lambda v, d: tuple(d(x) for x in v),
     "$s": lambda v, d: {d(x) for x in v},
@@ -194,7 +236,60 @@ _TAGS: dict[str, Callable[[Any, Callable[[Any], Any]], Any]] = {
     "$it": lambda v, d: iter([d(x) for x in v]),
     "$bi": lambda v, d: _builtin(v),
     "$f": lambda v, d: float({"nan": "nan", "inf": "inf", "-inf": "-inf"}[v]),
+    "$i": lambda v, d: int(_text(v), 16),
+    "$nt": lambda v, d: _namedtuple(v[0], v[1])._make(d(x) for x in v[2]),
+    "$ctr": lambda v, d: _standard("collections", "Counter")(_dict(d(v))),
+    "$od": lambda v, d: _standard("collections", "OrderedDict")((d(k), d(x)) for k, x in v),
+    "$dd": lambda v, d: _standard("collections", "defaultdict")(
+        None if v[0] is None else _builtin(v[0]["$bi"]), _dict(d(v[1]))
+    ),
+    "$dq": lambda v, d: _standard("collections", "deque")([d(x) for x in v[0]], v[1]),
+    "$dec": lambda v, d: _decimal(_text(v)),
+    "$fr": lambda v, d: _standard("fractions", "Fraction")(_int(d(v[0])), _int(d(v[1]))),
 }
+_NAMEDTUPLES: dict[tuple[str, tuple[str, ...]], Any] = {}
+
+
+def _standard(module: str, name: str) -> Any:
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
+def _text(value: Any) -> str:
+    if type(value) is not str:
+        raise CodecError(f"not text: {value!r}")
+    return value
+
+
+def _int(value: Any) -> int:
+    if type(value) is not int:
+        raise CodecError(f"not an integer: {value!r}")
+    return value
+
+
+def _dict(value: Any) -> dict[Any, Any]:
+    if type(value) is not dict:
+        raise CodecError(f"not a dict: {value!r}")
+    return value
+
+
+def _decimal(text: str) -> Any:
+    number = _standard("decimal", "Decimal")(text)
+    if number.is_snan():  # comparing one raises
+        raise CodecError("a signalling NaN")
+    return number
+
+
+def _namedtuple(name: Any, fields: Any) -> Any:
+    """The namedtuple class of this name and fields (one per pair, made by the codec: what
+    crosses is the name, the fields and the values, never the sender's class)."""
+    key = (_text(name), tuple(_text(f) for f in fields))
+    if key not in _NAMEDTUPLES:
+        if len(_NAMEDTUPLES) >= 1024:
+            raise CodecError("too many namedtuple types")
+        _NAMEDTUPLES[key] = _standard("collections", "namedtuple")(*key)
+    return _NAMEDTUPLES[key]
 
 
 def _builtin(name: str) -> Any:
@@ -225,7 +320,7 @@ def decode(data: JSON, channel: Channel | None = None, refs: list[Any] | None = 
 
     try:
         return d(data)
-    except (TypeError, KeyError, IndexError, ValueError, RecursionError) as exc:
+    except (TypeError, KeyError, IndexError, ValueError, ArithmeticError, RecursionError) as exc:
         raise CodecError(f"bad value: {exc}") from None
 
 
@@ -259,6 +354,8 @@ def read_frame(fd: int) -> Any:
 
 def frame(obj: JSON) -> bytes:
     data = json.dumps(obj).encode()
+    if len(data) > MAX_FRAME:
+        raise CodecError(f"its encoding is {len(data)} bytes, over the limit of {MAX_FRAME}")
     return b"%d\n" % len(data) + data
 
 
@@ -334,8 +431,25 @@ class Channel:
         except (EOFError, OSError, ValueError):
             raise RemoteError("the candidate's process ended during a call") from None
         if "raise" in answer:
-            raise RemoteError(answer["raise"])
+            raise remote_exception(answer, self)
         return decode(answer["ok"], channel=self)
+
+
+def remote_exception(answer: Record, channel: Channel) -> Exception:
+    """The candidate's exception as a test sees it: of its builtin type, made here from plain
+    arguments (a test's ``except ZeroDivisionError`` works), else a :class:`RemoteError`.
+    Never ``StopIteration`` (it would end a test's loop as if exhausted) nor what is not an
+    ``Exception`` (``SystemExit``)."""
+    name = answer.get("type")
+    cls = getattr(builtins, name, None) if type(name) is str else None
+    if (
+        isinstance(cls, type)
+        and issubclass(cls, Exception)
+        and not issubclass(cls, (StopIteration, StopAsyncIteration))
+    ):
+        with contextlib.suppress(Exception):
+            return cls(*decode(answer.get("args"), channel))
+    return RemoteError(str(answer["raise"]))
 
 
 # -- the candidate side (zygote and children) ---------------------------------------------------
@@ -343,6 +457,17 @@ class Channel:
 
 def exception_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}".strip().rstrip(":")[:500]
+
+
+def raised(exc: BaseException) -> Record:
+    """C's answer for an exception: its line, and its nearest builtin type with its arguments
+    as plain data (or its message), from which T makes one of its own."""
+    builtin = next(c for c in type(exc).__mro__ if getattr(builtins, c.__name__, None) is c)
+    try:
+        args = encode(exc.args)
+    except (CodecError, RecursionError):
+        args = encode((str(exc)[:500],))
+    return {"raise": exception_line(exc), "type": builtin.__name__, "args": args}
 
 
 def serve(sock: socket.socket, namespace: dict[str, Any]) -> None:
@@ -369,7 +494,7 @@ def serve(sock: socket.socket, namespace: dict[str, Any]) -> None:
                 result = func(*args, **kwargs)
             answer = {"ok": encode(result, refs)}
         except BaseException as exc:  # the candidate's own exception, SystemExit included
-            answer = {"raise": exception_line(exc)}
+            answer = raised(exc)
         try:
             sock.sendall(frame(answer))
         except (TypeError, ValueError, RecursionError) as exc:
@@ -486,12 +611,24 @@ def value_digest(data: JSON) -> str:
             return {
                 tag: sorted(canonical(v), key=json.dumps)
                 if tag in ("$s", "$fs", "$d")
+                else _decimal_digits(v)
+                if tag == "$dec"
                 else canonical(v)
                 for tag, v in x.items()
             }
         return x
 
     return blake2b(json.dumps(canonical(data)).encode()).hexdigest()
+
+
+def _decimal_digits(text: str) -> str:
+    """One spelling of each Decimal value: ``1.0`` and ``1.00`` are equal."""
+    import decimal
+
+    number = _decimal(text)
+    if number.is_nan() or not number:
+        return str(abs(number))
+    return str(number.normalize(decimal.Context(prec=decimal.MAX_PREC)))
 
 
 def output_digest(text: str) -> str:
