@@ -26,27 +26,13 @@ from sandboxkit.local import disk, files
 from sandboxkit.local.isolation import Tier, namespaces_failure
 from sandboxkit.local.seccomp import SYSCALLS, native_arch, syscall_number, unsupported
 from sandboxkit.portal import run_sync
+from sandboxkit.testing.remote import processes_with
 
 PY = "python3"
 CAP = 64 * 1024
 MEMORY_MB = 256
 DISK_MB = 64
 DISK_INODES = 2000
-
-
-def _marked_processes(marker: str) -> list[int]:
-    """Host pids whose initial environment carries ``marker``."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if marker.encode() in f.read():
-                    found.append(int(entry))
-        except OSError:
-            continue
-    return found
 
 
 @pytest.fixture(params=["namespaces", "namespaces-cold", "rlimits"])
@@ -86,7 +72,7 @@ def _sandbox_of(tier: str, local_root: Path) -> Iterator[tuple[SandboxClient, Sa
     left = [p.name for p in local_root.iterdir() if sb.id in p.name]
     assert left == [], f"a stopped sandbox left its directory: {left}"
     assert mounts_under(local_root) == [], "a stopped sandbox left its storage mounted"
-    assert _marked_processes(marker) == [], "processes of the sandbox are still running"
+    assert processes_with(marker, "environ") == [], "processes of the sandbox are still running"
     client.close()
 
 
@@ -607,7 +593,7 @@ def test_code_on_a_root_host_holds_no_host_privilege(
                 sb.read_file("started")
                 break
             time.sleep(0.05)
-        pids = _marked_processes(marker)
+        pids = processes_with(marker, "environ")
         assert pids, "the sandbox's process was not found on the host"
         for pid in pids:
             with contextlib.suppress(FileNotFoundError):

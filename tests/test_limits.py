@@ -6,6 +6,7 @@ The attacks on these limits are in ``test_hostile.py``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -21,7 +22,7 @@ import sandboxkit
 from sandboxkit.backends.subprocess import SubprocessBackend
 from sandboxkit.local.cgroup import Cgroups
 from sandboxkit.local.limits import Limits
-from sandboxkit.testing.remote import wait_until
+from sandboxkit.testing.remote import processes_with, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 MEMORY_MB = 256
@@ -61,22 +62,22 @@ def host_memory_group(sb: sandboxkit.Sandbox) -> str:
     holder = threading.Thread(target=lambda: sb.exec(["sleep", "2"], env={marker: "1"}, timeout=60))
     holder.start()
     try:
-        assert wait_until(lambda: processes_with_env(marker), timeout=30)
-        pid = processes_with_env(marker)[0]
+        # ``sleep`` itself: before it runs, the host's launcher (not yet in the sandbox's
+        # group in the rlimits tier) carries the same environment.
+        assert wait_until(lambda: sleeping(processes_with(marker, "environ")), timeout=30)
+        pid = sleeping(processes_with(marker, "environ"))[0]
         return memory_group(Path(f"/proc/{pid}/cgroup").read_text())
     finally:
         holder.join()
 
 
-def processes_with_env(marker: str) -> list[int]:
+def sleeping(pids: list[int]) -> list[int]:
+    """Those of ``pids`` that run ``sleep``."""
     found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if marker.encode() in Path(f"/proc/{entry}/environ").read_bytes():
-                    found.append(int(entry))
-            except OSError:
-                continue
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sleep\0"):
+                found.append(pid)
     return found
 
 

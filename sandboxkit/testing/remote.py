@@ -156,13 +156,14 @@ def sleeper_argv(marker: str, seconds: int = 300) -> list[str]:
     return ["sh", "-c", f'exec python3 -c "import time; time.sleep({seconds})" "$0"', marker]
 
 
-def processes_with(marker: str) -> list[int]:
-    """Pids whose command line contains ``marker``, seen from the host: the emulators run
-    sandboxed programs as local processes, so this shows whether a remote command still runs."""
+def processes_with(marker: str, where: str = "cmdline") -> list[int]:
+    """Pids whose command line (or, ``where="environ"``, initial environment) contains
+    ``marker``, seen from the host: the emulators run sandboxed programs as local processes,
+    so this shows whether a remote command still runs."""
     found = []
     for proc in Path("/proc").iterdir():
         try:
-            if proc.name.isdigit() and marker.encode() in (proc / "cmdline").read_bytes():
+            if proc.name.isdigit() and marker.encode() in (proc / where).read_bytes():
                 found.append(int(proc.name))
         except OSError:
             continue
