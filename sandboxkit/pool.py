@@ -33,8 +33,10 @@ from .errors import (
     SandboxLostError,
     SandboxNotFoundError,
 )
+from .keywords import check_keywords, keyword_only
 from .portal import blocking
 from .protocol import SandboxStatus
+from .registry import sandbox_keywords_for
 from .retry import TRANSIENT_ERRORS, retried
 from .session import Session
 
@@ -180,7 +182,8 @@ class SandboxPool:
       its next lease, since providers stop idle sandboxes on their own;
     - ``session``: the :class:`Session` whose sandboxes these are (default: one of its own,
       created from ``client`` and closed with the pool);
-    - ``tags``, ``image``, ``env`` and other keywords go to every sandbox created;
+    - ``tags``, ``image``, ``env`` and other keywords go to every sandbox created (one that
+      the backend does not take is a ``TypeError`` here);
     - ``progress``: show a progress bar while starting (None: when stderr is a terminal).
 
     The pool's state lives on one event loop: the loop it is first used from (the sandboxkit
@@ -211,6 +214,9 @@ class SandboxPool:
             raise ValueError("size, per_sandbox, max_uses and max_concurrency must be >= 1")
         if session is not None and client is not None:
             raise ValueError("pass a client or a session, not both")
+        accepted = sandbox_keywords_for(session.client if session is not None else client)
+        if accepted is not None:
+            check_keywords("SandboxPool()", sandbox_options, accepted | keyword_only(SandboxPool))
         self.session = session or Session(client)
         self._owns_session = session is None
         self.size = size

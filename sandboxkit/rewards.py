@@ -23,10 +23,12 @@ from .client import SandboxClient
 from .errors import CircuitOpenError
 from .evaluation import Plan, plan, run_plan
 from .harness import AssertTests, ExecHarness, FunctionTask
+from .keywords import check_keywords, keyword_only
 from .outcomes import Outcome, OutcomeKind
 from .pool import PoolStats, SandboxPool
 from .portal import run_sync
 from .protocol import Backend
+from .registry import sandbox_keywords_for
 from .sanitize import Completion, completion_text
 
 Planner = Callable[[int, Any, Completion, Mapping[str, Sequence[Any]]], Plan]
@@ -114,6 +116,11 @@ class RewardFunction:
             if isinstance(backend, (SandboxClient, str)) or backend is None
             else SandboxClient(backend)
         )
+        accepted = sandbox_keywords_for(client)
+        if accepted is not None:  # else the backend does not say which options it reads
+            own = keyword_only(RewardFunction) | _FACTORY_KEYWORDS.get(name, frozenset())
+            pool = keyword_only(SandboxPool) - {"size"}  # pool_size here
+            check_keywords(f"{name}()", pool_options, own | pool | accepted)
         self._pool_args: dict[str, Any] = {
             "size": pool_size,
             "per_sandbox": per_sandbox,
@@ -352,3 +359,9 @@ def function_tests_reward(
         return outcome.fraction if outcome.ran else -1.0
 
     return RewardFunction("function_tests_reward", planner, mapping, backend=backend, **options)
+
+
+_FACTORY_KEYWORDS = {
+    f.__name__: keyword_only(f) for f in (exec_reward, assert_tests_reward, function_tests_reward)
+}
+"""The factories' own keywords, named with the others when an option is misspelt."""
