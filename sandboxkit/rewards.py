@@ -11,12 +11,13 @@ teaches the model that correct code is wrong), and reports what happened through
 from __future__ import annotations
 
 import asyncio
+import builtins
 import logging
 import statistics
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .client import SandboxClient
@@ -335,8 +336,31 @@ def _find_task(tasks: Mapping[str, FunctionTask], prompt: Any) -> str:
     raise KeyError(f"no task has this prompt: {text[:80]!r}")
 
 
+TaskLike = FunctionTask | Mapping[str, Any]
+"""A :class:`FunctionTask`, or a dict of its fields as Daytona's example writes its ``TASKS``
+(``prompt``, ``func_name``, ``tests``, ``reference``, ``banned_patterns``), where
+``reference`` may also be a builtin's name such as ``"sorted"``."""
+
+
+def _function_task(task: TaskLike) -> FunctionTask:
+    if isinstance(task, FunctionTask):
+        return task
+    given = dict(task)
+    check_keywords("FunctionTask()", given, {f.name for f in fields(FunctionTask)})
+    reference = given.get("reference")
+    if isinstance(reference, str):
+        found = getattr(builtins, reference, None)
+        if not callable(found):
+            raise ValueError(
+                f"task {given.get('func_name')!r}: reference {reference!r} is not a builtin's "
+                "name; pass the reference function itself"
+            )
+        given["reference"] = found
+    return FunctionTask(**given)
+
+
 def function_tests_reward(
-    tasks: Mapping[str, FunctionTask] | Sequence[FunctionTask],
+    tasks: Mapping[str, TaskLike] | Sequence[TaskLike],
     *,
     backend: BackendLike = None,
     timeout: float = 5.0,
@@ -344,8 +368,12 @@ def function_tests_reward(
 ) -> RewardFunction:
     """Daytona's rule: -1.0 for an error, a timeout, empty code or a banned pattern; otherwise
     the fraction of tests whose output strictly equals the reference's. The task is found from
-    the prompt; completions continue it (function bodies)."""
-    table = dict(tasks) if isinstance(tasks, Mapping) else {t.func_name: t for t in tasks}
+    the prompt; completions continue it (function bodies). ``tasks`` are keyed by name, or
+    listed (then named by their ``func_name``)."""
+    if isinstance(tasks, Mapping):
+        table = {name: _function_task(task) for name, task in tasks.items()}
+    else:
+        table = {t.func_name: t for t in map(_function_task, tasks)}
     harnesses = {name: task.harness(timeout) for name, task in table.items()}
 
     def planner(i: int, prompt: Any, completion: Completion, columns: Any) -> Plan:
