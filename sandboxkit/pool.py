@@ -397,7 +397,9 @@ class SandboxPool:
             # Newcomers queue behind those already waiting.
             if (woken or not self._waiters) and (slot := self._pick()) is not None:
                 break
-            if not self._slots and not self._creating and self._create_error is not None:
+            # Every waiter's wake-up starts a create: waiting for none to be in flight would
+            # wait forever when every create fails (a provider that is gone).
+            if not self._slots and self._create_error is not None:
                 error, self._create_error = self._create_error, None
                 self._waiters.wake()
                 raise error
