@@ -4,6 +4,8 @@ porting it passes."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from sandboxkit import SandboxClient
@@ -19,17 +21,17 @@ def max_subarray_sum(xs: list[int]) -> int:
     """Return the maximum sum of a non-empty contiguous subarray."""
 '''
 
-
-def _kadane(xs: list[int]) -> int:
-    best = current = xs[0]
+KADANE = """    best = current = xs[0]
     for x in xs[1:]:
         current = max(x, current + x)
         best = max(best, current)
     return best
+"""
+_reference: dict[str, Any] = {}
+exec(MAX_SUBARRAY_PROMPT + KADANE, _reference)  # the correct completion is the reference
 
-
-# The shape of Daytona's example, keys and all (its "_kadane" is defined in its harness
-# script; here it is passed as the function).
+# The shape of Daytona's example, keys and all (its "_kadane" reference is defined in its
+# harness script; here the function itself is passed).
 TASKS = {
     "sorting": {
         "prompt": SORTING_PROMPT,
@@ -48,7 +50,7 @@ TASKS = {
         "func_name": "max_subarray_sum",
         "banned_patterns": [],
         "tests": ["[5]", "[-2, -3, -1, -4]", "[random.randint(-100, 100) for _ in range(300)]"],
-        "reference": _kadane,
+        "reference": _reference["max_subarray_sum"],
     },
 }
 INSERTION_SORT = """    out = []
@@ -58,12 +60,6 @@ INSERTION_SORT = """    out = []
             i -= 1
         out.insert(i, x)
     return out
-"""
-KADANE = """    best = current = xs[0]
-    for x in xs[1:]:
-        current = max(x, current + x)
-        best = max(best, current)
-    return best
 """
 
 
