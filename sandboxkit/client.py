@@ -10,10 +10,20 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
+from .keywords import check_keywords
 from .portal import blocking
 from .protocol import Backend, ExecResult, SandboxInfo, SandboxSpec, SandboxStatus, check_env
 
 _SPEC_FIELDS = ("workdir", "cpu", "memory_mb", "disk_mb", "lifetime_seconds")
+
+
+def sandbox_keywords(backend: object) -> frozenset[str] | None:
+    """Every keyword :meth:`SandboxClient.asandbox` takes for ``backend`` (a backend or its
+    class); None if the backend does not say which provider options it reads."""
+    provider: frozenset[str] | None = getattr(backend, "sandbox_options", None)
+    if provider is None:
+        return None
+    return frozenset({"image", "env", "tags", *_SPEC_FIELDS, *provider})
 
 
 def _as_bytes(data: bytes | str | None) -> bytes | None:
@@ -117,7 +127,11 @@ class SandboxClient:
         **options: Any,
     ) -> Sandbox:
         """Create a sandbox. ``workdir``, ``cpu``, ``memory_mb``, ``disk_mb`` and
-        ``lifetime_seconds`` fill the spec; any other keyword goes to the provider as is."""
+        ``lifetime_seconds`` fill the spec; any other keyword goes to the provider as is (one
+        the backend says it does not read is a ``TypeError``)."""
+        accepted = sandbox_keywords(self.backend)
+        if accepted is not None:
+            check_keywords("sandbox()", options, accepted)
         known = {k: options.pop(k) for k in _SPEC_FIELDS if k in options}
         check_env(env or {})
         spec = SandboxSpec(

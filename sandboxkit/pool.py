@@ -33,8 +33,10 @@ from .errors import (
     SandboxLostError,
     SandboxNotFoundError,
 )
+from .keywords import check_keywords, keyword_only
 from .portal import blocking
 from .protocol import SandboxStatus
+from .registry import sandbox_keywords_for
 from .retry import TRANSIENT_ERRORS, retried
 from .session import Session
 
@@ -180,7 +182,8 @@ class SandboxPool:
       its next lease, since providers stop idle sandboxes on their own;
     - ``session``: the :class:`Session` whose sandboxes these are (default: one of its own,
       created from ``client`` and closed with the pool);
-    - ``tags``, ``image``, ``env`` and other keywords go to every sandbox created;
+    - ``tags``, ``image``, ``env`` and other keywords go to every sandbox created (one that
+      the backend does not take is a ``TypeError`` here);
     - ``progress``: show a progress bar while starting (None: when stderr is a terminal).
 
     The pool's state lives on one event loop: the loop it is first used from (the sandboxkit
@@ -211,6 +214,9 @@ class SandboxPool:
             raise ValueError("size, per_sandbox, max_uses and max_concurrency must be >= 1")
         if session is not None and client is not None:
             raise ValueError("pass a client or a session, not both")
+        accepted = sandbox_keywords_for(session.client if session is not None else client)
+        if accepted is not None:
+            check_keywords("SandboxPool()", sandbox_options, accepted | keyword_only(SandboxPool))
         self.session = session or Session(client)
         self._owns_session = session is None
         self.size = size
@@ -391,7 +397,9 @@ class SandboxPool:
             # Newcomers queue behind those already waiting.
             if (woken or not self._waiters) and (slot := self._pick()) is not None:
                 break
-            if not self._slots and not self._creating and self._create_error is not None:
+            # Every waiter's wake-up starts a create: waiting for none to be in flight would
+            # wait forever when every create fails (a provider that is gone).
+            if not self._slots and self._create_error is not None:
                 error, self._create_error = self._create_error, None
                 self._waiters.wake()
                 raise error

@@ -101,6 +101,9 @@ class Backend(Protocol):
     - ``stop`` of a missing sandbox is a no-op when ``missing_ok`` is true.
     - Loop-bound clients (aiohttp sessions, grpc.aio channels) must be keyed by the running
       event loop: the sync facade and user code may call from different loops.
+    - Optionally, ``sandbox_options`` (a ``frozenset`` of names, on the class) says which
+      ``SandboxSpec.options`` the backend reads; then any other is a ``TypeError`` where it is
+      passed (a sandbox, a pool, a reward function), not an option silently ignored.
     """
 
     name: str

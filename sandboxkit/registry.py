@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
 
-from .client import SandboxClient
+from .client import SandboxClient, sandbox_keywords
 from .config import BACKEND_VAR, DEFAULT_BACKEND, setting
 from .errors import BackendUnavailableError, UnknownBackendError
+from .keywords import accepted_keywords, check_keywords
 from .protocol import Backend
 
 ENTRY_POINT_GROUP = "sandboxkit.backends"
@@ -61,23 +62,39 @@ def _load_builtin(name: str, entry: BackendEntry) -> Callable[..., Backend]:
     return factory
 
 
-def get_backend(name: str | None = None, **options: Any) -> SandboxClient:
-    """The backend named by the argument, else ``SANDBOXKIT_BACKEND``, else ``subprocess``.
-
-    Options go to the backend's constructor (credentials, endpoint, limits, ...).
-    """
+def backend_factory(name: str | None = None) -> tuple[str, Callable[..., Backend]]:
+    """The canonical name and the class (or factory) of the backend ``get_backend(name)``
+    makes: imported, not called."""
     requested = (name or setting(BACKEND_VAR) or DEFAULT_BACKEND).strip().lower()
     canonical = ALIASES.get(requested, requested)
     if canonical in BUILTIN_BACKENDS:
-        factory = _load_builtin(canonical, BUILTIN_BACKENDS[canonical])
-    else:
-        plugin = _plugins().get(canonical)
-        if plugin is None:
-            raise UnknownBackendError(
-                f"unknown sandbox backend {requested!r}; available: "
-                + ", ".join(available_backends())
-            )
-        factory = plugin.load()
+        return canonical, _load_builtin(canonical, BUILTIN_BACKENDS[canonical])
+    plugin = _plugins().get(canonical)
+    if plugin is None:
+        raise UnknownBackendError(
+            f"unknown sandbox backend {requested!r}; available: " + ", ".join(available_backends())
+        )
+    factory: Callable[..., Backend] = plugin.load()
+    return canonical, factory
+
+
+def sandbox_keywords_for(client: SandboxClient | str | None) -> frozenset[str] | None:
+    """The keywords a sandbox of ``client`` (a client, or a backend's name: its class is
+    imported, not instantiated) takes; None if its backend does not say."""
+    backend = client.backend if isinstance(client, SandboxClient) else backend_factory(client)[1]
+    return sandbox_keywords(backend)
+
+
+def get_backend(name: str | None = None, **options: Any) -> SandboxClient:
+    """The backend named by the argument, else ``SANDBOXKIT_BACKEND``, else ``subprocess``.
+
+    Options go to the backend's constructor (credentials, endpoint, limits, ...); one it does
+    not take is a ``TypeError`` naming those it does.
+    """
+    canonical, factory = backend_factory(name)
+    accepted = accepted_keywords(factory)
+    if accepted is not None:
+        check_keywords(f"get_backend({canonical!r}, ...)", options, accepted)
     backend = factory(**options)
     if not isinstance(backend, Backend):
         raise TypeError(f"backend {canonical!r} does not implement sandboxkit.protocol.Backend")

@@ -11,22 +11,25 @@ teaches the model that correct code is wrong), and reports what happened through
 from __future__ import annotations
 
 import asyncio
+import builtins
 import logging
 import statistics
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .client import SandboxClient
 from .errors import CircuitOpenError
 from .evaluation import Plan, plan, run_plan
 from .harness import AssertTests, ExecHarness, FunctionTask
+from .keywords import check_keywords, keyword_only
 from .outcomes import Outcome, OutcomeKind
 from .pool import PoolStats, SandboxPool
 from .portal import run_sync
 from .protocol import Backend
+from .registry import sandbox_keywords_for
 from .sanitize import Completion, completion_text
 
 Planner = Callable[[int, Any, Completion, Mapping[str, Sequence[Any]]], Plan]
@@ -114,6 +117,11 @@ class RewardFunction:
             if isinstance(backend, (SandboxClient, str)) or backend is None
             else SandboxClient(backend)
         )
+        accepted = sandbox_keywords_for(client)
+        if accepted is not None:  # else the backend does not say which options it reads
+            own = keyword_only(RewardFunction) | _FACTORY_KEYWORDS.get(name, frozenset())
+            pool = keyword_only(SandboxPool) - {"size"}  # pool_size here
+            check_keywords(f"{name}()", pool_options, own | pool | accepted)
         self._pool_args: dict[str, Any] = {
             "size": pool_size,
             "per_sandbox": per_sandbox,
@@ -328,8 +336,31 @@ def _find_task(tasks: Mapping[str, FunctionTask], prompt: Any) -> str:
     raise KeyError(f"no task has this prompt: {text[:80]!r}")
 
 
+TaskLike = FunctionTask | Mapping[str, Any]
+"""A :class:`FunctionTask`, or a dict of its fields as Daytona's example writes its ``TASKS``
+(``prompt``, ``func_name``, ``tests``, ``reference``, ``banned_patterns``), where
+``reference`` may also be a builtin's name such as ``"sorted"``."""
+
+
+def _function_task(task: TaskLike) -> FunctionTask:
+    if isinstance(task, FunctionTask):
+        return task
+    given = dict(task)
+    check_keywords("FunctionTask()", given, {f.name for f in fields(FunctionTask)})
+    reference = given.get("reference")
+    if isinstance(reference, str):
+        found = getattr(builtins, reference, None)
+        if not callable(found):
+            raise ValueError(
+                f"task {given.get('func_name')!r}: reference {reference!r} is not a builtin's "
+                "name; pass the reference function itself"
+            )
+        given["reference"] = found
+    return FunctionTask(**given)
+
+
 def function_tests_reward(
-    tasks: Mapping[str, FunctionTask] | Sequence[FunctionTask],
+    tasks: Mapping[str, TaskLike] | Sequence[TaskLike],
     *,
     backend: BackendLike = None,
     timeout: float = 5.0,
@@ -337,8 +368,12 @@ def function_tests_reward(
 ) -> RewardFunction:
     """Daytona's rule: -1.0 for an error, a timeout, empty code or a banned pattern; otherwise
     the fraction of tests whose output strictly equals the reference's. The task is found from
-    the prompt; completions continue it (function bodies)."""
-    table = dict(tasks) if isinstance(tasks, Mapping) else {t.func_name: t for t in tasks}
+    the prompt; completions continue it (function bodies). ``tasks`` are keyed by name, or
+    listed (then named by their ``func_name``)."""
+    if isinstance(tasks, Mapping):
+        table = {name: _function_task(task) for name, task in tasks.items()}
+    else:
+        table = {t.func_name: t for t in map(_function_task, tasks)}
     harnesses = {name: task.harness(timeout) for name, task in table.items()}
     bans = {name: task.bans() for name, task in table.items()}
 
@@ -360,3 +395,9 @@ def function_tests_reward(
         return outcome.fraction if outcome.ran else -1.0
 
     return RewardFunction("function_tests_reward", planner, mapping, backend=backend, **options)
+
+
+_FACTORY_KEYWORDS = {
+    f.__name__: keyword_only(f) for f in (exec_reward, assert_tests_reward, function_tests_reward)
+}
+"""The factories' own keywords, named with the others when an option is misspelt."""

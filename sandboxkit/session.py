@@ -4,13 +4,19 @@ A training run that leaks sandboxes pays for them (remote providers) or fills th
 backend). A :class:`Session` tags every sandbox it creates and stops them all when closed: on
 context-manager exit, at interpreter exit, on SIGINT/SIGTERM, and when a create is cancelled
 half-way. What a SIGKILL leaves behind is found later by its tags with :meth:`Session.reap`.
+
+At interpreter exit the sessions still open are closed by a hook of ``threading``'s shutdown,
+not ``atexit``: by ``atexit`` time ``concurrent.futures`` has shut down every thread pool for
+good, and stopping a sandbox may need one (aiohttp resolves host names on the loop's default
+executor, SDKs call ``asyncio.to_thread``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import atexit
+import concurrent.futures.thread  # noqa: F401  (first, so that its exit hook runs after ours)
 import logging
+import os
 import signal
 import threading
 import uuid
@@ -33,6 +39,22 @@ SESSION_TAG = "sandboxkit-session"
 """Tag key naming the session that created a sandbox; a run may span many (one per rank)."""
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _Handler = Callable[[int, FrameType | None], Any] | int | None
+
+_open_sessions: dict[Session, int] = {}
+"""Sessions not yet closed, with the pid of the process that made them."""
+
+
+def _close_open_sessions() -> None:
+    """Close what this process opened; a forked child (which runs this hook too) leaves its
+    parent's sandboxes alone."""
+    for session, pid in list(_open_sessions.items()):
+        if pid == os.getpid():
+            session._close_at_exit()
+
+
+# Hooks run in reverse order of registration: the thread pools' module, imported above, shuts
+# them down after this hook.
+threading._register_atexit(_close_open_sessions)  # type: ignore[attr-defined]  # CPython >= 3.9
 
 
 class Session:
@@ -62,9 +84,11 @@ class Session:
         self.closed = False
         self._sandboxes: dict[str, Sandbox] = {}
         self._creating: set[asyncio.Task[Sandbox]] = set()
+        self._unfinished_creates = False
+        """Whether a create raised or was cancelled: the provider may have made its sandbox."""
         self._stopping: set[asyncio.Task[None]] = set()
         self._previous: dict[int, _Handler] = {}
-        atexit.register(self._close_at_exit)
+        _open_sessions[self] = os.getpid()
         if handle_signals and threading.current_thread() is threading.main_thread():
             for signum in _SIGNALS:
                 self._previous[signum] = signal.signal(signum, self._on_signal)
@@ -88,7 +112,7 @@ class Session:
         self._check_open()
         task = asyncio.ensure_future(self.client.asandbox(tags=(*self.tags, *tags), **options))
         self._creating.add(task)
-        task.add_done_callback(self._creating.discard)
+        task.add_done_callback(self._create_done)
         try:
             sandbox = await asyncio.shield(task)
         except asyncio.CancelledError:
@@ -104,6 +128,11 @@ class Session:
     def _check_open(self) -> None:
         if self.closed:
             raise RuntimeError("the session is closed")
+
+    def _create_done(self, task: asyncio.Task[Sandbox]) -> None:
+        self._creating.discard(task)
+        if task.cancelled() or task.exception() is not None:
+            self._unfinished_creates = True
 
     def _stop_abandoned(self, task: asyncio.Task[Sandbox]) -> None:
         """Stop what a create returned after its caller was cancelled."""
@@ -128,20 +157,23 @@ class Session:
         """Stop every sandbox of this session, concurrently, then release the client.
 
         Creates still in flight on this event loop are awaited first; sandboxes whose create
-        raised after the provider made them are found by the session tag.
+        raised after the provider made them are found by the session tag (asked only if a create
+        failed: otherwise the session knows all its sandboxes, and an unused session, or one
+        whose provider is gone, makes no call).
         """
         self.closed = True
         if threading.current_thread() is threading.main_thread():
             self._restore_signals()
-        atexit.unregister(self._close_at_exit)
+        _open_sessions.pop(self, None)
         loop = asyncio.get_running_loop()
         mine = [t for t in (*self._creating, *self._stopping) if t.get_loop() is loop]
         await asyncio.gather(*mine, return_exceptions=True)
+        listed: set[str] = set()
         try:
-            listed = {info.id for info in await self.client.alist(tags=[self.session_tag])}
+            if self._unfinished_creates:
+                listed = {info.id for info in await self.client.alist(tags=[self.session_tag])}
         except Exception as exc:  # stop what we know of even if listing fails
             logger.warning("could not list the sandboxes of %s: %r", self.session_tag, exc)
-            listed = set()
         ids = sorted(listed | set(self._sandboxes))
         results = await asyncio.gather(
             *(self.astop_sandbox(i) for i in ids), return_exceptions=True

@@ -190,6 +190,26 @@ def test_sandboxes_created_by_a_failed_create_are_stopped_on_close(
     assert leftovers(local, local_root, pool) == []
 
 
+def test_evaluations_fail_rather_than_wait_when_every_create_fails(
+    pool_factory: type[SandboxPool], faulty: FaultyBackend
+) -> None:
+    """More evaluations than sandboxes, a provider that is gone: each evaluation gets an error
+    (which a reward turns into None) once its retries are spent, none waits for ever."""
+    faulty.faults = Faults(error_rate=1.0, seed=5, operations=frozenset({"create"}))
+    pool = pool_factory(size=2, retries=1)
+
+    async def evaluate(sandbox: Sandbox) -> int:
+        return 1
+
+    async def batch() -> list[object]:
+        runs = (pool.arun(evaluate) for _ in range(5))
+        return await asyncio.wait_for(asyncio.gather(*runs, return_exceptions=True), 120)
+
+    outcomes = asyncio.run(batch())
+    assert all(isinstance(o, TransientBackendError) for o in outcomes), outcomes
+    assert pool.stats.failures == 5
+
+
 def test_transient_errors_are_retried_with_backoff(
     pool_factory: type[SandboxPool], faulty: FaultyBackend
 ) -> None:

@@ -16,7 +16,10 @@ from sandboxkit.errors import BackendUnavailableError, UnknownBackendError
 @pytest.fixture
 def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """No SANDBOXKIT_BACKEND, a fresh working directory, and .env not yet read."""
-    monkeypatch.delenv("SANDBOXKIT_BACKEND", raising=False)
+    # Set, then deleted: monkeypatch then puts back the original value at the end, even where
+    # a test's .env file added the variable (deleting an absent one would record nothing).
+    monkeypatch.setenv("SANDBOXKIT_BACKEND", "")
+    monkeypatch.delenv("SANDBOXKIT_BACKEND")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(config, "_dotenv_loaded", False)
     return tmp_path

@@ -1,14 +1,18 @@
-"""A training process that dies mid-batch against a remote provider: SIGTERM leaves nothing
-running; SIGKILL leaves its sandboxes, which a reap by tag then stops. The provider is an
-emulator in this process; the run is a child process using the reward function as TRL would."""
+"""A training process that ends against a remote provider: exiting without closing, or SIGTERM
+mid-batch, leaves nothing running; SIGKILL leaves its sandboxes, which a reap by tag then stops.
+The provider is an emulator in this process; the run is a child process using the reward
+function as TRL would."""
 
 from __future__ import annotations
 
+import logging
 import signal
 import subprocess
 import sys
 import textwrap
 import uuid
+
+import pytest
 
 from sandboxkit import Session
 from sandboxkit.testing.remote import (
@@ -16,6 +20,7 @@ from sandboxkit.testing.remote import (
     child_env,
     client_for,
     processes_with,
+    start_emulator,
     wait_until,
 )
 
@@ -37,6 +42,43 @@ RUN = textwrap.dedent(
     reward(["p"] * 2 * int(pool), [program] * 2 * int(pool))
     """
 )
+
+SCORE_AND_EXIT = textwrap.dedent(
+    """
+    import sys
+    from sandboxkit.rewards import exec_reward
+
+    reward = exec_reward(sys.argv[1], pool_size=int(sys.argv[2]))
+    print(reward(["p"] * 4, ["print('ok')", "raise SystemExit(1)"] * 2))
+    """
+)
+
+
+def test_a_script_that_exits_without_closing_leaves_nothing_running(
+    remote_provider: str, remote_emulator: Emulator
+) -> None:
+    child = subprocess.run(
+        [sys.executable, "-c", SCORE_AND_EXIT, remote_provider, str(POOL)],
+        env=child_env(remote_provider, remote_emulator.url),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+    assert (child.returncode, child.stdout) == (0, "[1.0, 0.0, 1.0, 0.0]\n")
+    assert remote_emulator.live_sandboxes() == 0
+    assert child.stderr == ""  # no traceback, failed stop or unclosed session at exit
+
+
+def test_closing_a_session_that_made_nothing_calls_no_provider(
+    remote_provider: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with start_emulator(remote_provider) as emu:
+        url = emu.url
+    # The provider is gone: a call would fail and log.
+    with client_for(remote_provider, url) as client, Session(client, handle_signals=False):
+        pass
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
 def start_run(provider: str, emu: Emulator, tag: str, marker: str) -> subprocess.Popen[bytes]:

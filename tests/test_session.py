@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -199,6 +200,18 @@ def test_atexit_stops_what_was_left_open(local: SandboxClient, local_root: Path)
         timeout=120,
         capture_output=True,
     )
-    # Stopped, though the local backend leaves the directory behind: its rmtree needs a worker
-    # thread, and none can start that late in interpreter shutdown.
     assert local.list(tags=[tag]) == []
+    assert sandbox_dirs(local_root) == []
+
+
+def test_a_forked_child_that_exits_leaves_its_parents_sandboxes_running(
+    local: SandboxClient,
+) -> None:
+    with Session(local, handle_signals=False) as session:
+        sb = session.sandbox()
+        # multiprocessing's forked children run the interpreter's exit hooks, sandboxkit's too.
+        child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(0,))
+        child.start()
+        child.join(timeout=120)
+        assert child.exitcode == 0
+        assert sb.exec(["true"], timeout=60).ok

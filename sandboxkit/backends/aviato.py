@@ -66,6 +66,7 @@ from ..errors import (
     SandboxTimeoutError,
     TransientBackendError,
 )
+from ..keywords import keyword_only
 from ..portal import portal
 from ..protocol import (
     DEFAULT_WORKDIR,
@@ -204,6 +205,10 @@ class AviatoBackend:
     """Sandboxes on CoreWeave Sandbox (formerly Aviato)."""
 
     name = "aviato"
+    sandbox_options: frozenset[str] = frozenset(
+        n for n in keyword_only(cwsandbox.Sandbox) if not n.startswith("_")
+    )
+    """Provider options a sandbox takes: the public ones of the client's ``Sandbox``."""
 
     def __init__(
         self,

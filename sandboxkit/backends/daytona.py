@@ -429,6 +429,10 @@ class DaytonaBackend:
     """Sandboxes on Daytona (or on ``sandboxkit emulate daytona``)."""
 
     name = "daytona"
+    sandbox_options: frozenset[str] = frozenset(
+        {"snapshot", *CreateSandboxFromImageParams.model_fields}
+    )
+    """Provider options a sandbox takes: the SDK's create parameters, and a snapshot."""
 
     def __init__(
         self,
@@ -552,7 +556,7 @@ class DaytonaBackend:
         labels = dict(options.pop("labels", None) or {})
         labels |= dict(tag_label(tag) for tag in spec.tags)
         labels |= {WORKDIR_LABEL: encode_label_value(spec.workdir), REQUEST_LABEL: request_id}
-        unknown = set(options) - set(CreateSandboxFromImageParams.model_fields)
+        unknown = set(options) - self.sandbox_options
         if unknown:
             raise BackendMisconfiguredError(f"unknown Daytona create options: {sorted(unknown)}")
         settings: dict[str, Any] = {

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import dataclasses
 import errno
 import json
 import logging
@@ -31,6 +32,7 @@ from ..errors import (
     SandboxLostError,
     SandboxNotFoundError,
 )
+from ..keywords import check_keywords, keyword_only
 from ..local import disk, files
 from ..local.cgroup import Cgroups
 from ..local.isolation import SANDBOX_BIN, IsolationReport, Tier, bwrap_binary, detect
@@ -81,6 +83,8 @@ class SubprocessBackend:
     """Local sandboxes, confined as well as this machine allows (see ``isolation``)."""
 
     name = "subprocess"
+    sandbox_options: frozenset[str] = frozenset()
+    """Provider options a sandbox takes: none (its spec says all there is)."""
 
     def __init__(
         self,
@@ -97,10 +101,18 @@ class SubprocessBackend:
         (a virtualenv with numpy, say); ``python`` is the interpreter sandboxes get (default:
         this process's, outside any venv); ``warm`` keeps a warm template per namespaced
         sandbox that forks each exec (``SANDBOXKIT_WARM``, default on); keyword limits
-        override :class:`Limits` fields."""
+        override :class:`Limits` fields (those of ``limits`` too)."""
+        limit_names = {f.name for f in dataclasses.fields(Limits)}
+        check_keywords(
+            "SubprocessBackend()", limit_overrides, keyword_only(type(self)) | limit_names
+        )
         self.root = Path(root or setting("SANDBOXKIT_LOCAL_ROOT") or _default_root())
         self.root.mkdir(mode=0o711, parents=True, exist_ok=True)
-        self.limits = limits or Limits.from_env(**limit_overrides)
+        self.limits = (
+            dataclasses.replace(limits, **limit_overrides)
+            if limits is not None
+            else Limits.from_env(**limit_overrides)
+        )
         cgroups = Cgroups.shared()
         report = detect(has_cgroup=cgroups.pids is not None, python=python)
         if report.run_as != os.getuid():

@@ -1,0 +1,49 @@
+"""Misspelt keywords fail where they are passed, as they do in Python itself.
+
+Options flow down through ``**options`` (reward function -> pool -> sandbox -> provider); a
+keyword that no layer reads would otherwise pass silently (``pool_sise=2`` leaves the pool at its
+default size). Each layer checks what it passes on against what the layers below accept.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from collections.abc import Callable, Iterable
+from typing import Any
+
+
+def check_keywords(owner: str, given: Iterable[str], valid: Iterable[str]) -> None:
+    """Raise ``TypeError`` naming the keywords of ``given`` that ``valid`` lacks, and the valid
+    ones (``owner`` is what the caller called, e.g. ``"exec_reward()"``)."""
+    accepted = set(valid)
+    unknown = sorted(set(given) - accepted)
+    if not unknown:
+        return
+    guesses = [match for name in unknown for match in difflib.get_close_matches(name, accepted, 1)]
+    hint = f" (did you mean {', '.join(map(repr, guesses))}?)" if guesses else ""
+    noun = "an unexpected keyword argument" if len(unknown) == 1 else "unexpected keyword arguments"
+    raise TypeError(
+        f"{owner} got {noun} {', '.join(map(repr, unknown))}{hint}; "
+        f"valid keywords: {', '.join(sorted(accepted))}"
+    )
+
+
+def keyword_only(fn: Callable[..., Any]) -> frozenset[str]:
+    """The names of ``fn``'s keyword-only parameters (the options of a constructor)."""
+    parameters = inspect.signature(fn).parameters.values()
+    return frozenset(p.name for p in parameters if p.kind is p.KEYWORD_ONLY)
+
+
+def accepted_keywords(fn: Callable[..., Any]) -> frozenset[str] | None:
+    """Every name ``fn`` can take as a keyword; None if it takes any (``**kwargs``) or does
+    not say (some builtins), which leaves checking them to ``fn``."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except ValueError:
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return None
+    return frozenset(
+        p.name for p in parameters if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+    )
