@@ -269,7 +269,57 @@ _DAEMON = (
     "        except OSError:\n"
     "            pass\n"
 )
+_KEY_HUNT = (
+    "import re\n"
+    "from hashlib import blake2b\n"
+    "def keys():\n"
+    "    ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # dumpable again: its own memory opens\n"
+    "    found = set()\n"
+    "    for pid in ('self', os.getppid(), 1):\n"
+    "        for part in ('environ', 'cmdline'):\n"
+    "            try:\n"
+    "                text = open(f'/proc/{pid}/{part}', 'rb').read()\n"
+    "                found |= set(re.findall(rb'[0-9a-f]{64}', text))\n"
+    "            except OSError:\n"
+    "                pass\n"
+    "        try:\n"
+    "            maps = open(f'/proc/{pid}/maps').read().splitlines()\n"
+    "            mem = open(f'/proc/{pid}/mem', 'rb', 0)\n"
+    "        except OSError:\n"
+    "            continue\n"
+    "        for line in maps:\n"
+    "            span, perms = line.split()[:2]\n"
+    "            if not perms.startswith('r') or '[v' in line:\n"
+    "                continue\n"
+    "            start, end = (int(x, 16) for x in span.split('-'))\n"
+    "            try:\n"
+    "                mem.seek(start)\n"
+    "                found |= set(re.findall(rb'[0-9a-f]{64}', mem.read(end - start)))\n"
+    "            except (OSError, OverflowError, ValueError):\n"
+    "                pass\n"
+    "    return list(found)[:300]\n"
+    "def sealed_spray():\n"
+    "    lines = [json.dumps({'test': i, 'status': 'passed'}) for i in range(5)]\n"
+    "    lines.append(json.dumps({'done': True}))\n"
+    "    data = ''\n"
+    "    for key in keys():\n"
+    "        k = bytes.fromhex(key.decode())\n"
+    "        for l in lines:\n"
+    "            data += blake2b(l.encode(), key=k, digest_size=16).hexdigest() + ' ' + l + '\\n'\n"
+    "    for fd in [*targets(), 1]:\n"
+    "        try:\n"
+    "            os.write(fd, data.encode())\n"
+    "        except OSError:\n"
+    "            pass\n"
+)
+"""Hunts the exec's record key (32 bytes, in hex) in every memory, environment and command line
+it can read, then writes records sealed with each string that could be it."""
 RECORD_CHEATS = {
+    "hunting the record key in memory, then sealing records with it": "import json, os\n"
+    + _DAEMON
+    + _KEY_HUNT
+    + "sealed_spray()\n"
+    + "def evens(xs):\n    sealed_spray()\n    return [x for x in xs if x % 2]\n",
     "a load-time daemon writing records into the exec's stdout": EVENS_WRONG
     + _DAEMON
     + "if os.fork() == 0:\n    os.setsid()\n    for _ in range(40):\n        spray()\n"
@@ -307,6 +357,29 @@ def test_name_and_record_cheats_score_zero(sandbox: Sandbox, cheat: str) -> None
     code = {**NAME_CHEATS, **RECORD_CHEATS}[cheat]
     outcome = judge(sandbox, AssertTests(EVENS_TESTS, timeout=5), code)
     assert outcome.passed == 0, f"{cheat}: {outcome}"
+
+
+@pytest.mark.parametrize("leaked", [False, True])
+def test_the_record_key_is_nowhere_the_candidate_can_read(sandbox: Sandbox, leaked: bool) -> None:
+    """The key hunt above, its finds written to a file: the exec's key is never among them
+    (``leaked``: the key planted in the candidate's own code, which the hunt must find, so the
+    hunt is shown to work)."""
+    hunt = (
+        "import json, os\n"
+        + _DAEMON
+        + _KEY_HUNT
+        + "open('found-keys', 'w').write(' '.join(k.decode() for k in keys()))\n"
+        + f"PLANTED = '{'Q' * 64}'\n"
+        + "def evens(xs):\n    return [x for x in xs if x % 2]\n"
+    )
+    harness = AssertTests(EVENS_TESTS, timeout=5)
+    request = harness.request(hunt)
+    key = request.stdin[:64]
+    assert len(bytes.fromhex(key.decode())) == 32
+    stdin = request.stdin.replace(b"Q" * 64, key) if leaked else request.stdin
+    sandbox.exec(request.argv, stdin=stdin, timeout=request.timeout)
+    found = sandbox.read_file("found-keys").decode().split()
+    assert (key.decode() in found) == leaked, found[:5]
 
 
 def test_cheats_score_zero_in_shared_sandboxes() -> None:
