@@ -35,13 +35,3 @@ def setting(name: str, default: str | None = None) -> str | None:
     load_env_file()
     value = os.environ.get(name, "").strip()
     return value or default
-
-
-def float_setting(name: str, default: float) -> float:
-    raw = setting(name)
-    if raw is None:
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        raise ValueError(f"{name}={raw!r} is not a number") from None

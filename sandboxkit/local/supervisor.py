@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BackendError
-from ..protocol import ExecResult
+from ..protocol import KILLED_RETURNCODE, ExecResult, shell_returncode
 from .cgroup import Cgroups
 from .forkserver import OOM_SCORE_ADJ, pipe_holding
 from .isolation import IsolationReport, Tier, bwrap_argv
@@ -389,7 +389,6 @@ async def run(
     err = CappedReader(proc.stderr, cap)
     readers = asyncio.gather(out.run(), err.run())
     timed_out = False
-    code = -signal.SIGKILL
     try:
         feeder = asyncio.ensure_future(_feed(proc.stdin, stdin))
         try:
@@ -418,10 +417,9 @@ async def finish(readers: asyncio.Future[Any], status: Awaitable[int]) -> int:
 def result(
     code: int, out: CappedReader, err: CappedReader, timed_out: bool, duration: float
 ) -> ExecResult:
-    if code < 0:
-        code = 128 - code  # as a shell reports death by signal, and as bwrap does
+    code = shell_returncode(code)  # as bwrap reports a death by signal, too
     if timed_out and code == 0:
-        code = 128 + signal.SIGKILL
+        code = KILLED_RETURNCODE
     return ExecResult(
         returncode=code,
         stdout_bytes=out.data(),
