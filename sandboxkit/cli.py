@@ -24,7 +24,7 @@ from tqdm import tqdm
 from .emulators.faults import Faults
 from .errors import SandboxError
 from .portal import run_sync
-from .protocol import SandboxInfo, SandboxStatus
+from .protocol import SandboxInfo, SandboxStatus, shell_returncode
 from .registry import get_backend
 from .session import Session
 
@@ -142,8 +142,7 @@ def _run(args: argparse.Namespace) -> int:
     if result.timed_out:
         print(f"sandboxkit: timed out after {args.timeout:g} s", file=sys.stderr)
         return TIMEOUT_STATUS
-    code = result.returncode
-    return code if code >= 0 else 128 - code  # killed by a signal, as a shell reports it
+    return shell_returncode(result.returncode)
 
 
 # -- ls and reap --------------------------------------------------------------------------

@@ -8,6 +8,7 @@ it, so an adapter stays a thin translation of one SDK.
 from __future__ import annotations
 
 import enum
+import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -50,6 +51,17 @@ class SandboxSpec:
     """Backstop after which the provider may stop the sandbox by itself (auto-stop/delete)."""
     options: Mapping[str, Any] = field(default_factory=dict)
     """Provider-specific settings, passed through untouched."""
+
+
+def shell_returncode(returncode: int) -> int:
+    """``returncode`` as a shell reports it: Python's ``-N`` for death by signal ``N`` becomes
+    ``128 + N``, so ``ExecResult.returncode`` reads the same on every backend."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+KILLED_RETURNCODE = shell_returncode(-signal.SIGKILL)
+"""What a command killed by SIGKILL reports, on every backend: at its timeout, or with its
+sandbox."""
 
 
 @dataclass(frozen=True)

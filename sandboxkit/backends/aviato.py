@@ -70,12 +70,14 @@ from ..keywords import keyword_only
 from ..portal import portal
 from ..protocol import (
     DEFAULT_WORKDIR,
+    KILLED_RETURNCODE,
     ExecResult,
     SandboxInfo,
     SandboxSpec,
     SandboxStatus,
     check_env,
 )
+from ._output import cap_output
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -83,8 +85,6 @@ logger = logging.getLogger(__name__)
 API_KEY_VARS = ("CWSANDBOX_API_KEY", "AVIATO_API_KEY")
 BASE_URL_VAR = "CWSANDBOX_BASE_URL"
 OUTPUT_BYTES = 1024 * 1024
-TIMEOUT_RETURNCODE = 137
-"""What a command killed at its timeout reports (128 + SIGKILL), as in the local backend."""
 
 _CW = cwsandbox.SandboxStatus
 _STATUS = {
@@ -195,10 +195,6 @@ def wrap_command(argv: Sequence[str], cwd: str, env: Mapping[str, str] | None) -
     assignments = [f"{key}={value}" for key, value in (env or {}).items()]
     prefix = ["env", *assignments] if assignments else []
     return ["/bin/sh", "-c", 'cd "$0" && exec "$@"', cwd, *prefix, *argv]
-
-
-def _cap(data: bytes, limit: int) -> tuple[bytes, bool]:
-    return (data[:limit], True) if len(data) > limit else (data, False)
 
 
 class AviatoBackend:
@@ -389,12 +385,12 @@ class AviatoBackend:
             result = await self._op(sandbox_id, process)
         except SandboxTimeoutError:
             return ExecResult(
-                returncode=TIMEOUT_RETURNCODE,
+                returncode=KILLED_RETURNCODE,
                 timed_out=True,
                 duration=time.monotonic() - started,
             )
-        stdout, cut_out = _cap(result.stdout_bytes, self.output_bytes)
-        stderr, cut_err = _cap(result.stderr_bytes, self.output_bytes)
+        stdout, cut_out = cap_output(result.stdout_bytes, self.output_bytes)
+        stderr, cut_err = cap_output(result.stderr_bytes, self.output_bytes)
         return ExecResult(
             returncode=result.returncode,
             stdout_bytes=stdout,

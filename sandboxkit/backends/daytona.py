@@ -93,7 +93,15 @@ from ..errors import (
     TransientBackendError,
 )
 from ..portal import portal
-from ..protocol import DEFAULT_WORKDIR, ExecResult, SandboxInfo, SandboxSpec, SandboxStatus
+from ..protocol import (
+    DEFAULT_WORKDIR,
+    KILLED_RETURNCODE,
+    ExecResult,
+    SandboxInfo,
+    SandboxSpec,
+    SandboxStatus,
+)
+from ._output import cap_output
 
 T = TypeVar("T")
 
@@ -111,7 +119,6 @@ logger = logging.getLogger("sandboxkit.daytona")
 
 UNLIMITED_EXEC_SECONDS = 24 * 3600
 """Sent for ``timeout=None``: the daemon would otherwise apply its 10 s default."""
-TIMEOUT_RETURNCODE = 137
 TIMEOUT_GRACE_SECONDS = 5
 KILL_EXEC_SECONDS = 30
 """Daytona's limit on the exec that kills a cancelled exec's command."""
@@ -322,10 +329,6 @@ def wrapper_output(status: int, timed_out: bool, stdout: bytes, stderr: bytes) -
         return "".join(text[i : i + 76] + "\n" for i in range(0, len(text), 76))
 
     return f"{_MARK} {status} {int(timed_out)}\n{base64_lines(stdout)}.\n{base64_lines(stderr)}"
-
-
-def _cap(data: bytes, cap: int) -> tuple[bytes, bool]:
-    return (data[:cap], True) if len(data) > cap else (data, False)
 
 
 # -- the backend ---------------------------------------------------------------------------------
@@ -739,7 +742,7 @@ class DaytonaBackend:
             ):
                 raise await self._toolbox_error(connection, sb, exc, "exec") from exc
             stdout, stderr = await self._salvage(sb, scratch)
-            return self._result(TIMEOUT_RETURNCODE, stdout, stderr, started=started, timed_out=True)
+            return self._result(KILLED_RETURNCODE, stdout, stderr, started=started, timed_out=True)
         return self._parse(response.result or "", cwd=cwd, workdir=workdir, started=started)
 
     def _kill_later(self, sandbox_id: str, scratch: str) -> None:
@@ -761,8 +764,8 @@ class DaytonaBackend:
     def _result(
         self, code: int, stdout: bytes, stderr: bytes, *, started: float, timed_out: bool = False
     ) -> ExecResult:
-        stdout, cut_out = _cap(stdout, self.output_cap)
-        stderr, cut_err = _cap(stderr, self.output_cap)
+        stdout, cut_out = cap_output(stdout, self.output_cap)
+        stderr, cut_err = cap_output(stderr, self.output_cap)
         return ExecResult(
             returncode=code,
             stdout_bytes=stdout,
@@ -792,7 +795,7 @@ class DaytonaBackend:
         except binascii.Error as exc:
             raise BackendError(f"corrupt output from the exec wrapper: {exc}") from None
         timed_out = fields[2] == "1"
-        code = TIMEOUT_RETURNCODE if timed_out else int(fields[1])
+        code = KILLED_RETURNCODE if timed_out else int(fields[1])
         return self._result(code, stdout, stderr, started=started, timed_out=timed_out)
 
     async def _salvage(self, sb: AsyncSandbox, scratch: str) -> tuple[bytes, bytes]:

@@ -169,6 +169,8 @@ COMMAND_FILTER: list[SeccompProgram] = []
 
 
 def exit_code(status: int) -> int:
+    """A wait status as ``protocol.shell_returncode`` reports it (repeated here: this module
+    runs in the sandbox with the standard library only)."""
     code = os.waitstatus_to_exitcode(status)
     return 128 - code if code < 0 else code
 

@@ -15,7 +15,6 @@ import asyncio
 import json
 import logging
 import os
-import signal
 import socket
 import struct
 from collections.abc import Sequence
@@ -23,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..harness import RUNNER_SOURCE
-from ..protocol import ExecResult
+from ..protocol import KILLED_RETURNCODE, ExecResult
 from . import forkserver
 from .supervisor import Confinement, Spawned, spawn
 
@@ -223,7 +222,7 @@ class WarmTemplate:
         except asyncio.TimeoutError:
             logger.warning("the sandbox's template stopped answering; killing it")
             self._finish(failed=True)
-            return ExecResult(128 + signal.SIGKILL, timed_out=True, duration=stuck_after or 0.0)
+            return ExecResult(KILLED_RETURNCODE, timed_out=True, duration=stuck_after or 0.0)
         except (OSError, ValueError, KeyError) as exc:
             self._finish(failed=True)
             raise ColdPath(f"the template failed: {exc!r}") from exc
@@ -246,7 +245,7 @@ class WarmTemplate:
             elif tag == b"x":
                 return json.loads(body), b"".join(out), b"".join(err)
             elif not packet:  # killed with the sandbox (or by a limit)
-                return {"exit": 128 + signal.SIGKILL}, b"".join(out), b"".join(err)
+                return {"exit": KILLED_RETURNCODE}, b"".join(out), b"".join(err)
             else:
                 raise ValueError(f"bad packet from the template: {packet[:100]!r}")
 
@@ -278,7 +277,7 @@ def _result(answer: dict[str, Any], out: bytes, err: bytes) -> ExecResult:
     code = int(answer["exit"])
     timed_out = bool(answer.get("timed_out"))
     if timed_out and code == 0:
-        code = 128 + signal.SIGKILL
+        code = KILLED_RETURNCODE
     return ExecResult(
         returncode=code,
         stdout_bytes=out,
