@@ -102,10 +102,20 @@ def test_cwsandbox_alias(aviato_env: AviatoEmulator) -> None:
 def test_old_key_name_is_a_fallback(
     aviato_env: AviatoEmulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """``AVIATO_API_KEY`` (the name before the rename) is the key sent when ``CWSANDBOX_API_KEY``
+    is absent; when both are set the new name wins (the reverse is ``test_key_precedence``)."""
+    good = aviato_env.api_key or ""
+    tag = uuid.uuid4().hex
     monkeypatch.delenv("CWSANDBOX_API_KEY")
-    monkeypatch.setenv("AVIATO_API_KEY", aviato_env.api_key or "")
+    monkeypatch.setenv("AVIATO_API_KEY", good)
+    with get_backend("aviato") as c, c.sandbox(tags=[tag]) as sb:
+        assert [i.id for i in c.list(tags=[tag])] == [sb.id]
+    monkeypatch.setenv("AVIATO_API_KEY", "wrong")
+    with get_backend("aviato") as c, pytest.raises(AuthenticationError):
+        c.list()  # the emulator saw the old name's key
+    monkeypatch.setenv("CWSANDBOX_API_KEY", good)
     with get_backend("aviato") as c:
-        assert isinstance(c.list(tags=[uuid.uuid4().hex]), list)
+        assert c.list(tags=[tag]) == []  # signed with the new name's key; the sandbox is gone
 
 
 def test_key_precedence(aviato_env: AviatoEmulator, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -90,7 +90,7 @@ def client(
     monkeypatch.setenv("SANDBOXKIT_WARM", "0" if cold else "1")
     try:
         backend = sandboxkit.get_backend("subprocess", root=local_root, memory_mb=MEMORY_MB)
-    except Exception as exc:  # namespaces unavailable on this machine
+    except sandboxkit.IsolationUnavailableError as exc:  # no namespaces on this machine
         pytest.skip(f"{tier} tier unavailable: {exc}")
     with backend:
         yield backend
