@@ -82,8 +82,8 @@ async def retried(
     before_sleep: Callable[[RetryCallState], None] | None = None,
 ) -> T:
     """``await call()`` under :func:`retrying`'s policy, which is only built once a first
-    attempt failed: a pool runs hundreds of evaluations a second, nearly all of which succeed
-    at once, and a tenacity controller costs tens of microseconds to build and drive."""
+    attempt failed: nearly every evaluation of a pool succeeds at once, and building and
+    driving a tenacity controller for each would only add overhead."""
     try:
         return await call()
     except on as exc:

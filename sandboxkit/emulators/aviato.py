@@ -128,8 +128,7 @@ CD_EXEC = ["/bin/sh", "-c", 'cd "$0" && exec "$@"']
 def direct_python(command: list[str], workdir: str) -> tuple[list[str], str, dict[str, str]] | None:
     """``(argv, cwd, variables)`` when ``command`` is the cd-and-exec wrapper around a Python
     command: running that directly, with the variables sh and ``env`` would have set, lets the
-    local backend's warm template run it without starting an interpreter behind sh (~40 ms of
-    CPU a time on a machine with heavy site-packages)."""
+    local backend's warm template run it without starting an interpreter behind sh."""
     if command[: len(CD_EXEC)] != CD_EXEC or len(command) < len(CD_EXEC) + 2:
         return None
     cwd, rest = command[len(CD_EXEC)], command[len(CD_EXEC) + 1 :]

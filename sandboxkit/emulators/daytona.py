@@ -15,8 +15,8 @@ starts a dozen small processes around it. When the wrapped command is Python, th
 runs it directly, with the stdin, cwd, variables, timeout and output cap the script would give
 it, and answers as the script would (``direct_python``): the local backend's warm template
 then serves it, instead of two shells, their helpers and an interpreter started cold on the
-cores the emulator shares with its client (~115 ms of CPU per exec, against ~7 ms for the
-whole exec, client and emulator included, on the benchmark's trivial batch). The backend's
+cores the emulator shares with its client, which would cost far more than the rest of the
+exec and swamp what tests and benchmarks measure of the client. The backend's
 kill command for such an exec cancels it. ``tests/test_daytona.py`` checks that programs see
 the same either way.
 

@@ -1,8 +1,8 @@
 """The warm template of a namespaced sandbox: forks one fresh process per exec.
 
 Runs inside the sandbox's bwrap namespaces (standard library only, shipped as source), so it
-holds nothing of the caller's. Starting an interpreter costs tens of milliseconds; forking this
-warm one costs about one. Every exec is still a new process tree that cannot see the previous
+holds nothing of the caller's. Forking this warm one costs a small part of what starting an
+interpreter does. Every exec is still a new process tree that cannot see the previous
 one:
 
 - the template moves into a user and a mount namespace of its own and forks the server S,
@@ -19,7 +19,7 @@ one:
   init would save G, but a command can lower the limits, priority and CPUs of any process of
   its uid it can name, and S passes those on to every later exec.
   Where the tiny init cannot run (not x86-64, no executable memfd), G is a fork of S instead,
-  which forks H (``namespace_init``): one more copy of the template per exec (~20% more CPU);
+  which forks H (``namespace_init``): one more copy of the template per exec;
 - a Python command (``python [-IEsSPBuq] -c CODE | SCRIPT ...`` that names this interpreter,
   with no ``PYTHON*`` variables and the template's locale) runs in H directly, from the
   already-started interpreter, set up as a fresh one would be (streams, argv, ``sys.path``
@@ -731,9 +731,9 @@ def exec_namespace_works() -> bool:
 
 def warm_up() -> None:
     """Do once here what every exec would otherwise pay for in its fresh fork: the first
-    ``compile`` builds the compiler's AST types (~1.3 ms), the first text stream looks up its
+    ``compile`` builds the compiler's AST types, the first text stream looks up its
     codec, and the test runner imports ``base64`` and ``_blake2``. (Nothing here may import
-    ``threading``: its at-fork hook costs every fork ~0.3 ms.)"""
+    ``threading``: its at-fork hook would run in every fork.)"""
     import _blake2  # noqa: F401
     import base64  # noqa: F401
 

@@ -31,12 +31,12 @@ logger = logging.getLogger("sandboxkit.local")
 SOURCE = Path(forkserver.__file__).read_text()
 PUBLIC_PROGRAMS = json.dumps([RUNNER_SOURCE])
 """``-c`` programs every sandbox may read, which templates compile once at start: the test
-runner (20 kB) would otherwise compile in every exec. No other program's text is kept."""
+runner would otherwise compile in every exec. No other program's text is kept."""
 MAX_REQUEST = forkserver.MAX_REQUEST
 """Largest request (argv, env and stdin) sent as one packet; larger execs take the cold path."""
 SPAWN_INIT = True
 """Whether templates start each exec's init as the tiny static program where it runs (else as
-a fork of the template, ~20% more CPU per exec): both ways are tested."""
+a fork of the template, one more copy of it per exec): both ways are tested."""
 _START_TIMEOUT = 60.0
 _STUCK_AFTER = 0.9
 """Seconds past an exec's timeout after which a silent template counts as stuck: it is killed
@@ -67,7 +67,7 @@ def site_stamp(paths: Sequence[str]) -> tuple[tuple[str, int], ...]:
 
 class LearntSite:
     """The site ``sys.path`` that one interpreter's templates learnt, handed to the next
-    template while its stamp holds: learning it runs site's imports (here ~60 ms of a ~110 ms
+    template while its stamp holds: learning it runs site's imports (much of a template's
     start), which a sandbox used once would otherwise pay. Without user site-packages
     (templates run with ``-I``) it depends on the interpreter's files alone, not on the
     sandbox."""
