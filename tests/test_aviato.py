@@ -193,6 +193,7 @@ def test_list_by_tags_and_status_pages_through() -> None:
 # -- exec ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_exec_timeout_kills_the_command(client: SandboxClient) -> None:
     marker = f"marker-{uuid.uuid4().hex}"
     with client.sandbox() as sb:
@@ -292,6 +293,7 @@ def test_create_failing_after_the_sandbox_was_made_does_not_leak() -> None:
         assert emu.live_sandboxes() == 0, "and the backend deleted it"
 
 
+@pytest.mark.slow
 def test_cancelled_create_does_not_leak() -> None:
     with (
         AviatoEmulator(api_key="k", faults=Faults(create_latency_ms=1500)) as emu,

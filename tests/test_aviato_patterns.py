@@ -123,6 +123,7 @@ def started(client: SandboxClient, ids: set[str]) -> list[datetime]:
     return [t for t in found if t is not None]
 
 
+@pytest.mark.slow
 def test_reap_only_what_is_older_than_a_threshold(client: SandboxClient, session: Session) -> None:
     tag = f"job={uuid.uuid4().hex}"
     old = {client.sandbox(tags=[tag]).id for _ in range(2)}

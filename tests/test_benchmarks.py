@@ -74,6 +74,7 @@ def test_smoke_run_writes_the_expected_json(tmp_path: Path) -> None:
     assert isinstance(report["targets"], list)
 
 
+@pytest.mark.slow
 def test_rate_limit_benchmark_prints_both_rows() -> None:
     argv = [sys.executable, "benchmarks/rate_limits.py", "--batch", "48", "--concurrency", "16"]
     argv += ["--allowed", "2", "--latency-ms", "5", "--backoff", "0.02", "--retries", "8"]

@@ -352,7 +352,13 @@ def test_a_function_named_like_a_builtin_is_still_the_one_tested(sandbox: Sandbo
     assert outcome.kind is OutcomeKind.PASSED, outcome
 
 
-@pytest.mark.parametrize("cheat", [*NAME_CHEATS, *RECORD_CHEATS])
+@pytest.mark.parametrize(
+    "cheat",
+    [
+        pytest.param(c, marks=pytest.mark.slow) if "hunting" in c else c
+        for c in [*NAME_CHEATS, *RECORD_CHEATS]
+    ],
+)
 def test_name_and_record_cheats_score_zero(sandbox: Sandbox, cheat: str) -> None:
     code = {**NAME_CHEATS, **RECORD_CHEATS}[cheat]
     outcome = judge(sandbox, AssertTests(EVENS_TESTS, timeout=5), code)
@@ -382,6 +388,7 @@ def test_the_record_key_is_nowhere_the_candidate_can_read(sandbox: Sandbox, leak
     assert (key.decode() in found) == leaked, found[:5]
 
 
+@pytest.mark.slow
 def test_cheats_score_zero_in_shared_sandboxes() -> None:
     """Several completions at once per sandbox: some run warm, those that find the template
     busy run the cold way."""
@@ -433,6 +440,7 @@ def test_long_results_do_not_overflow_the_judges_channel(sandbox: Sandbox) -> No
     assert judge(sandbox, StdioTests(cases, timeout=5), program).passed == 150
 
 
+@pytest.mark.slow
 def test_time_limits_are_cpu_time_with_a_wall_clock_backstop(sandbox: Sandbox) -> None:
     """Under CPU hogs on every core, a program that needs 1.5 s of CPU per test still passes a
     5 s limit; one that spins fails on CPU time, one that sleeps on the wall-clock backstop."""

@@ -78,6 +78,7 @@ def test_help_names_every_subcommand() -> None:
 # -- doctor -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_doctor_passes_for_the_local_backend_and_never_prints_secrets(
     local_env: dict[str, str],
 ) -> None:
@@ -104,6 +105,7 @@ def test_doctor_passes_for_the_local_backend_and_never_prints_secrets(
         assert value not in out + done.stderr
 
 
+@pytest.mark.slow
 def test_doctor_says_when_execs_do_not_fork_from_a_warm_interpreter(
     local_env: dict[str, str],
 ) -> None:
@@ -138,6 +140,7 @@ def test_doctor_gives_the_reason_an_exec_ran_cold(local_root: Path) -> None:
     assert check.detail == "execs run cold here: nested user and pid namespaces are not allowed"
 
 
+@pytest.mark.slow
 def test_doctor_fails_for_a_selected_backend_without_credentials() -> None:
     done = cli("doctor", "--timeout", "2", env=clean_env(SANDBOXKIT_BACKEND="daytona"))
     assert done.returncode == 1
@@ -148,6 +151,7 @@ def test_doctor_fails_for_a_selected_backend_without_credentials() -> None:
     assert "[FAIL] endpoint" in done.stdout and "fix: check the network" in done.stdout
 
 
+@pytest.mark.slow
 def test_doctor_fails_for_an_unreachable_endpoint_and_reports_json() -> None:
     secret = f"secret-{uuid.uuid4().hex}"
     env = clean_env(CWSANDBOX_API_KEY=secret)
@@ -164,12 +168,14 @@ def test_doctor_fails_for_an_unreachable_endpoint_and_reports_json() -> None:
     assert local["ready"] and not local["selected"]
 
 
+@pytest.mark.slow
 def test_doctor_rejects_an_unknown_backend(local_env: dict[str, str]) -> None:
     done = cli("doctor", "--backend", "nosuchbox", "--timeout", "1", env=local_env)
     assert done.returncode == 1
     assert "unknown backend name" in done.stdout
 
 
+@pytest.mark.slow
 def test_doctor_reaches_an_emulator_and_checks_the_key(aviato_env: object) -> None:
     ok = cli("doctor", "--backend", "aviato", "--timeout", "10")
     assert ok.returncode == 0, ok.stdout
@@ -214,6 +220,7 @@ def test_run_reads_the_program_from_stdin(local_env: dict[str, str]) -> None:
     assert (done.returncode, done.stdout) == (0, "45\n")
 
 
+@pytest.mark.slow
 def test_run_reports_a_timeout_as_124(local_env: dict[str, str], local_root: Path) -> None:
     done = cli(
         "run",
@@ -317,6 +324,7 @@ def _ls_reap_cycle(backend: str, env: Mapping[str, str], tagged: set[str], tag: 
     assert cli("ls", "--backend", backend, "--tag", tag, env=env).stdout == "no sandboxes\n"
 
 
+@pytest.mark.slow
 def test_ls_and_reap_on_the_local_backend(local_env: dict[str, str], local_root: Path) -> None:
     with get_backend("subprocess", root=local_root) as client:
         tagged = {client.sandbox(tags=["run=cli-test", f"n={i}"]).id for i in range(2)}
@@ -372,6 +380,7 @@ def test_reap_deletes_what_half_stopped_sandboxes_left(
     assert live.id in reaped.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("emulator", ["daytona_env", "aviato_env"])
 def test_ls_and_reap_on_an_emulator(emulator: str, request: pytest.FixtureRequest) -> None:
     request.getfixturevalue(emulator)
@@ -406,6 +415,7 @@ ADD_TESTS = ["assert add(1, 2) == 3", "assert add(2, 2) == 4"]
 NO_OUTCOMES = dict.fromkeys((kind.value for kind in OutcomeKind), 0)  # the summary counts each kind
 
 
+@pytest.mark.slow
 def test_eval_assert_tests(tmp_path: Path, local_env: dict[str, str]) -> None:
     rows: list[dict[str, object]] = [
         {"completion": f"```python\n{ADD}```", "test_list": ADD_TESTS},
@@ -558,6 +568,7 @@ def test_bench_without_benchmarks_says_so(tmp_path: Path) -> None:
     assert "has no run.py" in done.stderr
 
 
+@pytest.mark.slow
 def test_emulate_serves_what_doctor_then_finds_ready(local_env: dict[str, str]) -> None:
     pytest.importorskip("cwsandbox", reason="the Aviato emulator needs cwsandbox")
     env = {**local_env, "PYTHONPATH": str(REPO)}

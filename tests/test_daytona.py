@@ -133,6 +133,7 @@ def test_list_follows_cursors_past_one_page(emulator: DaytonaEmulator) -> None:
 # -- exec details ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_timeout_keeps_output_printed_before_it(daytona_client: SandboxClient) -> None:
     with daytona_client.sandbox() as sb:
         code = "import sys, time; print('early', flush=True); print('warn', file=sys.stderr)\n"
@@ -144,6 +145,7 @@ def test_timeout_keeps_output_printed_before_it(daytona_client: SandboxClient) -
         assert len(sb.exec(["ls", "-A", "/tmp/.sandboxkit"], timeout=60).stdout.split()) == 1
 
 
+@pytest.mark.slow
 def test_timeout_when_children_hold_the_pipes(daytona_client: SandboxClient) -> None:
     """The wrapper's watchdog kills the command, a child keeps stdout open: Daytona's own
     limit ends the call, and it still reads as a timeout."""
@@ -227,7 +229,11 @@ SEES = (
         ([PY, "-c", SEES], {"cwd": "missing", "stdin": b"uploaded " * 20_000}),
         ([PY, "-c", SEES], {"cwd": "/tmp"}),
         ([PY, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"], {}),
-        ([PY, "-c", "print('early', flush=True); import time; time.sleep(60)"], {"timeout": 1}),
+        pytest.param(
+            [PY, "-c", "print('early', flush=True); import time; time.sleep(60)"],
+            {"timeout": 1},
+            marks=pytest.mark.slow,
+        ),
         ([PY, "-c", "print('x' * 10); print('y' * 5, file=__import__('sys').stderr)"], {"cap": 8}),
         (["sh", "-c", "echo $PWD $OLDPWD; ls -A /tmp/.sandboxkit | wc -l"], {"cwd": "sub"}),
     ],
@@ -258,6 +264,7 @@ def test_direct_python_runs_as_through_the_wrapper(
     assert results[0] == results[1]
 
 
+@pytest.mark.slow
 def test_a_cancelled_direct_python_command_is_killed(emulator: DaytonaEmulator) -> None:
     """Cancelling a Python exec sends the backend's kill command, which the emulator must
     apply to the command it runs directly (there is no wrapper FIFO to write to)."""
@@ -412,6 +419,7 @@ def test_emulator_close_stops_its_sandboxes(daytona_emulator: DaytonaEmulator) -
     assert not root.exists()
 
 
+@pytest.mark.slow
 def test_sdk_code_run_and_interpreter(daytona_env: DaytonaEmulator) -> None:
     async def main() -> None:
         config = DaytonaConfig(
@@ -434,6 +442,7 @@ def test_sdk_code_run_and_interpreter(daytona_env: DaytonaEmulator) -> None:
     assert daytona_env.live_sandboxes() == 0
 
 
+@pytest.mark.slow
 def test_cli_serves_until_sigterm(local_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
     env = os.environ | {"TMPDIR": str(local_root)}  # a root host's sandboxes run as nobody

@@ -106,6 +106,7 @@ def host_is_healthy() -> None:
     assert len(bytearray(50 * 1024 * 1024)) == 50 * 1024 * 1024
 
 
+@pytest.mark.slow
 def test_infinite_loop_times_out(hostile: tuple[SandboxClient, Sandbox, str]) -> None:
     _, sb, _ = hostile
     t0 = time.monotonic()
@@ -114,6 +115,7 @@ def test_infinite_loop_times_out(hostile: tuple[SandboxClient, Sandbox, str]) ->
     assert time.monotonic() - t0 < 30
 
 
+@pytest.mark.slow
 def test_sleep_ignoring_sigterm_is_killed(hostile: tuple[SandboxClient, Sandbox, str]) -> None:
     _, sb, _ = hostile
     prog = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(600)"
@@ -121,6 +123,7 @@ def test_sleep_ignoring_sigterm_is_killed(hostile: tuple[SandboxClient, Sandbox,
     assert timed_out and code != 0
 
 
+@pytest.mark.slow
 def test_fork_bomb_is_contained(hostile: tuple[SandboxClient, Sandbox, str]) -> None:
     _, sb, _ = hostile
     prog = (
@@ -165,6 +168,7 @@ def test_memory_bomb_fails_inside(hostile: tuple[SandboxClient, Sandbox, str]) -
     assert_next_exec_works(sb)
 
 
+@pytest.mark.slow
 def test_output_flood_is_capped(hostile: tuple[SandboxClient, Sandbox, str]) -> None:
     _, sb, _ = hostile
     sb.write_file("flood.py", "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)")
@@ -193,6 +197,7 @@ def test_huge_file_write_is_refused(hostile: tuple[SandboxClient, Sandbox, str])
     assert int(size.stdout) <= 8 * 1024 * 1024
 
 
+@pytest.mark.slow
 def test_double_forked_daemon_dies_with_the_exec(
     hostile: tuple[SandboxClient, Sandbox, str],
 ) -> None:
@@ -261,6 +266,7 @@ def test_secret_file_in_callers_home_is_unreadable(
         secret_file.unlink()
 
 
+@pytest.mark.slow
 def test_network_to_host_loopback(hostile: tuple[SandboxClient, Sandbox, str], tier: str) -> None:
     _, sb, _ = hostile
     server = socket.create_server(("127.0.0.1", 0))
@@ -466,13 +472,16 @@ def test_a_warm_exec_finds_nothing_of_earlier_execs_in_its_memory(
     "program",
     [
         # Children whose parent is the process that runs the exec (the template's server).
-        "import ctypes, os, time\n"
-        "libc = ctypes.CDLL(None, use_errno=True)\n"
-        "for _ in range(3):\n"
-        "    pid = libc.syscall(56, 0x8000 | 17, 0, 0, 0, 0)  # clone(CLONE_PARENT|SIGCHLD)\n"
-        "    if pid == 0:\n"
-        "        time.sleep(600); os._exit(0)\n"
-        "time.sleep(600)\n",
+        pytest.param(
+            "import ctypes, os, time\n"
+            "libc = ctypes.CDLL(None, use_errno=True)\n"
+            "for _ in range(3):\n"
+            "    pid = libc.syscall(56, 0x8000 | 17, 0, 0, 0, 0)  # clone(CLONE_PARENT|SIGCHLD)\n"
+            "    if pid == 0:\n"
+            "        time.sleep(600); os._exit(0)\n"
+            "time.sleep(600)\n",
+            marks=pytest.mark.slow,
+        ),
         "import ctypes, os\n"
         "libc = ctypes.CDLL(None, use_errno=True)\n"
         "pid = libc.syscall(56, 0x8000 | 17, 0, 0, 0, 0)\n"
@@ -480,7 +489,7 @@ def test_a_warm_exec_finds_nothing_of_earlier_execs_in_its_memory(
         "    import time; time.sleep(600)\n"
         "os._exit(0)  # leaves its CLONE_PARENT child behind\n",
         # A FIFO named as the script: opening it blocks.
-        "MKFIFO",
+        pytest.param("MKFIFO", marks=pytest.mark.slow),
         # Ignoring every signal it can, in a new session.
         "import os, signal, time\n"
         "if os.fork(): os._exit(0)  # a daemon, in a session of its own\n"
@@ -573,6 +582,7 @@ print(len(opened), len(written), opened[:20], written[:20])
 _STARTED_THEN_SLEEP = "import time; open('started', 'w').close(); time.sleep(3)"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0, reason="the host is not root here")
 def test_code_on_a_root_host_holds_no_host_privilege(
     hostile: tuple[SandboxClient, Sandbox, str], tier: str
@@ -628,6 +638,7 @@ _ATTACKS = {
 }
 
 
+@pytest.mark.slow
 def test_attacks_scored_by_a_reward_function_get_nothing(
     hostile: tuple[SandboxClient, Sandbox, str],
 ) -> None:
@@ -717,6 +728,7 @@ def test_dev_shm_holds_no_more_than_the_memory_limit(
     assert_next_exec_works(sb)
 
 
+@pytest.mark.slow
 def test_children_together_hold_no_more_than_the_memory_limit(
     hostile: tuple[SandboxClient, Sandbox, str],
 ) -> None:

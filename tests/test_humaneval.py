@@ -40,6 +40,7 @@ def _score(reward: RewardFunction, problems: list[dict[str, Any]], body: str | N
     return reward(prompts=[p["prompt"] for p in problems], completions=completions, test_list=tests)
 
 
+@pytest.mark.slow
 def test_canonical_solutions_score_one(
     reward: RewardFunction, problems: list[dict[str, Any]]
 ) -> None:
@@ -49,6 +50,7 @@ def test_canonical_solutions_score_one(
     assert not failing, failing
 
 
+@pytest.mark.slow
 def test_empty_bodies_score_zero(reward: RewardFunction, problems: list[dict[str, Any]]) -> None:
     scores = _score(reward, problems, body="    pass\n")
     passing = {p["task_id"]: s for p, s in zip(problems, scores, strict=True) if s != 0.0}
@@ -100,6 +102,7 @@ def _calls(problem: dict[str, Any]) -> FunctionTests:
     return FunctionTests(problem["entry_point"], inputs, expected, timeout=20)
 
 
+@pytest.mark.slow
 def test_function_tests_pass_canonical_solutions_and_fail_wrong_ones(
     problems: list[dict[str, Any]],
 ) -> None:

@@ -102,6 +102,7 @@ def test_paths_cannot_escape_the_sandbox(local: sandboxkit.SandboxClient) -> Non
             sb.write_file("link", "overwrite the host's file")
 
 
+@pytest.mark.slow
 def test_stop_kills_running_execs(local: sandboxkit.SandboxClient) -> None:
     import asyncio
     import time
@@ -163,6 +164,7 @@ def test_warm_template_runs_python_without_a_new_interpreter(
         assert second.stdout == "False\n"
 
 
+@pytest.mark.slow
 def test_concurrent_execs_in_one_sandbox_do_not_wait_for_each_other(
     local: sandboxkit.SandboxClient,
 ) -> None:

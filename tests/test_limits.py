@@ -119,6 +119,7 @@ def test_a_program_may_reserve_more_address_space_than_the_memory_limit(
         assert (r.returncode, r.stdout) == (0, "reserved\n"), r.stderr
 
 
+@pytest.mark.slow
 def test_a_sandbox_has_its_own_storage_and_memory_group_until_stopped(
     client: sandboxkit.SandboxClient, local_root: Path
 ) -> None:
@@ -261,6 +262,7 @@ with client.sandbox() as sb:
 """
 
 
+@pytest.mark.slow
 def test_an_unprivileged_host_bounds_memory_per_process_and_disk_per_file(
     as_nobody: Callable[..., subprocess.CompletedProcess[str]],
 ) -> None:

@@ -54,6 +54,7 @@ SCORE_AND_EXIT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_a_script_that_exits_without_closing_leaves_nothing_running(
     remote_provider: str, remote_emulator: Emulator
 ) -> None:
@@ -97,6 +98,7 @@ def start_run(provider: str, emu: Emulator, tag: str, marker: str) -> subprocess
     return child
 
 
+@pytest.mark.slow
 def test_sigterm_mid_batch_leaves_nothing_running(
     remote_provider: str, remote_emulator: Emulator
 ) -> None:
@@ -110,6 +112,7 @@ def test_sigterm_mid_batch_leaves_nothing_running(
     assert wait_until(lambda: not processes_with(marker)), "programs outlived their sandboxes"
 
 
+@pytest.mark.slow
 def test_sigkill_leaves_sandboxes_that_a_reap_stops(
     remote_provider: str, remote_emulator: Emulator
 ) -> None:

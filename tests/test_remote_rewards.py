@@ -112,11 +112,13 @@ def local_rewards() -> dict[str, dict[str, float | None]]:
     return {name: case.run("subprocess") for name, case in CASES.items()}
 
 
+@pytest.mark.slow
 def test_local_rewards_are_the_reference(local_rewards: dict[str, dict[str, float | None]]) -> None:
     for name, case in CASES.items():
         assert local_rewards[name] == pytest.approx(case.expected), name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_same_rewards_as_the_local_backend(
     remote_provider: str,
@@ -161,6 +163,7 @@ def flaky(remote_provider: str) -> Iterator[tuple[str, Emulator, CountedFaults]]
         yield remote_provider, emu, faults
 
 
+@pytest.mark.slow
 def test_faults_cost_rewards_not_crashes_or_sandboxes(
     flaky: tuple[str, Emulator, CountedFaults],
 ) -> None:

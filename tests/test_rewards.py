@@ -19,6 +19,7 @@ from sandboxkit.testing.faulty import FaultyBackend
 ADD_TESTS = ["assert add(1, 2) == 3", "assert add(0, 0) == 0", "assert add(-1, 1) == 0"]
 
 
+@pytest.mark.slow
 def test_exec_reward_on_toy_programs() -> None:
     reward = exec_reward("subprocess", timeout=5, pool_size=2)
     try:
@@ -99,6 +100,7 @@ def test_missing_test_column_is_a_clear_error() -> None:
         reward(prompts=["p"], completions=["pass"], tests=[["assert True"]])
 
 
+@pytest.mark.slow
 def test_function_tests_reward_follows_daytona_rule() -> None:
     task = FunctionTask(
         prompt="def double(xs: list[int]) -> list[int]:\n",

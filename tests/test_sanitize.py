@@ -614,6 +614,7 @@ def test_default_size_limit() -> None:
     assert sanitize("x = 1\n" * 10_000).ok
 
 
+@pytest.mark.slow
 def test_adversarial_input_is_fast() -> None:
     """Catches quadratic or backtracking blow-ups (minutes), not speed: the bound is loose so a
     loaded 2-core machine passes (about 1 s when idle)."""

@@ -106,6 +106,7 @@ def rate_limited_batch(
         reward.close()
 
 
+@pytest.mark.slow
 def test_adaptive_budget_backs_off_instead_of_hammering(faulty: FaultyBackend) -> None:
     allowed = 3
     faulty.faults = Faults(max_concurrent_execs=allowed, latency_ms=20, seed=5)
@@ -214,6 +215,7 @@ def test_emulated_rate_limits_are_rate_limited_errors_with_their_retry_after(
     assert emu.live_sandboxes() == 0
 
 
+@pytest.mark.slow
 def test_a_batch_under_emulated_rate_limits_completes(
     rate_limiting_emulator: tuple[str, Emulator],
 ) -> None:
@@ -249,6 +251,7 @@ def leftovers(client: SandboxClient, root: Path) -> list[str]:
     return [i.id for i in client.list()] + [p.name for p in root.iterdir() if "sbx-" in p.name]
 
 
+@pytest.mark.slow
 def test_deadline_cuts_off_stragglers_kills_them_and_keeps_the_pool(
     local: SandboxClient, local_root: Path
 ) -> None:
@@ -279,6 +282,7 @@ def test_deadline_cuts_off_stragglers_kills_them_and_keeps_the_pool(
     assert leftovers(local, local_root) == []
 
 
+@pytest.mark.slow
 def test_deadline_on_the_async_face_does_not_trip_the_breaker(
     local: SandboxClient, local_root: Path
 ) -> None:
@@ -306,6 +310,7 @@ def test_deadline_on_the_async_face_does_not_trip_the_breaker(
     assert leftovers(local, local_root) == []
 
 
+@pytest.mark.slow
 def test_pool_deadline_drops_waiting_leases_and_retires_running_ones(
     local: SandboxClient,
 ) -> None:

@@ -82,7 +82,9 @@ STANDARD: dict[str, tuple[str, Any]] = {
 IMPORTS = "import collections, decimal, fractions\n"
 
 
-@pytest.mark.parametrize("kind", STANDARD)
+@pytest.mark.parametrize(
+    "kind", [pytest.param(k, marks=pytest.mark.slow) if "long" in k else k for k in STANDARD]
+)
 def test_standard_results_compare_as_python_compares_them(sandbox: Sandbox, kind: str) -> None:
     made, expected = STANDARD[kind]
     code = f"{IMPORTS}def make(n):\n    return {made}\n"
@@ -118,7 +120,9 @@ WRONG: dict[str, tuple[str, Any]] = {
 }
 
 
-@pytest.mark.parametrize("kind", WRONG)
+@pytest.mark.parametrize(
+    "kind", [pytest.param(k, marks=pytest.mark.slow) if "long" in k else k for k in WRONG]
+)
 def test_wrong_results_of_standard_types_fail(sandbox: Sandbox, kind: str) -> None:
     made, expected = WRONG[kind]
     code = f"{IMPORTS}def make():\n    return {made}\n"

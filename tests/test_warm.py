@@ -174,6 +174,7 @@ def test_what_a_program_sees_matches_a_fresh_interpreter(
     same(clients, PROGRAMS[name], files=files)
 
 
+@pytest.mark.slow
 def test_unbuffered_output_survives_a_timeout(
     clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
 ) -> None:
@@ -566,6 +567,7 @@ def _server_pid(root: int) -> int:
     return found[0]
 
 
+@pytest.mark.slow
 def test_a_command_that_ends_in_time_is_no_timeout_when_its_server_is_late(
     clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
     monkeypatch: pytest.MonkeyPatch,
@@ -599,6 +601,7 @@ def test_a_command_that_ends_in_time_is_no_timeout_when_its_server_is_late(
         assert (result.returncode, result.stdout, result.timed_out) == (0, "done in time\n", False)
 
 
+@pytest.mark.slow
 def test_a_stuck_server_still_answers_within_the_timeout_and_a_second(
     clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
 ) -> None:
