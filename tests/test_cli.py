@@ -552,6 +552,7 @@ def test_eval_names_the_line_that_is_not_json(tmp_path: Path, local_env: dict[st
 # -- bench and emulate --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_bench_runs_the_quick_benchmark(local_env: dict[str, str], tmp_path: Path) -> None:
     out = str(tmp_path / "bench.json")
     done = cli("bench", "--", "--smoke", "--only", "local", "--json", out, env=local_env)
