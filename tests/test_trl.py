@@ -14,6 +14,8 @@ from sandboxkit.rewards import function_tests_reward
 trl = pytest.importorskip("trl")
 datasets = pytest.importorskip("datasets")
 
+pytestmark = pytest.mark.slow  # torch and transformers take seconds to import, then to train
+
 
 def _kadane(xs: list[int]) -> int:
     best = current = xs[0]
