@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import sys
-import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 import sandboxkit
 from sandboxkit import config
+from sandboxkit.backends.subprocess import SubprocessBackend
 from sandboxkit.errors import BackendUnavailableError, UnknownBackendError
+from sandboxkit.registry import BackendChoice, BackendEntry, backend_factory, resolve_backend
+
+Installer = Callable[..., Path]
 
 
 @pytest.fixture
@@ -76,27 +80,22 @@ def test_missing_sdk_names_the_extra(
         sandboxkit.get_backend(name)
 
 
-def test_third_party_backend_from_an_entry_point(
-    clean_env: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    site = clean_env / "site"
-    dist = site / "sandboxkit_echo-1.0.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: sandboxkit-echo\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text(
-        "[sandboxkit.backends]\nechobox = sandboxkit_echo:EchoBackend\n"
-    )
-    (site / "sandboxkit_echo.py").write_text(
-        textwrap.dedent(
-            """
-            from sandboxkit.backends.subprocess import SubprocessBackend
+ECHO_BACKEND = """
+from sandboxkit.backends.subprocess import SubprocessBackend
 
-            class EchoBackend(SubprocessBackend):
-                name = "echobox"
-            """
-        )
+class EchoBackend(SubprocessBackend):
+    name = "echobox"
+"""
+
+
+def test_third_party_backend_from_an_entry_point(
+    clean_env: Path, install_plugin: Installer
+) -> None:
+    install_plugin(
+        "sandboxkit-echo",
+        entry_points={"echobox": "sandboxkit_echo:EchoBackend"},
+        modules={"sandboxkit_echo": ECHO_BACKEND},
     )
-    monkeypatch.syspath_prepend(str(site))
     assert "echobox" in sandboxkit.available_backends()
     with sandboxkit.get_backend("echobox") as client, client.sandbox() as sb:
         assert client.name == "echobox"
@@ -106,16 +105,90 @@ def test_third_party_backend_from_an_entry_point(
 
 
 def test_plugin_that_is_not_a_backend_is_refused(
-    clean_env: Path, monkeypatch: pytest.MonkeyPatch
+    clean_env: Path, install_plugin: Installer
 ) -> None:
-    site = clean_env / "site"
-    dist = site / "notabackend-1.0.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: notabackend\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text("[sandboxkit.backends]\nbogus = builtins:dict\n")
-    monkeypatch.syspath_prepend(str(site))
+    install_plugin("notabackend", entry_points={"bogus": "builtins:dict"})
     with pytest.raises(TypeError, match="does not implement"):
         sandboxkit.get_backend("bogus")
+
+
+ECHO_ENTRY = """
+from sandboxkit.registry import BackendEntry
+
+ENTRY = BackendEntry(
+    "sandboxkit_echo:EchoBackend",
+    extra="cloud",
+    sdk="echo-sdk",
+    key_vars=("ECHOBOX_TOKEN", "ECHOBOX_OLD_TOKEN"),
+    url_var="ECHOBOX_URL",
+    default_url="https://echo.example/api",
+)
+BROKEN = BackendEntry("sandboxkit_echo_cloud:CloudBackend", extra="cloud")
+"""
+
+
+def test_a_plugin_declares_its_facts_in_a_registry_entry(
+    clean_env: Path, install_plugin: Installer
+) -> None:
+    """An entry point may name a BackendEntry: the backend it names works as a bare class
+    does, and the entry carries the facts, the distribution that declared it filled in."""
+    install_plugin(
+        "sandboxkit-echo",
+        entry_points={"echobox": "sandboxkit_echo_entry:ENTRY"},
+        modules={"sandboxkit_echo_entry": ECHO_ENTRY, "sandboxkit_echo": ECHO_BACKEND},
+    )
+    choice = resolve_backend("EchoBox")
+    assert (choice.name, choice.source, choice.known) == ("echobox", "argument", True)
+    assert choice.entry() == BackendEntry(
+        "sandboxkit_echo:EchoBackend",
+        extra="cloud",
+        package="sandboxkit-echo",
+        sdk="echo-sdk",
+        key_vars=("ECHOBOX_TOKEN", "ECHOBOX_OLD_TOKEN"),
+        url_var="ECHOBOX_URL",
+        default_url="https://echo.example/api",
+    )
+    assert choice.entry().install == "pip install 'sandboxkit-echo[cloud]'"
+    with sandboxkit.get_backend("echobox") as client, client.sandbox() as sb:
+        assert client.name == "echobox"
+        assert sb.exec(["python3", "-c", "print('declared')"], timeout=60).stdout == "declared\n"
+
+
+def test_a_plugin_missing_a_dependency_names_its_own_extra(
+    clean_env: Path, install_plugin: Installer
+) -> None:
+    install_plugin(
+        "sandboxkit-echo",
+        entry_points={"cloudbox": "sandboxkit_echo_entry:BROKEN"},
+        modules={
+            "sandboxkit_echo_entry": ECHO_ENTRY,
+            "sandboxkit_echo_cloud": "import echo_cloud_sdk_that_is_not_installed\n",
+        },
+    )
+    with pytest.raises(
+        BackendUnavailableError,
+        match=r"needs 'echo_cloud_sdk_that_is_not_installed'.*'sandboxkit-echo\[cloud\]'",
+    ):
+        sandboxkit.get_backend("cloudbox")
+
+
+def test_every_caller_resolves_names_the_same_way(
+    clean_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The argument, else SANDBOXKIT_BACKEND (the environment, then .env), else the default;
+    stripped, lower-cased, aliases followed; unknown names stay unknown until used."""
+    assert resolve_backend() == BackendChoice("subprocess", "default")
+    (clean_env / ".env").write_text("SANDBOXKIT_BACKEND= CWSandbox\n")
+    monkeypatch.setattr(config, "_dotenv_loaded", False)
+    assert resolve_backend() == BackendChoice("aviato", "SANDBOXKIT_BACKEND")
+    monkeypatch.setenv("SANDBOXKIT_BACKEND", "LOCAL")
+    assert resolve_backend() == BackendChoice("subprocess", "SANDBOXKIT_BACKEND")
+    assert resolve_backend(" Daytona ") == BackendChoice("daytona", "argument")
+    unknown = resolve_backend("dytona")
+    assert (unknown.name, unknown.known) == ("dytona", False)
+    with pytest.raises(UnknownBackendError, match="unknown sandbox backend 'dytona'"):
+        unknown.entry()
+    assert backend_factory("local") == ("subprocess", SubprocessBackend)
 
 
 def test_a_client_wrapped_again_keeps_its_backend(clean_env: Path) -> None:
