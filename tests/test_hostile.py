@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from sandboxkit import Sandbox, SandboxClient, SandboxError, get_backend
+from sandboxkit.backends.subprocess import SubprocessBackend
 from sandboxkit.local import disk, files
 from sandboxkit.local.isolation import Tier, namespaces_failure
 from sandboxkit.local.seccomp import SYSCALLS, native_arch, syscall_number, unsupported
@@ -63,8 +64,9 @@ def _sandbox_of(tier: str, local_root: Path) -> Iterator[tuple[SandboxClient, Sa
         cpu_seconds=20,
         output_bytes=CAP,
     )
-    assert client.isolation.tier == Tier(tier)
-    assert client.warm == (tier == "namespaces" and os.environ["SANDBOXKIT_WARM"] == "1")
+    local = client.backend_as(SubprocessBackend)
+    assert local.isolation.tier == Tier(tier)
+    assert local.warm == (tier == "namespaces" and os.environ["SANDBOXKIT_WARM"] == "1")
     marker = f"SBX_MARK_{uuid.uuid4().hex}"
     sb = client.sandbox(env={marker: "1"})
     yield client, sb, marker
@@ -160,7 +162,7 @@ def test_memory_bomb_fails_inside(hostile: tuple[SandboxClient, Sandbox, str]) -
     prog = "chunks = []\nwhile True:\n    chunks.append(bytearray(16 * 1024 * 1024))"
     code, _, err, timed_out = run(sb, prog, timeout=20)
     assert not timed_out
-    if client.memory_limit == "rlimit":
+    if client.backend_as(SubprocessBackend).memory_limit == "rlimit":
         assert code == 1 and "MemoryError" in err
     else:
         assert code == 137
@@ -591,7 +593,7 @@ def test_code_on_a_root_host_holds_no_host_privilege(
     its processes are not root's, and nothing under /proc/sys or /sys opens for writing (a
     completion once changed a host sysctl; core_pattern leads to code run as root)."""
     client, sb, marker = hostile
-    assert client.isolation.run_as != 0
+    assert client.backend_as(SubprocessBackend).isolation.run_as != 0
     holder = threading.Thread(target=lambda: sb.exec([PY, "-c", _STARTED_THEN_SLEEP], timeout=30))
     holder.start()
     try:
@@ -686,7 +688,8 @@ def test_memfds_filled_with_write_hold_no_more_than_the_memory_limit(
     )
     code, out, _, timed_out = run(sb, prog, timeout=60)
     assert not timed_out
-    if client.memory_limit == "rlimit":  # documented: bounded per process only
+    # documented: bounded per process only
+    if client.backend_as(SubprocessBackend).memory_limit == "rlimit":
         assert (code, last_count(out)) == (0, 2 * MEMORY_MB)
     else:
         assert code == 137 and last_count(out) < MEMORY_MB, out
@@ -721,7 +724,8 @@ def test_dev_shm_holds_no_more_than_the_memory_limit(
     assert not timed_out
     if tier == "namespaces":  # a /dev/shm of the sandbox's own, of 64 MB
         assert code == 0 and "refused 28" in out and last_count(out) <= 64, out
-    elif client.memory_limit == "rlimit":  # documented: bounded per process only
+    # documented: bounded per process only
+    elif client.backend_as(SubprocessBackend).memory_limit == "rlimit":
         assert (code, last_count(out)) == (0, 2 * MEMORY_MB)
     else:
         assert code == 137 and last_count(out) < MEMORY_MB, out
@@ -755,7 +759,8 @@ def test_children_together_hold_no_more_than_the_memory_limit(
     )
     code, out, _, timed_out = run(sb, prog, timeout=60)
     assert not timed_out
-    if client.memory_limit == "rlimit":  # documented: bounded per process only
+    # documented: bounded per process only
+    if client.backend_as(SubprocessBackend).memory_limit == "rlimit":
         assert (code, out) == (0, "6\n")
     elif code != 137:  # the parent itself may be the one the kernel kills
         assert code == 0 and int(out) * 64 < MEMORY_MB, out
@@ -803,7 +808,8 @@ def test_filling_the_sandbox_storage_gets_enospc(
     )
     code, out, err, _ = run(sb, prog, timeout=60)
     assert code == 0, err
-    if client.disk_limit == "file size":  # documented: bounded per file only
+    # documented: bounded per file only
+    if client.backend_as(SubprocessBackend).disk_limit == "file size":
         assert last_count(out) == 2 * cap
     else:
         assert "refused 28" in out and last_count(out) < cap, out

@@ -210,7 +210,7 @@ class DaytonaEmulator:
     @property
     def isolation(self) -> IsolationReport:
         """How the local sandboxes behind the emulated ones are confined."""
-        report: IsolationReport = self._local.isolation
+        report: IsolationReport = self._local.backend.isolation
         return report
 
     def live_sandboxes(self) -> int:
