@@ -400,7 +400,7 @@ def _warm_path(client: SandboxClient, sandbox_id: str) -> Check:
     return Check(
         "warm template",
         Status.OK,
-        "execs fork from a warm interpreter; each exec's init is a fork too (~20% more CPU "
+        "execs fork from a warm interpreter; each exec's init is a fork too (one more fork "
         "per exec: the tiny init needs x86-64 and an executable memfd)",
     )
 

@@ -102,6 +102,18 @@ def assert_next_exec_works(sb: Sandbox) -> None:
     assert (r.returncode, r.stdout) == (0, "next exec\n"), r.stderr
 
 
+def wait_for_file(sb: Sandbox, name: str, timeout: float = 60) -> bool:
+    """Whether the program created ``name`` within ``timeout`` seconds: how the host knows it
+    started, on a machine that may be slow to start it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(FileNotFoundError):
+            sb.read_file(name)
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def host_is_healthy() -> None:
     """The host can still start processes and allocate memory."""
     assert os.system("true") == 0
@@ -599,12 +611,7 @@ def test_code_on_a_root_host_holds_no_host_privilege(
     try:
         # Wait for the program itself: before it starts, the host's own launcher (root until
         # it applies the limits and drops its uid) carries the sandbox's environment too.
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            with contextlib.suppress(FileNotFoundError):
-                sb.read_file("started")
-                break
-            time.sleep(0.05)
+        wait_for_file(sb, "started", timeout=20)
         pids = processes_with(marker, "environ")
         assert pids, "the sandbox's process was not found on the host"
         for pid in pids:
@@ -1084,6 +1091,7 @@ SWAPPER = (
     "libc = ctypes.CDLL(None, use_errno=True)\n"
     "a, b = (os.path.expandvars(name).encode() for name in sys.argv[1:])\n"
     "print('swapping', flush=True)\n"
+    "open('started', 'w').close()\n"
     "n, end = 0, time.monotonic() + 60\n"
     "while time.monotonic() < end and not os.path.exists('stop'):\n"
     "    for _ in range(1000):\n"
@@ -1136,11 +1144,15 @@ def test_racing_links_never_lead_the_file_api_out_of_the_sandbox(
     thread = threading.Thread(target=lambda: swapper.append(sb.exec(argv, timeout=90).stdout))
     thread.start()
     try:
+        # The host's reads and writes take a fraction of a second: start them once it swaps.
+        assert wait_for_file(sb, "started"), "the swapper never started"
         read_back: list[bytes | str] = []
         deadline = time.monotonic() + 30
-        while len(read_back) < 400 and time.monotonic() < deadline:
+        got_through = False  # 400 reads at least, and on until one gets through the race
+        while (len(read_back) < 400 or not got_through) and time.monotonic() < deadline:
             try:
                 read_back.append(sb.read_file(read))
+                got_through = got_through or read_back[-1] == b"inside"
             except SandboxError as exc:
                 read_back.append(type(exc).__name__)
         for i in range(400):

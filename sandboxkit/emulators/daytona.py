@@ -58,7 +58,7 @@ from ..backends.daytona import (
 )
 from ..errors import SandboxError, SandboxNotFoundError
 from ..local.isolation import IsolationReport, Tier
-from ..protocol import DEFAULT_WORKDIR, ExecResult, SandboxSpec
+from ..protocol import DEFAULT_WORKDIR, KILLED_RETURNCODE, ExecResult, SandboxSpec
 from ..registry import get_backend
 from . import PYTHONS
 from .faults import Faults
@@ -611,8 +611,8 @@ class DaytonaEmulator:
             run.cancel()
             raise
         if run.cancelled():  # by the backend's kill command: the wrapper's answer is lost
-            output = wrapper_output(137, False, b"", b"")
-            return web.json_response({"exitCode": 137, "result": output})
+            output = wrapper_output(KILLED_RETURNCODE, False, b"", b"")
+            return web.json_response({"exitCode": KILLED_RETURNCODE, "result": output})
         try:
             result = run.result()
         except _Reply as reply:
