@@ -1,0 +1,69 @@
+"""The public surface: what ``sandboxkit`` exports, what docs/api.md says, and what importing
+it costs."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import sandboxkit
+
+REPO = Path(__file__).resolve().parents[1]
+API_PAGE = REPO / "docs" / "api.md"
+TABLE_NAME = re.compile(r"^\| `([A-Za-z_]\w*)", re.MULTILINE)
+"""The name a table row of docs/api.md documents (before any signature)."""
+DOTTED_NAME = re.compile(r"`(sandboxkit(?:\.\w+)+)`")
+
+
+def test_every_public_name_can_be_imported_from_the_package() -> None:
+    namespace: dict[str, object] = {}
+    exec("from sandboxkit import *", namespace)
+    missing = [name for name in sandboxkit.__all__ if name not in namespace]
+    assert missing == []
+    assert len(set(sandboxkit.__all__)) == len(sandboxkit.__all__)
+
+
+def test_the_rewards_and_the_errors_they_raise_are_public() -> None:
+    from sandboxkit.errors import CircuitOpenError
+    from sandboxkit.rewards import assert_tests_reward, exec_reward, function_tests_reward
+
+    assert sandboxkit.exec_reward is exec_reward
+    assert sandboxkit.assert_tests_reward is assert_tests_reward
+    assert sandboxkit.function_tests_reward is function_tests_reward
+    assert sandboxkit.CircuitOpenError is CircuitOpenError
+    assert set(dir(sandboxkit)) >= set(sandboxkit.__all__)
+
+
+def test_a_name_the_package_does_not_have_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="get_backnd"):
+        sandboxkit.get_backnd  # type: ignore[attr-defined]  # noqa: B018
+
+
+def test_the_api_page_documents_exactly_the_public_names() -> None:
+    documented = TABLE_NAME.findall(API_PAGE.read_text())
+    assert sorted(documented) == sorted(sandboxkit.__all__)
+
+
+def test_the_modules_the_api_page_names_outside_the_package_exist() -> None:
+    dotted = DOTTED_NAME.findall(API_PAGE.read_text())
+    assert dotted
+    for path in dotted:
+        module, _, name = path.rpartition(".")
+        assert hasattr(importlib.import_module(module), name), path
+
+
+def test_importing_sandboxkit_loads_no_sdk_no_trainer_and_no_rewards() -> None:
+    code = "import json, sys, sandboxkit; print(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    loaded = set(json.loads(done.stdout))
+    heavy = {"daytona", "cwsandbox", "aiohttp", "socketio", "grpc", "torch", "transformers"}
+    heavy |= {"trl", "sandboxkit.rewards", "sandboxkit.harness", "sandboxkit.emulators"}
+    assert loaded & heavy == set()
