@@ -1,20 +1,27 @@
 """What a local sandbox costs: create + exec + stop, and per-exec overhead over a bare
 ``subprocess.run`` of the same command, in each isolation tier available here; and what a
-host file operation (resolved beneath the sandbox, in a thread) takes.
+host file operation (resolved beneath the sandbox, in a thread) takes. Prints markdown tables
+and writes JSON (``results/local_overhead.json``, whose tables ``report.py`` puts in the README).
 
-    python benchmarks/local_overhead.py [--runs 30]
+    PYTHONPATH=. python benchmarks/local_overhead.py [--runs 30] [--json PATH]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from run import RESULTS, machine_info, machine_line
 
 import sandboxkit
 from sandboxkit.backends.subprocess import SubprocessBackend
@@ -32,15 +39,18 @@ def _median_ms(fn: Callable[[], object], runs: int) -> float:
     return statistics.median(samples)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--runs", type=int, default=30)
-    args = parser.parse_args()
+def measure(runs: int) -> dict[str, Any]:
+    """Medians in ms of ``runs`` runs each, per tier: execs and file operations."""
     warnings.simplefilter("ignore", RuntimeWarning)
-    bare_python = interpreter()
-    rows = []
-    file_rows = []
-    for tier in ("namespaces", "rlimits"):
+    tiers = ("namespaces", "rlimits")
+    results: dict[str, Any] = {
+        "machine": machine_info(", ".join(tiers)),
+        "runs": runs,
+        "interpreter": interpreter(),
+        "exec": [],
+        "files": [],
+    }
+    for tier in tiers:
         os.environ["SANDBOXKIT_ISOLATION"] = tier
         with tempfile.TemporaryDirectory(dir="/tmp") as root:
             os.chmod(root, 0o711)
@@ -48,33 +58,58 @@ def main() -> None:
             python = client.backend_as(SubprocessBackend).isolation.python
             for label, argv in COMMANDS.items():
                 host_argv = [python if a == "python3" else a for a in argv]
-                bare = _median_ms(lambda a=host_argv: subprocess.run(a, check=True), args.runs)
+                bare = _median_ms(lambda a=host_argv: subprocess.run(a, check=True), runs)
                 with client.sandbox() as sb:
-                    one = _median_ms(lambda a=argv, s=sb: s.exec(a), args.runs)
+                    one = _median_ms(lambda a=argv, s=sb: s.exec(a), runs)
 
                 def lifecycle(a: list[str] = argv, c: sandboxkit.SandboxClient = client) -> None:
                     with c.sandbox() as sb:
                         sb.exec(a)
 
-                full = _median_ms(lifecycle, args.runs)
-                rows.append((tier, label, bare, one, one - bare, full))
+                full = _median_ms(lifecycle, runs)
+                results["exec"].append(
+                    {"tier": tier, "command": label, "bare_ms": bare, "exec_ms": one}
+                    | {"overhead_ms": one - bare, "lifecycle_ms": full}
+                )
             with client.sandbox() as sb:
                 blob = os.urandom(4096)
-                write = _median_ms(lambda s=sb, b=blob: s.write_file("d/e/f.bin", b), args.runs)
-                read = _median_ms(lambda s=sb: s.read_file("d/e/f.bin"), args.runs)
-                file_rows.append((tier, write, read))
-    print(f"interpreter: {bare_python}; {os.cpu_count()} cpus; median of {args.runs} runs (ms)")
-    header = ("tier", "command", "bare run", "exec", "overhead", "create+exec+stop")
-    print("| " + " | ".join(header) + " |")
-    print("|" + "---|" * len(header))
-    for tier, label, bare, one, over, full in rows:
-        print(f"| {tier} | {label} | {bare:.1f} | {one:.1f} | {over:+.1f} | {full:.1f} |")
-    print()
-    print("| tier | write_file 4 KiB | read_file 4 KiB |")
-    print("|---|---|---|")
-    for tier, write, read in file_rows:
-        print(f"| {tier} | {write:.2f} | {read:.2f} |")
+                write = _median_ms(lambda s=sb, b=blob: s.write_file("d/e/f.bin", b), runs)
+                read = _median_ms(lambda s=sb: s.read_file("d/e/f.bin"), runs)
+                results["files"].append({"tier": tier, "write_ms": write, "read_ms": read})
+    return results
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The tables of a results file of this benchmark."""
+    out = [
+        machine_line(results["machine"]),
+        "",
+        f"Medians of {results['runs']} runs, in ms.",
+        "",
+        "| tier | command | bare `subprocess.run` | `sb.exec` | overhead | create + exec + stop |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in results["exec"]:
+        out.append(
+            f"| {r['tier']} | `{r['command']}` | {r['bare_ms']:.1f} | {r['exec_ms']:.1f} "
+            f"| {r['overhead_ms']:+.1f} | {r['lifecycle_ms']:.1f} |"
+        )
+    out += ["", "| tier | `write_file` 4 KiB | `read_file` 4 KiB |", "|---|---|---|"]
+    for r in results["files"]:
+        out.append(f"| {r['tier']} | {r['write_ms']:.2f} | {r['read_ms']:.2f} |")
+    return "\n".join(out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--json", type=Path, default=RESULTS / "local_overhead.json")
+    args = parser.parse_args(argv)
+    results = measure(args.runs)
+    print(markdown(results))
+    args.json.write_text(json.dumps(results, indent=2) + "\n")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,7 +1,8 @@
 """Writes the measured tables of ``benchmarks/README.md`` from ``benchmarks/results/*.json``.
 
-The README holds, between ``<!-- results/NAME.json -->`` and ``<!-- end results -->``, what
-``run.markdown`` makes of that file; the prose around the blocks is written by hand. Tables
+The README holds, between ``<!-- results/NAME.json -->`` and ``<!-- end results -->``, what the
+benchmark that wrote that file makes of it (its ``markdown``: ``run.py``'s, unless
+:data:`RENDERERS` names another); the prose around the blocks is written by hand. Tables
 copied by hand went stale (the README showed a run the results no longer held), so they are
 only ever written from the JSON, and ``tests/test_docs.py`` checks the committed page.
 
@@ -15,9 +16,12 @@ import argparse
 import json
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
+import local_overhead
+import rate_limits
 from run import RESULTS, Report, Row, markdown
 
 README = RESULTS.parent / "README.md"
@@ -32,6 +36,19 @@ def load(path: Path) -> Report:
     return Report(**data)
 
 
+RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "local_overhead.json": local_overhead.markdown,
+    "rate_limits.json": rate_limits.markdown,
+}
+"""The results files not written by ``run.py``, and the tables each one's benchmark makes."""
+
+
+def tables(path: Path) -> str:
+    """The markdown of one results file."""
+    renderer = RENDERERS.get(path.name)
+    return markdown(load(path)) if renderer is None else renderer(json.loads(path.read_text()))
+
+
 def render(text: str) -> str:
     """``text`` with every results block rewritten from its JSON. A results file without a
     block is an error: a run nobody reads is a run the page forgot."""
@@ -41,7 +58,7 @@ def render(text: str) -> str:
         raise SystemExit(f"{README.name} has no block for {', '.join(sorted(missing))}")
 
     def block(match: re.Match[str]) -> str:
-        return f"{match[1]}\n{markdown(load(RESULTS.parent / match[2]))}\n\n{match[3]}"
+        return f"{match[1]}\n{tables(RESULTS.parent / match[2])}\n\n{match[3]}"
 
     return BLOCK.sub(block, text)
 

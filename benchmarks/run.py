@@ -687,14 +687,17 @@ def _batch(row: Row) -> str:
     return f"{row.batch}" if row.measured == row.batch else f"{row.batch} ({row.measured}*)"
 
 
-def markdown(report: Report) -> str:
-    out: list[str] = []
-    m = report.machine
-    out.append(
+def machine_line(m: dict[str, Any]) -> str:
+    """The machine a results file was measured on, as one line above its tables."""
+    return (
         f"{m['cpu_count']} cores, {m['memory_gib']} GiB, Python {m['python']}, kernel "
         f"{m['kernel']}, isolation: {m['isolation_tier']}, {m['date']}; load average at start "
         f"{m['load_average_start'][0]:.1f}. {m['note']}."
     )
+
+
+def markdown(report: Report) -> str:
+    out = [machine_line(report.machine)]
     head = (
         "| workload | method | batch | conc. | wall s | compl./s | p50 ms | p95 ms "
         "| RSS Δ MB | sandboxes | mean reward | vs naive |"

@@ -75,9 +75,10 @@ def test_smoke_run_writes_the_expected_json(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_rate_limit_benchmark_prints_both_rows() -> None:
+def test_rate_limit_benchmark_prints_both_rows(tmp_path: Path) -> None:
     argv = [sys.executable, "benchmarks/rate_limits.py", "--batch", "48", "--concurrency", "16"]
     argv += ["--allowed", "2", "--latency-ms", "5", "--backoff", "0.02", "--retries", "8"]
+    argv += ["--json", str(tmp_path / "rate_limits.json")]  # not over the committed results
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run(
         argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False
@@ -94,3 +95,6 @@ def test_rate_limit_benchmark_prints_both_rows() -> None:
     assert fixed[7] == "16" and int(adaptive[7]) < 16  # the final limit
     assert adaptive[6] == "0"  # no reward lost
     assert int(adaptive[4]) < int(fixed[4])  # fewer 429s
+    written = json.loads((tmp_path / "rate_limits.json").read_text())
+    assert [r["method"] for r in written["rows"]] == ["fixed concurrency", "adaptive budget"]
+    assert written["rows"][1]["refused"] == int(adaptive[4])
