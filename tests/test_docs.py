@@ -3,15 +3,19 @@ every page can be reached from the README."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+from sandboxkit.registry import BackendEntry
+
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 BENCHMARKS_PAGE = REPO / "benchmarks" / "README.md"
+PLUGINS_PAGE = REPO / "docs" / "plugins.md"
 PAGES = [README, BENCHMARKS_PAGE, REPO / "examples" / "README.md", *(REPO / "docs").glob("*.md")]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 RESULTS_BLOCK = re.compile(r"(<!-- results/[\w.-]+\.json -->\n).*?(<!-- end results -->)", re.S)
@@ -73,3 +77,11 @@ def test_the_readme_keeps_the_two_commands_that_ci_runs() -> None:
         assert lines[at + 1] == "```bash"
         assert lines[at + 2].startswith("python3 -m venv .venv && ")
         assert lines[at + 3] == "```"
+
+
+def test_the_plugin_page_describes_every_field_of_a_registry_entry() -> None:
+    text = PLUGINS_PAGE.read_text()
+    table = text[text.index("| field |") :].split("\n\n")[0]
+    first_cells = [row.split("|")[1] for row in table.splitlines()[2:]]
+    described = sorted(name for cell in first_cells for name in re.findall(r"`(\w+)`", cell))
+    assert described == sorted(f.name for f in dataclasses.fields(BackendEntry))
