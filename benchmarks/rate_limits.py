@@ -21,9 +21,8 @@ import time
 from memory_backend import LatencyOnlyBackend
 
 from sandboxkit import SandboxClient
-from sandboxkit.emulators.faults import Faults
 from sandboxkit.rewards import exec_reward
-from sandboxkit.testing.faulty import FaultyBackend
+from sandboxkit.testing.faults import Faults, FaultyBackend
 
 
 def run(args: argparse.Namespace, *, adaptive: bool) -> str:

@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
-from .emulators.faults import Faults
 from .errors import SandboxError
 from .portal import run_sync
 from .protocol import SandboxInfo, SandboxStatus, shell_returncode
 from .registry import get_backend
 from .session import Session
+from .testing.faults import Faults
 
 if TYPE_CHECKING:
     from .backends.subprocess import SubprocessBackend

@@ -37,8 +37,8 @@ from sandboxkit.backends.daytona import (
     tag_label,
 )
 from sandboxkit.emulators.daytona import DaytonaEmulator
-from sandboxkit.emulators.faults import Faults
 from sandboxkit.testing.daytona import EMULATOR_API_KEY, EMULATOR_TARGET
+from sandboxkit.testing.faults import Faults
 from sandboxkit.testing.remote import wait_until
 
 PY = "python3"

@@ -32,8 +32,8 @@ from typing import Protocol
 import pytest
 
 from ..client import SandboxClient
-from ..emulators.faults import Faults
 from ..registry import get_backend
+from .faults import Faults
 
 REMOTE_BACKENDS = ("daytona", "aviato")
 API_KEY = "sandboxkit-remote-key"
