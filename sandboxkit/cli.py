@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import logging
 import os
 import re
+import site
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
+from .emulators import EMULATORS, load_emulator
 from .errors import SandboxError
 from .portal import run_sync
 from .protocol import SandboxInfo, SandboxStatus, shell_returncode
@@ -33,10 +34,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("sandboxkit.cli")
 
-EMULATORS = {
-    "daytona": "sandboxkit.emulators.daytona",
-    "aviato": "sandboxkit.emulators.aviato",
-}
 CLI_TAG = "sandboxkit-cli"
 """Tag key on sandboxes the command line creates (``sandboxkit-cli=run``, ``=eval``)."""
 TIMEOUT_STATUS = 124
@@ -255,6 +252,17 @@ def _eval(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
 
 
+def child_pythonpath() -> str:
+    """``PYTHONPATH`` for a child process of ``sys.executable`` that must import this very
+    ``sandboxkit``: the directory holding it (a checkout, or an editable install's source)
+    ahead of this process's ``PYTHONPATH``, unless it is a site directory, which the child has
+    anyway and which must not come before the standard library."""
+    holder = str(Path(__file__).resolve().parent.parent)
+    sites = {str(Path(p).resolve()) for p in [*site.getsitepackages(), site.getusersitepackages()]}
+    first = None if holder in sites else holder
+    return os.pathsep.join(filter(None, [first, os.environ.get("PYTHONPATH")]))
+
+
 def find_benchmarks(directory: str | None = None) -> Path:
     """The repository's ``benchmarks/`` (next to the package), which wheels do not ship."""
     found = Path(directory) if directory else Path(__file__).resolve().parent.parent / "benchmarks"
@@ -275,9 +283,7 @@ def _bench(args: argparse.Namespace) -> int:
     if not (directory / "run.py").is_file():
         raise UsageError(f"{directory} has no run.py")
     argv = [str(directory / "run.py"), *(extra or ["--quick"])]
-    package_root = str(Path(__file__).resolve().parent.parent)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": child_pythonpath()}
     logger.info("running %s", " ".join(argv))
     return subprocess.run([sys.executable, *argv], env=env).returncode
 
@@ -287,7 +293,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _emulate(args: argparse.Namespace) -> int:
     """Serve an emulator until interrupted; its module prints the URL to use."""
-    module = importlib.import_module(EMULATORS[args.provider])
+    module = load_emulator(args.provider)
     faults = Faults(
         latency_ms=args.latency_ms,
         create_latency_ms=args.create_latency_ms,

@@ -25,7 +25,7 @@ from typing import IO
 
 import pytest
 
-pytest.importorskip("cwsandbox")
+pytest.importorskip("cwsandbox", reason="needs pip install 'sandboxkit[aviato,emulators]'")
 
 import cwsandbox
 

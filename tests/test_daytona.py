@@ -16,6 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip("daytona", reason="needs pip install 'sandboxkit[daytona,emulators]'")
+
 from daytona import AsyncDaytona, DaytonaConfig, DaytonaError
 
 from sandboxkit import (

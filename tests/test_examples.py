@@ -329,7 +329,8 @@ def test_policy_gradient_update_changes_the_tiny_model(
     """The update VLLMModel trains with, on CPU: a group with different rewards moves the
     weights; a group whose rewards are all equal carries no signal."""
     torch = pytest.importorskip("torch")
-    from sandboxkit.testing.tiny_model import build_tiny_model
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    from tiny_model import build_tiny_model
 
     monkeypatch.syspath_prepend(str(EXAMPLES / "art"))
     from policy import PolicyGradient

@@ -23,7 +23,7 @@ import pytest
 
 from sandboxkit import Sandbox, SandboxClient, SandboxError, get_backend
 from sandboxkit.backends.subprocess import SubprocessBackend
-from sandboxkit.emulators import remove_from_host
+from sandboxkit.emulators.host import remove_from_host
 from sandboxkit.local import disk, files
 from sandboxkit.local.isolation import Tier, namespaces_failure
 from sandboxkit.local.seccomp import SYSCALLS, native_arch, syscall_number, unsupported

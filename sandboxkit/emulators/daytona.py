@@ -66,7 +66,8 @@ from ..local.isolation import IsolationReport, Tier
 from ..protocol import DEFAULT_WORKDIR, ExecResult, SandboxSpec
 from ..registry import get_backend
 from ..testing.faults import Faults
-from . import PYTHONS, remove_from_host
+from . import PYTHONS
+from .host import remove_from_host
 
 API_SOURCE = "DAYTONA_API"
 DAEMON_SOURCE = "DAYTONA_DAEMON"

@@ -14,13 +14,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
 from ..client import SandboxClient
-from ..emulators.daytona import DaytonaEmulator
 from ..local.isolation import Tier
 from ..registry import get_backend
+from .remote import emulator_or_skip
+
+if TYPE_CHECKING:
+    from ..emulators.daytona import DaytonaEmulator
 
 EMULATOR_API_KEY = "sandboxkit-test-key"
 EMULATOR_TARGET = "local"
@@ -28,11 +32,12 @@ EMULATOR_TARGET = "local"
 
 @pytest.fixture(scope="session")
 def daytona_emulator() -> Iterator[DaytonaEmulator]:
+    emulator_class: type[DaytonaEmulator] = emulator_or_skip("daytona").DaytonaEmulator
     with pytest.MonkeyPatch.context() as mp:
         # The SDK honours proxy variables: keep loopback traffic off any proxy.
         no_proxy = ",".join(filter(None, [os.environ.get("NO_PROXY"), "127.0.0.1,localhost"]))
         mp.setenv("NO_PROXY", no_proxy)
-        emulator = DaytonaEmulator(api_key=EMULATOR_API_KEY)
+        emulator = emulator_class(api_key=EMULATOR_API_KEY)
         emulator.start_in_thread()
         try:
             if emulator.isolation.tier is not Tier.NAMESPACES:
@@ -46,6 +51,8 @@ def daytona_emulator() -> Iterator[DaytonaEmulator]:
 def daytona_env(
     daytona_emulator: DaytonaEmulator, monkeypatch: pytest.MonkeyPatch
 ) -> DaytonaEmulator:
+    """The environment ``get_backend("daytona")`` reads; skips without the Daytona SDK."""
+    pytest.importorskip("daytona", reason="no Daytona SDK: pip install 'sandboxkit[daytona]'")
     monkeypatch.setenv("DAYTONA_API_URL", daytona_emulator.url)
     monkeypatch.setenv("DAYTONA_API_KEY", EMULATOR_API_KEY)
     monkeypatch.setenv("DAYTONA_TARGET", EMULATOR_TARGET)

@@ -27,11 +27,15 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Protocol
 
 import pytest
 
+from ..cli import child_pythonpath
 from ..client import SandboxClient
+from ..emulators import load_emulator
+from ..errors import BackendUnavailableError
 from ..registry import get_backend
 from .faults import Faults
 
@@ -41,7 +45,6 @@ DAYTONA_TARGET = "local"
 _URL_VARS = {"daytona": "DAYTONA_API_URL", "aviato": "CWSANDBOX_BASE_URL"}
 _SHARED_FIXTURES = {"daytona": "daytona_emulator", "aviato": "aviato_emulator"}
 """The session fixtures that skip where an emulator cannot run (and set ``NO_PROXY``)."""
-_REPO = Path(__file__).resolve().parents[2]
 
 
 class Emulator(Protocol):
@@ -75,6 +78,16 @@ def start_emulator(
         raise ValueError(f"no emulator for {provider!r}; choose from {REMOTE_BACKENDS}")
 
 
+def emulator_or_skip(provider: str) -> ModuleType:
+    """The emulator module of ``provider``; skips the test, saying what to install, where its
+    server libraries are not installed (cwsandbox, which the Aviato emulator serves the
+    protos of, needs Python 3.11)."""
+    try:
+        return load_emulator(provider)
+    except BackendUnavailableError as exc:
+        pytest.skip(str(exc))
+
+
 def backend_options(provider: str, url: str) -> dict[str, str]:
     """``get_backend(provider, **options)`` reaches the emulator at ``url``."""
     if provider == "daytona":
@@ -97,7 +110,7 @@ def client_for(provider: str, url: str) -> SandboxClient:
 def child_env(provider: str, url: str) -> dict[str, str]:
     """This process's environment plus what a child needs to import sandboxkit and reach
     ``url`` (proxy variables are overridden: the SDKs honour them even for loopback)."""
-    return {**os.environ, "PYTHONPATH": str(_REPO), **backend_env(provider, url)}
+    return {**os.environ, "PYTHONPATH": child_pythonpath(), **backend_env(provider, url)}
 
 
 @contextlib.contextmanager
@@ -111,7 +124,7 @@ def serve_emulator(
         [*command, "--api-key", API_KEY, *args],
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(_REPO), "NO_PROXY": "127.0.0.1,localhost"},
+        env={**os.environ, "PYTHONPATH": child_pythonpath(), "NO_PROXY": "127.0.0.1,localhost"},
     )
     lines: queue.Queue[str] = queue.Queue()
     assert server.stdout is not None
