@@ -569,6 +569,53 @@ def test_bench_without_benchmarks_says_so(tmp_path: Path) -> None:
     assert "has no run.py" in done.stderr
 
 
+def without(tmp_path: Path, *modules: str, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """An environment whose Python processes (children included) cannot import ``modules``,
+    as on a core install: a ``sitecustomize`` on ``PYTHONPATH`` blocks them at start-up."""
+    (tmp_path / "sitecustomize.py").write_text(
+        f"import sys\nsys.modules.update(dict.fromkeys({modules!r}))\n"
+    )
+    environ = dict(os.environ if env is None else env)
+    environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(tmp_path), environ.get("PYTHONPATH")])
+    )
+    return environ
+
+
+@pytest.mark.parametrize(("provider", "missing"), [("daytona", "socketio"), ("aviato", "grpc")])
+def test_emulate_without_the_emulators_extra_names_it_in_one_line(
+    provider: str, missing: str, tmp_path: Path
+) -> None:
+    done = cli("emulate", provider, env=without(tmp_path, missing))
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (
+        f"sandboxkit emulate: BackendUnavailableError: the {provider} emulator needs "
+        f"{missing!r}, which is not installed: pip install 'sandboxkit[emulators]'\n"
+    )
+
+
+def test_bench_skips_the_emulated_rows_it_cannot_run_and_prints_the_rest(
+    local_env: dict[str, str], tmp_path: Path
+) -> None:
+    out = tmp_path / "bench.json"
+    env = without(tmp_path, "socketio", "grpc", env=local_env)
+    done = cli("bench", "--", "--smoke", "--only", "remote", "--json", str(out), env=env)
+    assert done.returncode == 0, done.stderr
+    skipped = [
+        "daytona: the daytona emulator needs 'socketio', which is not installed: "
+        "pip install 'sandboxkit[emulators]'",
+        "aviato: the aviato emulator needs 'grpc', which is not installed: "
+        "pip install 'sandboxkit[emulators]'",
+    ]
+    assert json.loads(out.read_text())["skipped"] == skipped
+    assert "\n### Skipped\n\n" + "".join(f"- {line}\n" for line in skipped) in done.stdout
+    for line in skipped:
+        provider, _, reason = line.partition(": ")
+        assert f"skipped the {provider} rows: {reason}\n" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert "| latency-only | 50 | sandboxkit" in done.stdout  # the rows it could run
+
+
 @pytest.mark.slow
 def test_emulate_serves_what_doctor_then_finds_ready(local_env: dict[str, str]) -> None:
     pytest.importorskip("cwsandbox", reason="the Aviato emulator needs cwsandbox")

@@ -3,7 +3,8 @@
 Enable them in a ``conftest.py`` with ``pytest_plugins = ["sandboxkit.testing.daytona"]``:
 
 - ``daytona_emulator`` (session): a running :class:`~sandboxkit.emulators.daytona.DaytonaEmulator`
-  that requires a bearer token (skips where the local backend lacks its namespaces tier, which
+  that requires a bearer token (skips, naming the extra to install, without the emulator's
+  libraries or the Daytona SDK, and where the local backend lacks its namespaces tier, which
   the emulator needs to look like a Linux box);
 - ``daytona_env``: ``DAYTONA_API_URL``, ``DAYTONA_API_KEY`` and ``DAYTONA_TARGET`` pointing at it,
   so code under test that calls ``get_backend("daytona")`` reaches the emulator;
@@ -51,8 +52,6 @@ def daytona_emulator() -> Iterator[DaytonaEmulator]:
 def daytona_env(
     daytona_emulator: DaytonaEmulator, monkeypatch: pytest.MonkeyPatch
 ) -> DaytonaEmulator:
-    """The environment ``get_backend("daytona")`` reads; skips without the Daytona SDK."""
-    pytest.importorskip("daytona", reason="no Daytona SDK: pip install 'sandboxkit[daytona]'")
     monkeypatch.setenv("DAYTONA_API_URL", daytona_emulator.url)
     monkeypatch.setenv("DAYTONA_API_KEY", EMULATOR_API_KEY)
     monkeypatch.setenv("DAYTONA_TARGET", EMULATOR_TARGET)

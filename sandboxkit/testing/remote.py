@@ -36,7 +36,7 @@ from ..cli import child_pythonpath
 from ..client import SandboxClient
 from ..emulators import load_emulator
 from ..errors import BackendUnavailableError
-from ..registry import get_backend
+from ..registry import backend_factory, get_backend
 from .faults import Faults
 
 REMOTE_BACKENDS = ("daytona", "aviato")
@@ -64,25 +64,20 @@ def start_emulator(
 ) -> Iterator[Emulator]:
     """A private emulator of ``provider`` on a thread here; stopping it stops its sandboxes.
     ``direct_python``: run the backend's wrapped Python commands without their wrapper."""
-    if provider == "daytona":
-        from ..emulators.daytona import DaytonaEmulator
-
-        with DaytonaEmulator(api_key=API_KEY, faults=faults, direct_python=direct_python) as emu:
-            yield emu
-    elif provider == "aviato":
-        from ..emulators.aviato import AviatoEmulator
-
-        with AviatoEmulator(api_key=API_KEY, faults=faults, direct_python=direct_python) as emu:
-            yield emu
-    else:
+    if provider not in REMOTE_BACKENDS:
         raise ValueError(f"no emulator for {provider!r}; choose from {REMOTE_BACKENDS}")
+    module = emulator_or_skip(provider)
+    emulator_class = module.DaytonaEmulator if provider == "daytona" else module.AviatoEmulator
+    with emulator_class(api_key=API_KEY, faults=faults, direct_python=direct_python) as emu:
+        yield emu
 
 
 def emulator_or_skip(provider: str) -> ModuleType:
     """The emulator module of ``provider``; skips the test, saying what to install, where its
-    server libraries are not installed (cwsandbox, which the Aviato emulator serves the
-    protos of, needs Python 3.11)."""
+    server libraries or the provider's SDK (which a test then points at it) are not installed
+    (cwsandbox, whose protos the Aviato emulator serves, needs Python 3.11)."""
     try:
+        backend_factory(provider)
         return load_emulator(provider)
     except BackendUnavailableError as exc:
         pytest.skip(str(exc))
