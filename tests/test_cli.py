@@ -153,6 +153,7 @@ def test_doctor_fails_for_a_selected_backend_without_credentials() -> None:
 
 @pytest.mark.slow
 def test_doctor_fails_for_an_unreachable_endpoint_and_reports_json() -> None:
+    pytest.importorskip("cwsandbox", reason="needs pip install 'sandboxkit[aviato]'")
     secret = f"secret-{uuid.uuid4().hex}"
     env = clean_env(CWSANDBOX_API_KEY=secret)
     done = cli("doctor", "--backend", "aviato", "--json", "--timeout", "2", env=env)
