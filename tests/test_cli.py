@@ -259,6 +259,7 @@ def test_run_stops_the_sandbox_on_sigterm(local_env: dict[str, str], local_root:
 
 
 def test_run_reports_its_own_failure_as_125(local_env: dict[str, str]) -> None:
+    pytest.importorskip("daytona", reason="needs pip install 'sandboxkit[daytona]'")
     done = cli("run", "--backend", "daytona", "-", input="print(1)\n", env=local_env)
     assert done.returncode == 125
     assert "BackendMisconfiguredError" in done.stderr and "DAYTONA_API_KEY" in done.stderr

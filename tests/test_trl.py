@@ -11,8 +11,8 @@ import pytest
 from sandboxkit.harness import FunctionTask
 from sandboxkit.rewards import function_tests_reward
 
-trl = pytest.importorskip("trl")
-datasets = pytest.importorskip("datasets")
+trl = pytest.importorskip("trl", reason="needs pip install 'sandboxkit[examples]'")
+datasets = pytest.importorskip("datasets", reason="needs pip install 'sandboxkit[examples]'")
 
 pytestmark = pytest.mark.slow  # torch and transformers take seconds to import, then to train
 
