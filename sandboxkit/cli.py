@@ -11,7 +11,6 @@ import asyncio
 import logging
 import os
 import re
-import site
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
+from .config import child_pythonpath
 from .emulators import EMULATORS, load_emulator
 from .errors import SandboxError
 from .portal import run_sync
@@ -250,17 +250,6 @@ def _eval(args: argparse.Namespace) -> int:
         return run_eval(args, tags=[f"{CLI_TAG}=eval"])
     except EvalInputError as exc:
         raise UsageError(str(exc)) from None
-
-
-def child_pythonpath() -> str:
-    """``PYTHONPATH`` for a child process of ``sys.executable`` that must import this very
-    ``sandboxkit``: the directory holding it (a checkout, or an editable install's source)
-    ahead of this process's ``PYTHONPATH``, unless it is a site directory, which the child has
-    anyway and which must not come before the standard library."""
-    holder = str(Path(__file__).resolve().parent.parent)
-    sites = {str(Path(p).resolve()) for p in [*site.getsitepackages(), site.getusersitepackages()]}
-    first = None if holder in sites else holder
-    return os.pathsep.join(filter(None, [first, os.environ.get("PYTHONPATH")]))
 
 
 def find_benchmarks(directory: str | None = None) -> Path:

@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -569,6 +570,29 @@ def test_bench_without_benchmarks_says_so(tmp_path: Path) -> None:
     done = cli("bench", "--dir", str(tmp_path))
     assert done.returncode == 2
     assert "has no run.py" in done.stderr
+
+
+def test_children_import_the_sandboxkit_of_a_copy_that_no_path_names(tmp_path: Path) -> None:
+    """Bench and the emulator fixtures start ``sys.executable`` children that must import the
+    parent's sandboxkit, wherever it lies: here a copy found only through the parent's cwd."""
+    holder = tmp_path / "copy"
+    shutil.copytree(REPO / "sandboxkit", holder / "sandboxkit")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    child = (
+        "import os, subprocess, sys\n"
+        "from sandboxkit.config import child_pythonpath\n"
+        "env = {**os.environ, 'PYTHONPATH': child_pythonpath()}\n"
+        "print(child_pythonpath())\n"
+        "code = 'import sandboxkit; print(sandboxkit.__file__)'\n"
+        f"subprocess.run([sys.executable, '-c', code], cwd={str(elsewhere)!r}, env=env)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", child], cwd=holder, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [str(holder), str(holder / "sandboxkit" / "__init__.py")]
 
 
 def without(tmp_path: Path, *modules: str, env: Mapping[str, str] | None = None) -> dict[str, str]:

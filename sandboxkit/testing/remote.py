@@ -32,8 +32,8 @@ from typing import Protocol
 
 import pytest
 
-from ..cli import child_pythonpath
 from ..client import SandboxClient
+from ..config import child_pythonpath
 from ..emulators import load_emulator
 from ..errors import BackendUnavailableError
 from ..registry import backend_factory, get_backend
