@@ -620,6 +620,7 @@ def test_emulate_without_the_emulators_extra_names_it_in_one_line(
     )
 
 
+@pytest.mark.slow
 def test_bench_skips_the_emulated_rows_it_cannot_run_and_prints_the_rest(
     local_env: dict[str, str], tmp_path: Path
 ) -> None:
