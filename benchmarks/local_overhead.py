@@ -17,6 +17,7 @@ import warnings
 from collections.abc import Callable
 
 import sandboxkit
+from sandboxkit.backends.subprocess import SubprocessBackend
 from sandboxkit.local.isolation import interpreter
 
 COMMANDS = {"true": ["true"], "python -c pass": ["python3", "-c", "pass"]}
@@ -44,7 +45,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory(dir="/tmp") as root:
             os.chmod(root, 0o711)
             client = sandboxkit.get_backend("subprocess", root=root)
-            python = client.isolation.python
+            python = client.backend_as(SubprocessBackend).isolation.python
             for label, argv in COMMANDS.items():
                 host_argv = [python if a == "python3" else a for a in argv]
                 bare = _median_ms(lambda a=host_argv: subprocess.run(a, check=True), args.runs)

@@ -39,6 +39,7 @@ from memory_backend import LatencyOnlyBackend
 from workloads import Workload, mbpp, timeouts, trivial
 
 from sandboxkit import SandboxClient, SandboxPool, get_backend
+from sandboxkit.backends.subprocess import SubprocessBackend
 from sandboxkit.emulators import load_emulator
 from sandboxkit.errors import BackendUnavailableError
 from sandboxkit.registry import backend_factory
@@ -513,7 +514,7 @@ def run_local(sizes: Sizes, pool_size: int, report: Report, log: Callable[[str],
         mbpp(*sizes.grpo, name=f"grpo {sizes.grpo[0]}x{sizes.grpo[1]}"),
     ]
     with local_client() as client:
-        python = client.isolation.python
+        python = client.backend_as(SubprocessBackend).isolation.python
         for w in work:
             log(f"local / {w.name} ({w.size})")
             report.local.append(naive("local", client, None, w, threads=1, limit=sizes.naive_max))
@@ -810,7 +811,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
     with local_client() as client:
-        tier = client.isolation.tier.value
+        tier = client.backend_as(SubprocessBackend).isolation.tier.value
     path = args.json or RESULTS / f"{sizes.mode}.json"
     report = Report(
         name=path.stem,

@@ -2,7 +2,15 @@
 
 ``get_backend()`` gives a client for the configured provider (``SANDBOXKIT_BACKEND``: the local
 ``subprocess`` backend by default, ``daytona`` or ``aviato``); everything else is shared above it.
+The public API is what ``__all__`` names (``docs/api.md`` describes each name). The rewards,
+harnesses and outcomes load on first use, so that ``import sandboxkit`` stays cheap for code
+that only drives sandboxes.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from .client import Sandbox, SandboxClient
 from .errors import (
@@ -10,11 +18,14 @@ from .errors import (
     BackendError,
     BackendMisconfiguredError,
     BackendUnavailableError,
+    CircuitOpenError,
     DeadlineExceededError,
     IsolationUnavailableError,
     RateLimitedError,
     SandboxError,
     SandboxFileError,
+    SandboxFileNotFoundError,
+    SandboxIsADirectoryError,
     SandboxLostError,
     SandboxNotFoundError,
     SandboxTimeoutError,
@@ -27,24 +38,103 @@ from .registry import available_backends, get_backend
 from .session import Session
 from .wait import await_first, spawn, wait, wait_async
 
+if TYPE_CHECKING:
+    from .evaluation import Plan, plan, run_plan
+    from .harness import (
+        AssertTests,
+        ExecHarness,
+        FunctionTask,
+        FunctionTests,
+        Harness,
+        RunRequest,
+        StdioTests,
+    )
+    from .outcomes import Outcome, OutcomeKind
+    from .rewards import (
+        AsyncRewardFunction,
+        BatchStats,
+        RewardFunction,
+        assert_tests_reward,
+        exec_reward,
+        function_tests_reward,
+    )
+
 __version__ = "0.1.0"
 
+_LAZY = {
+    **dict.fromkeys(("Plan", "plan", "run_plan"), ".evaluation"),
+    **dict.fromkeys(
+        (
+            "AssertTests",
+            "ExecHarness",
+            "FunctionTask",
+            "FunctionTests",
+            "Harness",
+            "RunRequest",
+            "StdioTests",
+        ),
+        ".harness",
+    ),
+    **dict.fromkeys(("Outcome", "OutcomeKind"), ".outcomes"),
+    **dict.fromkeys(
+        (
+            "AsyncRewardFunction",
+            "BatchStats",
+            "RewardFunction",
+            "assert_tests_reward",
+            "exec_reward",
+            "function_tests_reward",
+        ),
+        ".rewards",
+    ),
+}
+"""Public names whose modules load when first asked for (a third of the import time)."""
+
+if not TYPE_CHECKING:  # mypy sees the imports above, and no catch-all attribute
+
+    def __getattr__(name: str) -> Any:
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module, __name__), name)
+        globals()[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *_LAZY})
+
+
 __all__ = [
+    "AssertTests",
+    "AsyncRewardFunction",
     "AuthenticationError",
     "Backend",
     "BackendError",
     "BackendMisconfiguredError",
     "BackendUnavailableError",
+    "BatchStats",
+    "CircuitOpenError",
     "DeadlineExceededError",
+    "ExecHarness",
     "ExecResult",
+    "FunctionTask",
+    "FunctionTests",
+    "Harness",
     "IsolationUnavailableError",
+    "Outcome",
+    "OutcomeKind",
+    "Plan",
     "PoolStats",
     "RateLimitedError",
+    "RewardFunction",
+    "RunRequest",
     "Sandbox",
     "SandboxClient",
     "SandboxError",
     "SandboxFileError",
+    "SandboxFileNotFoundError",
     "SandboxInfo",
+    "SandboxIsADirectoryError",
     "SandboxLostError",
     "SandboxNotFoundError",
     "SandboxPool",
@@ -52,12 +142,18 @@ __all__ = [
     "SandboxStatus",
     "SandboxTimeoutError",
     "Session",
+    "StdioTests",
     "TransientBackendError",
     "UnknownBackendError",
     "__version__",
+    "assert_tests_reward",
     "available_backends",
     "await_first",
+    "exec_reward",
+    "function_tests_reward",
     "get_backend",
+    "plan",
+    "run_plan",
     "spawn",
     "wait",
     "wait_async",

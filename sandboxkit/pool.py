@@ -25,7 +25,7 @@ from tenacity import RetryCallState
 from tqdm import tqdm
 
 from .budget import ConcurrencyBudget
-from .client import Sandbox, SandboxClient
+from .client import Sandbox
 from .errors import (
     INFRASTRUCTURE_ERRORS,
     DeadlineExceededError,
@@ -36,7 +36,7 @@ from .errors import (
 from .keywords import check_keywords, keyword_only
 from .portal import blocking
 from .protocol import SandboxStatus
-from .registry import sandbox_keywords_for
+from .registry import BackendLike, sandbox_keywords_for
 from .retry import TRANSIENT_ERRORS, retried
 from .session import Session
 
@@ -193,7 +193,7 @@ class SandboxPool:
 
     def __init__(
         self,
-        client: SandboxClient | str | None = None,
+        client: BackendLike = None,
         *,
         size: int = 8,
         per_sandbox: int = 1,

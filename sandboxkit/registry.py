@@ -1,18 +1,29 @@
 """Which backend a name means, imported only when asked for (the shape of fsspec's registry).
 
-Built-in backends are a table of dotted paths plus the pip extra that provides their SDK;
-third-party backends register a class or factory under the ``sandboxkit.backends`` entry point
-group and are found without any change here.
+Each backend has one :class:`BackendEntry`: the dotted path of its class plus the facts about
+it (what to install, which credentials and endpoint it reads, how to probe that endpoint), which
+``sandboxkit doctor`` reports from. Built-ins are the table below; third-party backends register
+an entry, or a bare class or factory, under the ``sandboxkit.backends`` entry point group and
+are found without any change here. Names are resolved in one place, :func:`resolve_backend`.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
-from importlib.metadata import entry_points
+from dataclasses import dataclass, replace
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
+from .backends._facts import (
+    AVIATO_DEFAULT_URL,
+    AVIATO_KEY_VARS,
+    AVIATO_URL_VAR,
+    DAYTONA_DEFAULT_URL,
+    DAYTONA_KEY_VAR,
+    DAYTONA_URL_VAR,
+)
 from .client import SandboxClient, sandbox_keywords
 from .config import BACKEND_VAR, DEFAULT_BACKEND, setting
 from .errors import BackendUnavailableError, UnknownBackendError
@@ -20,69 +31,219 @@ from .keywords import accepted_keywords, check_keywords
 from .protocol import Backend
 
 ENTRY_POINT_GROUP = "sandboxkit.backends"
+HTTP_PROBE = "sandboxkit.doctor:probe_http"
+"""Any HTTP answer (401 and 404 included) proves the endpoint is there."""
+GRPC_PROBE = "sandboxkit.doctor:probe_grpc"
+"""A gRPC channel that becomes ready (TCP, and TLS for https)."""
+
+Probe = Callable[[str, float], str]
+"""``probe(url, timeout)``: how the endpoint answered (``"HTTP 401"``, say); raises if not."""
+
+
+def _import(target: str) -> Any:
+    module_name, _, attr = target.partition(":")
+    return functools.reduce(getattr, attr.split("."), importlib.import_module(module_name))
 
 
 @dataclass(frozen=True)
 class BackendEntry:
+    """One backend: where its class is, and what it needs from the machine it runs on.
+
+    Built-ins are :data:`BUILTIN_BACKENDS`. A plugin declares the same facts by pointing its
+    ``sandboxkit.backends`` entry point at an instance of this class (kept in a module that
+    imports nothing heavy, since ``sandboxkit doctor`` loads it to read the facts); an entry
+    point naming a bare class or factory still works, and declares no facts.
+    """
+
     target: str
-    """``module:attribute`` of a class or factory returning a :class:`Backend`."""
+    """``module:attribute`` of a class or factory returning a :class:`Backend`; imported only
+    when the backend is asked for."""
     extra: str | None = None
-    """The pip extra that installs what the backend imports."""
+    """The pip extra of :attr:`package` that installs what the backend imports."""
+    package: str | None = None
+    """The distribution that provides the backend. None: ``sandboxkit`` for a built-in; for a
+    plugin, the distribution that declares the entry point."""
+    sdk: str | None = None
+    """The distribution of the provider's SDK, whose version ``doctor`` reports; it says what to
+    install when it is missing (None: nothing to look for)."""
+    key_vars: tuple[str, ...] = ()
+    """The credential variables the backend reads, in the order it reads them: the first is the
+    one to set, the rest are fallbacks (old names). Their values are scrubbed from
+    ``doctor``'s report; empty when it needs no credentials."""
+    url_var: str | None = None
+    """The variable that overrides the endpoint; None when the backend has no endpoint."""
+    default_url: str | None = None
+    """The endpoint used when :attr:`url_var` is unset (None: the variable must be set)."""
+    min_python: tuple[int, int] = (3, 10)
+    """The oldest Python the backend's SDK runs on."""
+    probe: str = HTTP_PROBE
+    """``module:function`` that ``doctor`` calls as ``function(url, timeout)`` (a :data:`Probe`)
+    to check the endpoint before any authenticated call; imported only then.
+    :data:`HTTP_PROBE` and :data:`GRPC_PROBE` are provided."""
+
+    @property
+    def install(self) -> str:
+        """The command that installs what the backend needs."""
+        package = self.package or "sandboxkit"
+        return f"pip install '{package}[{self.extra}]'" if self.extra else f"pip install {package}"
+
+    def load(self, name: str) -> Callable[..., Backend]:
+        """The class or factory, imported; a dependency that is not installed is a
+        :class:`BackendUnavailableError` saying what to install."""
+        try:
+            factory: Callable[..., Backend] = _import(self.target)
+        except ModuleNotFoundError as exc:
+            if exc.name is not None and not exc.name.startswith("sandboxkit"):
+                raise BackendUnavailableError(
+                    f"the {name!r} backend needs {exc.name!r}, which is not installed: "
+                    f"{self.install}"
+                ) from exc
+            raise
+        return factory
+
+    def load_probe(self) -> Probe:
+        probe: Probe = _import(self.probe)
+        return probe
 
 
 BUILTIN_BACKENDS: dict[str, BackendEntry] = {
     "subprocess": BackendEntry("sandboxkit.backends.subprocess:SubprocessBackend"),
-    "daytona": BackendEntry("sandboxkit.backends.daytona:DaytonaBackend", extra="daytona"),
-    "aviato": BackendEntry("sandboxkit.backends.aviato:AviatoBackend", extra="aviato"),
+    "daytona": BackendEntry(
+        "sandboxkit.backends.daytona:DaytonaBackend",
+        extra="daytona",
+        sdk="daytona",
+        key_vars=(DAYTONA_KEY_VAR,),
+        url_var=DAYTONA_URL_VAR,
+        default_url=DAYTONA_DEFAULT_URL,
+    ),
+    "aviato": BackendEntry(
+        "sandboxkit.backends.aviato:AviatoBackend",
+        extra="aviato",
+        sdk="cwsandbox",
+        key_vars=AVIATO_KEY_VARS,
+        url_var=AVIATO_URL_VAR,
+        default_url=AVIATO_DEFAULT_URL,
+        min_python=(3, 11),
+        probe=GRPC_PROBE,
+    ),
 }
 ALIASES = {"local": "subprocess", "cwsandbox": "aviato"}
 
 
-def _plugins() -> dict[str, Any]:
+def _plugins() -> dict[str, EntryPoint]:
     return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def backend_names() -> list[str]:
+    """Every backend's own name: the built-ins, then the plugins (sorted); no aliases."""
+    return [*BUILTIN_BACKENDS, *sorted(set(_plugins()) - set(BUILTIN_BACKENDS))]
 
 
 def available_backends() -> list[str]:
     """Every name ``get_backend`` accepts, aliases included."""
-    return sorted({*BUILTIN_BACKENDS, *ALIASES, *_plugins()})
+    return sorted({*backend_names(), *ALIASES})
 
 
-def _load_builtin(name: str, entry: BackendEntry) -> Callable[..., Backend]:
-    module_name, _, attr = entry.target.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name is not None and not exc.name.startswith("sandboxkit"):
-            raise BackendUnavailableError(
-                f"the {name!r} backend needs {exc.name!r}, which is not installed: "
-                f"pip install 'sandboxkit[{entry.extra}]'"
-            ) from exc
-        raise
-    factory: Callable[..., Backend] = getattr(module, attr)
-    return factory
+@dataclass(frozen=True)
+class BackendChoice:
+    """A backend name resolved by :func:`resolve_backend`; nothing of the backend imported."""
+
+    name: str
+    """The backend's own name: stripped, lower-cased, aliases followed."""
+    source: str
+    """Where the name came from: ``"argument"``, ``SANDBOXKIT_BACKEND`` (the environment or
+    ``.env``) or ``"default"``."""
+    plugin: EntryPoint | None = None
+    """The entry point that declares it, for a plugin (a built-in wins over a plugin of the
+    same name)."""
+
+    @property
+    def known(self) -> bool:
+        return self.name in BUILTIN_BACKENDS or self.plugin is not None
+
+    def entry(self) -> BackendEntry:
+        """The backend's entry. A plugin's is what its entry point names (loaded), with
+        :attr:`~BackendEntry.package` filled in from the distribution that declares it; a bare
+        class or factory stands for an entry without facts."""
+        return self._resolve()[0]
+
+    def factory(self) -> Callable[..., Backend]:
+        """The backend's class or factory, imported, not called."""
+        entry, bare = self._resolve()
+        return bare if bare is not None else entry.load(self.name)
+
+    def _resolve(self) -> tuple[BackendEntry, Any]:
+        """The entry, and a plugin's bare class or factory (None where the entry names it)."""
+        if self.name in BUILTIN_BACKENDS:
+            return BUILTIN_BACKENDS[self.name], None
+        if self.plugin is None:
+            raise UnknownBackendError(
+                f"unknown sandbox backend {self.name!r}; available: "
+                + ", ".join(available_backends())
+            )
+        declared = self.plugin.load()
+        package = self.plugin.dist.name if self.plugin.dist is not None else None
+        if isinstance(declared, BackendEntry):
+            return (declared if declared.package else replace(declared, package=package)), None
+        return BackendEntry(self.plugin.value, package=package), declared
+
+
+def resolve_backend(name: str | None = None) -> BackendChoice:
+    """What a backend name means: the argument, else ``SANDBOXKIT_BACKEND`` (the environment,
+    then ``.env``), else ``subprocess``; stripped, lower-cased, aliases followed, then found
+    among the built-ins and the plugins. An unknown name is a choice that is not
+    :attr:`~BackendChoice.known` (its ``entry()`` and ``factory()`` raise
+    :class:`UnknownBackendError`)."""
+    if name:
+        source = "argument"
+    elif configured := setting(BACKEND_VAR):
+        source, name = BACKEND_VAR, configured
+    else:
+        source, name = "default", DEFAULT_BACKEND
+    requested = name.strip().lower()
+    canonical = ALIASES.get(requested, requested)
+    plugin = None if canonical in BUILTIN_BACKENDS else _plugins().get(canonical)
+    return BackendChoice(canonical, source, plugin)
 
 
 def backend_factory(name: str | None = None) -> tuple[str, Callable[..., Backend]]:
     """The canonical name and the class (or factory) of the backend ``get_backend(name)``
     makes: imported, not called."""
-    requested = (name or setting(BACKEND_VAR) or DEFAULT_BACKEND).strip().lower()
-    canonical = ALIASES.get(requested, requested)
-    if canonical in BUILTIN_BACKENDS:
-        return canonical, _load_builtin(canonical, BUILTIN_BACKENDS[canonical])
-    plugin = _plugins().get(canonical)
-    if plugin is None:
-        raise UnknownBackendError(
-            f"unknown sandbox backend {requested!r}; available: " + ", ".join(available_backends())
-        )
-    factory: Callable[..., Backend] = plugin.load()
-    return canonical, factory
+    choice = resolve_backend(name)
+    return choice.name, choice.factory()
 
 
-def sandbox_keywords_for(client: SandboxClient | str | None) -> frozenset[str] | None:
-    """The keywords a sandbox of ``client`` (a client, or a backend's name: its class is
-    imported, not instantiated) takes; None if its backend does not say."""
-    backend = client.backend if isinstance(client, SandboxClient) else backend_factory(client)[1]
-    return sandbox_keywords(backend)
+BackendLike = SandboxClient | Backend | str | None
+"""What sandboxkit takes where a backend is wanted: a client, a backend, a backend's name, or
+None for the configured one."""
+
+
+def as_client(target: BackendLike) -> tuple[SandboxClient, bool]:
+    """The client ``target`` means, and whether it was made here (the caller then closes it).
+
+    A client is used as is and a backend wrapped: their owner closes them. A name, or None,
+    goes through :func:`get_backend`. A client passes for a :class:`Backend` (its sync methods
+    have the protocol's names), so it is recognised first.
+    """
+    given: object = target  # callers need not be type-checked
+    if isinstance(given, SandboxClient):
+        return given, False
+    if given is None or isinstance(given, str):
+        return get_backend(given), True
+    if isinstance(given, Backend):
+        return SandboxClient(given), False
+    raise TypeError(
+        "expected a SandboxClient, a Backend, a backend name or None, "
+        f"got {type(given).__name__}: {given!r}"
+    )
+
+
+def sandbox_keywords_for(target: BackendLike) -> frozenset[str] | None:
+    """The keywords a sandbox of ``target`` takes (for a name, its class is imported, not
+    instantiated); None if its backend does not say."""
+    if target is None or isinstance(target, str):
+        return sandbox_keywords(backend_factory(target)[1])
+    return sandbox_keywords(as_client(target)[0].backend)
 
 
 def get_backend(name: str | None = None, **options: Any) -> SandboxClient:

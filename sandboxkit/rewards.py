@@ -20,7 +20,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from .client import SandboxClient
 from .errors import CircuitOpenError
 from .evaluation import Plan, plan, run_plan
 from .harness import AssertTests, ExecHarness, FunctionTask
@@ -28,16 +27,13 @@ from .keywords import check_keywords, keyword_only
 from .outcomes import Outcome, OutcomeKind
 from .pool import PoolStats, SandboxPool
 from .portal import run_sync
-from .protocol import Backend
-from .registry import sandbox_keywords_for
+from .registry import BackendLike, sandbox_keywords_for
 from .sanitize import Completion, completion_text
 
 Planner = Callable[[int, Any, Completion, Mapping[str, Sequence[Any]]], Plan]
 """(row index, prompt, completion, dataset columns) -> what to run for that row."""
 RewardMapping = Callable[[Outcome], float | None]
 """An outcome's reward; infrastructure outcomes never reach it."""
-
-BackendLike = SandboxClient | Backend | str | None
 
 logger = logging.getLogger("sandboxkit.rewards")
 
@@ -111,13 +107,7 @@ class RewardFunction:
         self.min_batch_for_breaker = min_batch_for_breaker
         self.batch_timeout = batch_timeout
         self.last_batch: BatchStats | None = None
-        # A SandboxClient passes for a Backend too (its sync methods have the protocol's names).
-        client = (
-            backend
-            if isinstance(backend, (SandboxClient, str)) or backend is None
-            else SandboxClient(backend)
-        )
-        accepted = sandbox_keywords_for(client)
+        accepted = sandbox_keywords_for(backend)
         if accepted is not None:  # else the backend does not say which options it reads
             own = keyword_only(RewardFunction) | _FACTORY_KEYWORDS.get(name, frozenset())
             pool = keyword_only(SandboxPool) - {"size"}  # pool_size here
@@ -127,7 +117,8 @@ class RewardFunction:
             "per_sandbox": per_sandbox,
             **pool_options,
         }
-        self._client = client
+        self._backend = backend
+        """Made a client by the pool's session, on first use (a name is not built until then)."""
         self._pool: SandboxPool | None = None
 
     def __repr__(self) -> str:
@@ -137,7 +128,7 @@ class RewardFunction:
     def pool(self) -> SandboxPool:
         """The run's pool, created on first use."""
         if self._pool is None:
-            self._pool = SandboxPool(self._client, **self._pool_args)
+            self._pool = SandboxPool(self._backend, **self._pool_args)
         return self._pool
 
     def reward(self, outcome: Outcome) -> float | None:

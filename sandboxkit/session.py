@@ -25,10 +25,10 @@ from datetime import datetime, timedelta, timezone
 from types import FrameType, TracebackType
 from typing import Any
 
-from .client import Sandbox, SandboxClient
+from .client import Sandbox
 from .portal import blocking, run_sync
 from .protocol import SandboxInfo, SandboxStatus
-from .registry import get_backend
+from .registry import BackendLike, as_client
 from .retry import retrying
 
 logger = logging.getLogger("sandboxkit.session")
@@ -60,7 +60,8 @@ threading._register_atexit(_close_open_sessions)  # type: ignore[attr-defined]  
 class Session:
     """Creates sandboxes for one run and stops every one of them when closed.
 
-    ``client`` is a :class:`SandboxClient`, a backend name, or None for the configured backend.
+    ``client`` is a :class:`SandboxClient`, a backend, a backend name, or None for the
+    configured backend; a client it makes from a name it closes, one it was given it leaves open.
     Sandboxes carry ``sandboxkit-run=<run_id>`` (``run_id`` defaults to a fresh id; give the
     same one to every rank of a run to count them together), a per-session tag, and ``tags``
     (free strings such as ``run=...``, ``step=...``, ``model=...``). With ``handle_signals``,
@@ -69,14 +70,13 @@ class Session:
 
     def __init__(
         self,
-        client: SandboxClient | str | None = None,
+        client: BackendLike = None,
         *,
         tags: Iterable[str] = (),
         run_id: str | None = None,
         handle_signals: bool = True,
     ) -> None:
-        self._owns_client = not isinstance(client, SandboxClient)
-        self.client = client if isinstance(client, SandboxClient) else get_backend(client)
+        self.client, self._owns_client = as_client(client)
         self.run_id = run_id or uuid.uuid4().hex[:12]
         self.run_tag = f"{RUN_TAG}={self.run_id}"
         self.session_tag = f"{SESSION_TAG}={uuid.uuid4().hex[:12]}"

@@ -7,12 +7,14 @@ that needs a server (an emulator) starts it through its own fixture.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+import textwrap
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -100,3 +102,35 @@ def as_nobody() -> Iterator[Callable[..., subprocess.CompletedProcess[str]]]:
         yield run
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+Installer = Callable[..., Path]
+
+
+@pytest.fixture
+def install_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Installer:
+    """``install(dist, version, entry_points={name: "module:attr"}, modules={name: source})``:
+    a distribution as pip leaves it (a dist-info beside its modules in a site directory), its
+    ``sandboxkit.backends`` entry points found by this process; returns the site directory,
+    which a child process needs on its ``PYTHONPATH``."""
+    site = tmp_path / "site"
+    site.mkdir(exist_ok=True)
+    monkeypatch.syspath_prepend(str(site))
+
+    def install(
+        dist: str,
+        version: str = "1.0",
+        entry_points: Mapping[str, str] | None = None,
+        modules: Mapping[str, str] | None = None,
+    ) -> Path:
+        info = site / f"{dist.replace('-', '_')}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+        points = "".join(f"{name} = {value}\n" for name, value in (entry_points or {}).items())
+        (info / "entry_points.txt").write_text(f"[sandboxkit.backends]\n{points}")
+        for name, source in (modules or {}).items():
+            (site / f"{name}.py").write_text(textwrap.dedent(source))
+        importlib.invalidate_caches()  # the site's listing changed after it went on sys.path
+        return site
+
+    return install

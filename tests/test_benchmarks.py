@@ -71,7 +71,7 @@ def test_smoke_run_writes_the_expected_json(tmp_path: Path) -> None:
         assert all(r["lower_bound_s"] and r["lower_bound_s"] > 0 for r in pools)
         assert {m["backend"] for m in report["pool_memory"]} == {"daytona", "aviato"}
         assert all(m["created"] == m["size"] for m in report["pool_memory"])
-    assert isinstance(report["targets"], list)
+    assert report["targets"] == []  # judged on a full run only: a smoke batch is too short
 
 
 @pytest.mark.slow

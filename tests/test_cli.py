@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import http.server
 import json
 import os
 import re
@@ -10,9 +11,11 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -21,10 +24,11 @@ import pytest
 from sandboxkit import get_backend
 from sandboxkit.backends.subprocess import SubprocessBackend
 from sandboxkit.cli import parse_duration
-from sandboxkit.doctor import REMOTES, Status, _warm_path
+from sandboxkit.doctor import Status, _warm_path, run_doctor
 from sandboxkit.local import disk, seccomp
 from sandboxkit.local.isolation import namespaces_failure
 from sandboxkit.outcomes import OutcomeKind
+from sandboxkit.registry import BUILTIN_BACKENDS
 
 REPO = Path(__file__).resolve().parent.parent
 UNREACHABLE = "http://127.0.0.1:9"
@@ -188,16 +192,151 @@ def test_doctor_reaches_an_emulator_and_checks_the_key(aviato_env: object) -> No
     assert re.search(r"\[FAIL\] api +AuthenticationError", wrong.stdout)
 
 
-def test_doctor_names_match_the_backends() -> None:
-    """The doctor's table must say what the backends really read."""
-    pytest.importorskip("cwsandbox")
-    from sandboxkit.backends import aviato, daytona
+def test_the_registry_names_what_the_backends_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The variables and endpoints doctor reports (from the registry) are the ones the backends
+    read, and the Aviato default is the client's own."""
+    cwsandbox = pytest.importorskip("cwsandbox")
+    from sandboxkit.backends.aviato import AviatoBackend
+    from sandboxkit.backends.daytona import DaytonaBackend
 
-    assert REMOTES["daytona"].key_vars == ("DAYTONA_API_KEY",)
-    assert REMOTES["daytona"].default_url == daytona.DEFAULT_API_URL
-    assert REMOTES["aviato"].key_vars == aviato.API_KEY_VARS
-    assert REMOTES["aviato"].url_var == aviato.BASE_URL_VAR
-    assert REMOTES["aviato"].default_url == aviato.cwsandbox.SandboxDefaults().base_url
+    daytona, aviato = BUILTIN_BACKENDS["daytona"], BUILTIN_BACKENDS["aviato"]
+    assert (daytona.key_vars, daytona.url_var) == (("DAYTONA_API_KEY",), "DAYTONA_API_URL")
+    assert aviato.key_vars == ("CWSANDBOX_API_KEY", "AVIATO_API_KEY")
+    assert aviato.url_var == "CWSANDBOX_BASE_URL"
+    assert aviato.default_url == cwsandbox.SandboxDefaults().base_url
+    for var in (*daytona.key_vars, daytona.url_var, *aviato.key_vars, aviato.url_var):
+        monkeypatch.delenv(var or "", raising=False)
+    monkeypatch.setenv("DAYTONA_API_KEY", "k")
+    assert DaytonaBackend().api_url == daytona.default_url
+    assert AviatoBackend(api_key="k").base_url == aviato.default_url
+    monkeypatch.setenv("DAYTONA_API_URL", "http://daytona.example/api")
+    monkeypatch.setenv("CWSANDBOX_BASE_URL", "http://aviato.example")
+    assert DaytonaBackend().api_url == "http://daytona.example/api"
+    assert AviatoBackend(api_key="k").base_url == "http://aviato.example"
+
+
+def test_doctor_reports_from_the_registry_entry(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], local_root: Path
+) -> None:
+    """Change a backend's facts in its registry entry and doctor's report follows."""
+    env = clean_env(SANDBOXKIT_LOCAL_ROOT=str(local_root))
+    for var in set(os.environ) - set(env):
+        monkeypatch.delenv(var)
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    entry = replace(
+        BUILTIN_BACKENDS["daytona"],
+        sdk="daytona-sdk-that-is-not-installed",
+        key_vars=("SBX_TEST_KEY", "SBX_TEST_OLD_KEY"),
+        url_var="SBX_TEST_URL",
+        default_url=f"{UNREACHABLE}/moved",
+    )
+    monkeypatch.setitem(BUILTIN_BACKENDS, "daytona", entry)
+    assert run_doctor("daytona", timeout=2, as_json=False) == 1
+    out = capsys.readouterr().out
+    assert "[FAIL] installed     daytona-sdk-that-is-not-installed missing" in out
+    assert "fix: pip install 'sandboxkit[daytona]'" in out
+    assert "[FAIL] credentials   SBX_TEST_KEY or SBX_TEST_OLD_KEY missing" in out
+    assert "fix: set SBX_TEST_KEY" in out
+    assert f"[FAIL] endpoint      {UNREACHABLE}/moved (default) unreachable" in out
+    assert "fix: check the network and proxy settings, or set SBX_TEST_URL" in out
+
+    secret = f"secret-{uuid.uuid4().hex}"
+    monkeypatch.setenv("SBX_TEST_OLD_KEY", secret)
+    monkeypatch.setenv("SBX_TEST_URL", f"{UNREACHABLE}/{secret}")
+    run_doctor("daytona", timeout=2, as_json=False)
+    out = capsys.readouterr().out
+    assert "[ok  ] credentials   SBX_TEST_OLD_KEY set" in out
+    assert f"{UNREACHABLE}/*** (SBX_TEST_URL) unreachable" in out
+    assert secret not in out
+
+
+PLUGIN_ENTRY = """
+from sandboxkit.registry import BackendEntry
+
+ENTRY = BackendEntry(
+    "sandboxkit_echo:EchoBackend",
+    sdk="echo-sdk",
+    key_vars=("ECHOBOX_TOKEN", "ECHOBOX_OLD_TOKEN"),
+    url_var="ECHOBOX_URL",
+    default_url="http://127.0.0.1:9/echo",
+)
+FUTURE = BackendEntry("sandboxkit_echo:EchoBackend", extra="cloud", min_python=(3, 99))
+"""
+PLUGIN_BACKEND = """
+from sandboxkit.backends.subprocess import SubprocessBackend
+
+class EchoBackend(SubprocessBackend):
+    name = "echobox"
+"""
+
+
+@pytest.fixture
+def http_server() -> Iterator[str]:
+    """A real HTTP endpoint on loopback that answers every GET with 200."""
+
+    class Ok(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Ok)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_doctor_reports_the_facts_a_plugin_declares(
+    local_env: dict[str, str], install_plugin: Callable[..., Path], http_server: str
+) -> None:
+    """A plugin whose entry point names a BackendEntry gets the built-ins' checks: its SDK,
+    its credentials (scrubbed from the report), its endpoint, then one authenticated call."""
+    install_plugin("echo-sdk", version="2.5")
+    site = install_plugin(
+        "sandboxkit-echo",
+        entry_points={
+            "echobox": "sandboxkit_echo_entry:ENTRY",
+            "futurebox": "sandboxkit_echo_entry:FUTURE",
+        },
+        modules={"sandboxkit_echo_entry": PLUGIN_ENTRY, "sandboxkit_echo": PLUGIN_BACKEND},
+    )
+    secret = f"secret-{uuid.uuid4().hex}"
+    env = {**local_env, "PYTHONPATH": str(site)}
+    ready = cli(
+        "doctor",
+        "--backend",
+        "EchoBox",
+        "--timeout",
+        "5",
+        env={**env, "ECHOBOX_OLD_TOKEN": secret, "ECHOBOX_URL": f"{http_server}/{secret}"},
+    )
+    assert ready.returncode == 0, ready.stdout + ready.stderr
+    out = ready.stdout
+    assert "selected backend: echobox (--backend)" in out
+    assert re.search(r"^echobox: ready  <- selected$", out, re.M)
+    installed = "plugin sandboxkit_echo_entry:ENTRY (sandboxkit-echo 1.0), echo-sdk 2.5"
+    assert f"[ok  ] installed     {installed}" in out
+    assert "[ok  ] credentials   ECHOBOX_OLD_TOKEN set" in out
+    assert f"[ok  ] endpoint      {http_server}/*** (ECHOBOX_URL) reachable (HTTP 200," in out
+    assert re.search(r"\[ok  \] api +an authenticated list call answered \(\d+ found\)", out)
+    assert secret not in out + ready.stderr
+    assert re.search(r"^futurebox: NOT READY$", out, re.M)
+    assert "[FAIL] installed     futurebox needs Python >= 3.99" in out
+    assert "fix: use Python >= 3.99, then pip install 'sandboxkit-echo[cloud]'" in out
+
+    missing = cli("doctor", "--backend", "echobox", "--timeout", "2", env=env)
+    assert missing.returncode == 1
+    assert "[FAIL] credentials   ECHOBOX_TOKEN or ECHOBOX_OLD_TOKEN missing" in missing.stdout
+    assert "fix: set ECHOBOX_TOKEN" in missing.stdout
+    assert f"[FAIL] endpoint      {UNREACHABLE}/echo (default) unreachable" in missing.stdout
+    assert "[skip] api           not tried: fix the gaps above first" in missing.stdout
 
 
 # -- run ----------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import sandboxkit
+from sandboxkit.backends.subprocess import SubprocessBackend
 from sandboxkit.errors import BackendMisconfiguredError, IsolationUnavailableError
 from sandboxkit.local import isolation
 from sandboxkit.local.isolation import Tier
@@ -25,7 +26,7 @@ def no_namespaces(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_namespaces_are_used_when_available(local: sandboxkit.SandboxClient) -> None:
     if isolation.namespaces_failure() is not None:
         pytest.skip("this machine has no user namespaces")
-    assert local.isolation.tier is Tier.NAMESPACES
+    assert local.backend_as(SubprocessBackend).isolation.tier is Tier.NAMESPACES
     with local.sandbox() as sb:
         out = sb.exec(["python3", "-c", "import os; print(os.getcwd(), os.getpid())"], timeout=60)
     cwd, pid = out.stdout.split()
@@ -47,12 +48,13 @@ def test_auto_falls_back_to_rlimits_with_one_loud_warning(
     monkeypatch.setenv("SANDBOXKIT_ISOLATION", "auto")
     with pytest.warns(RuntimeWarning, match="isolation tier 'rlimits'"):
         client = sandboxkit.get_backend("subprocess", root=local_root)
-    assert client.isolation.tier is Tier.RLIMITS
+    assert client.backend_as(SubprocessBackend).isolation.tier is Tier.RLIMITS
     with client.sandbox() as sb:
         result = sb.exec(["python3", "-c", "import os; print(os.getuid())"], timeout=60)
     assert result.ok
     if os.geteuid() == 0:  # root's code would own the machine: it runs unprivileged
-        assert int(result.stdout) == client.isolation.run_as == isolation.NOBODY
+        run_as = client.backend_as(SubprocessBackend).isolation.run_as
+        assert int(result.stdout) == run_as == isolation.NOBODY
 
 
 def test_none_tier_still_scrubs_the_environment(
@@ -152,7 +154,7 @@ def test_warm_template_runs_python_without_a_new_interpreter(
 ) -> None:
     if isolation.namespaces_failure() is not None:
         pytest.skip("no warm template here (namespaces unavailable)")
-    assert local.warm
+    assert local.backend_as(SubprocessBackend).warm
     with local.sandbox() as sb:
         # A module the template imported at start is already there: no interpreter start.
         code = "import sys; print('json' in sys.modules, sys.argv, __name__)"

@@ -113,7 +113,7 @@ def test_a_program_may_reserve_more_address_space_than_the_memory_limit(
     reserve = f"import mmap\nm = mmap.mmap(-1, {4 * MEMORY_MB} << 20)\nprint('reserved')"
     with client.sandbox() as sb:
         r = sb.exec(["python3", "-c", reserve], timeout=60)
-    if client.memory_limit == "rlimit":
+    if client.backend_as(SubprocessBackend).memory_limit == "rlimit":
         assert r.returncode == 1 and "Cannot allocate memory" in r.stderr
     else:
         assert (r.returncode, r.stdout) == (0, "reserved\n"), r.stderr
@@ -128,12 +128,12 @@ def test_a_sandbox_has_its_own_storage_and_memory_group_until_stopped(
     mounts and no cgroups behind."""
     backend = client.backend
     assert isinstance(backend, SubprocessBackend)
-    if client.disk_limit != "tmpfs" or client.memory_limit == "rlimit":
+    if backend.disk_limit != "tmpfs" or backend.memory_limit == "rlimit":
         pytest.skip("no tmpfs or no memory cgroup here (tested as nobody below)")
     sb = client.sandbox()
     path = local_root / sb.id
     assert mounts_under(local_root) == [str(path)]
-    assert shutil.disk_usage(path).total == client.limits.disk_mb << 20
+    assert shutil.disk_usage(path).total == backend.limits.disk_mb << 20
     groups = [host_memory_group(sb) for _ in range(2)]
     assert groups[0] == groups[1] and groups[0].endswith(f"/{sb.id}")
     parent = backend.confinement.cgroups.memory
@@ -193,7 +193,7 @@ def test_a_crashed_runs_sandboxes_are_listed_read_and_reaped_with_their_storage(
     sandbox_id, crashed_pid = crashed.stdout.split()
     client = sandboxkit.get_backend("subprocess", root=local_root)
     with client:
-        if client.disk_limit == "tmpfs":
+        if client.backend_as(SubprocessBackend).disk_limit == "tmpfs":
             assert os.path.ismount(local_root / sandbox_id)
         assert [info.id for info in client.list(tags=["crashed"])] == [sandbox_id]
         assert client.get(sandbox_id).read_file("result.txt") == b"kept"
@@ -252,8 +252,10 @@ def test_a_sandbox_group_holds_its_commands_and_goes_with_drop() -> None:
 
 UNPRIVILEGED_LIMITS = """
 import sandboxkit
+from sandboxkit.backends.subprocess import SubprocessBackend
 client = sandboxkit.get_backend("subprocess", memory_mb=256, disk_mb=4)
-print(client.memory_limit, client.disk_limit)
+local = client.backend_as(SubprocessBackend)
+print(local.memory_limit, local.disk_limit)
 fill = "for i in range(3):\\n    open(f'f{i}', 'wb').write(b'x' * (2 << 20))\\nprint('wrote 6 MB')"
 limit = "import resource; print(resource.getrlimit(resource.RLIMIT_AS)[0] >> 20)"
 with client.sandbox() as sb:

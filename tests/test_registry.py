@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 import sys
-import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 import sandboxkit
 from sandboxkit import config
+from sandboxkit.backends.subprocess import SubprocessBackend
 from sandboxkit.errors import BackendUnavailableError, UnknownBackendError
+from sandboxkit.registry import (
+    BackendChoice,
+    BackendEntry,
+    as_client,
+    backend_factory,
+    resolve_backend,
+)
+
+Installer = Callable[..., Path]
 
 
 @pytest.fixture
@@ -76,27 +86,22 @@ def test_missing_sdk_names_the_extra(
         sandboxkit.get_backend(name)
 
 
-def test_third_party_backend_from_an_entry_point(
-    clean_env: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    site = clean_env / "site"
-    dist = site / "sandboxkit_echo-1.0.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: sandboxkit-echo\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text(
-        "[sandboxkit.backends]\nechobox = sandboxkit_echo:EchoBackend\n"
-    )
-    (site / "sandboxkit_echo.py").write_text(
-        textwrap.dedent(
-            """
-            from sandboxkit.backends.subprocess import SubprocessBackend
+ECHO_BACKEND = """
+from sandboxkit.backends.subprocess import SubprocessBackend
 
-            class EchoBackend(SubprocessBackend):
-                name = "echobox"
-            """
-        )
+class EchoBackend(SubprocessBackend):
+    name = "echobox"
+"""
+
+
+def test_third_party_backend_from_an_entry_point(
+    clean_env: Path, install_plugin: Installer
+) -> None:
+    install_plugin(
+        "sandboxkit-echo",
+        entry_points={"echobox": "sandboxkit_echo:EchoBackend"},
+        modules={"sandboxkit_echo": ECHO_BACKEND},
     )
-    monkeypatch.syspath_prepend(str(site))
     assert "echobox" in sandboxkit.available_backends()
     with sandboxkit.get_backend("echobox") as client, client.sandbox() as sb:
         assert client.name == "echobox"
@@ -106,16 +111,90 @@ def test_third_party_backend_from_an_entry_point(
 
 
 def test_plugin_that_is_not_a_backend_is_refused(
-    clean_env: Path, monkeypatch: pytest.MonkeyPatch
+    clean_env: Path, install_plugin: Installer
 ) -> None:
-    site = clean_env / "site"
-    dist = site / "notabackend-1.0.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: notabackend\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text("[sandboxkit.backends]\nbogus = builtins:dict\n")
-    monkeypatch.syspath_prepend(str(site))
+    install_plugin("notabackend", entry_points={"bogus": "builtins:dict"})
     with pytest.raises(TypeError, match="does not implement"):
         sandboxkit.get_backend("bogus")
+
+
+ECHO_ENTRY = """
+from sandboxkit.registry import BackendEntry
+
+ENTRY = BackendEntry(
+    "sandboxkit_echo:EchoBackend",
+    extra="cloud",
+    sdk="echo-sdk",
+    key_vars=("ECHOBOX_TOKEN", "ECHOBOX_OLD_TOKEN"),
+    url_var="ECHOBOX_URL",
+    default_url="https://echo.example/api",
+)
+BROKEN = BackendEntry("sandboxkit_echo_cloud:CloudBackend", extra="cloud")
+"""
+
+
+def test_a_plugin_declares_its_facts_in_a_registry_entry(
+    clean_env: Path, install_plugin: Installer
+) -> None:
+    """An entry point may name a BackendEntry: the backend it names works as a bare class
+    does, and the entry carries the facts, the distribution that declared it filled in."""
+    install_plugin(
+        "sandboxkit-echo",
+        entry_points={"echobox": "sandboxkit_echo_entry:ENTRY"},
+        modules={"sandboxkit_echo_entry": ECHO_ENTRY, "sandboxkit_echo": ECHO_BACKEND},
+    )
+    choice = resolve_backend("EchoBox")
+    assert (choice.name, choice.source, choice.known) == ("echobox", "argument", True)
+    assert choice.entry() == BackendEntry(
+        "sandboxkit_echo:EchoBackend",
+        extra="cloud",
+        package="sandboxkit-echo",
+        sdk="echo-sdk",
+        key_vars=("ECHOBOX_TOKEN", "ECHOBOX_OLD_TOKEN"),
+        url_var="ECHOBOX_URL",
+        default_url="https://echo.example/api",
+    )
+    assert choice.entry().install == "pip install 'sandboxkit-echo[cloud]'"
+    with sandboxkit.get_backend("echobox") as client, client.sandbox() as sb:
+        assert client.name == "echobox"
+        assert sb.exec(["python3", "-c", "print('declared')"], timeout=60).stdout == "declared\n"
+
+
+def test_a_plugin_missing_a_dependency_names_its_own_extra(
+    clean_env: Path, install_plugin: Installer
+) -> None:
+    install_plugin(
+        "sandboxkit-echo",
+        entry_points={"cloudbox": "sandboxkit_echo_entry:BROKEN"},
+        modules={
+            "sandboxkit_echo_entry": ECHO_ENTRY,
+            "sandboxkit_echo_cloud": "import echo_cloud_sdk_that_is_not_installed\n",
+        },
+    )
+    with pytest.raises(
+        BackendUnavailableError,
+        match=r"needs 'echo_cloud_sdk_that_is_not_installed'.*'sandboxkit-echo\[cloud\]'",
+    ):
+        sandboxkit.get_backend("cloudbox")
+
+
+def test_every_caller_resolves_names_the_same_way(
+    clean_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The argument, else SANDBOXKIT_BACKEND (the environment, then .env), else the default;
+    stripped, lower-cased, aliases followed; unknown names stay unknown until used."""
+    assert resolve_backend() == BackendChoice("subprocess", "default")
+    (clean_env / ".env").write_text("SANDBOXKIT_BACKEND= CWSandbox\n")
+    monkeypatch.setattr(config, "_dotenv_loaded", False)
+    assert resolve_backend() == BackendChoice("aviato", "SANDBOXKIT_BACKEND")
+    monkeypatch.setenv("SANDBOXKIT_BACKEND", "LOCAL")
+    assert resolve_backend() == BackendChoice("subprocess", "SANDBOXKIT_BACKEND")
+    assert resolve_backend(" Daytona ") == BackendChoice("daytona", "argument")
+    unknown = resolve_backend("dytona")
+    assert (unknown.name, unknown.known) == ("dytona", False)
+    with pytest.raises(UnknownBackendError, match="unknown sandbox backend 'dytona'"):
+        unknown.entry()
+    assert backend_factory("local") == ("subprocess", SubprocessBackend)
 
 
 def test_a_client_wrapped_again_keeps_its_backend(clean_env: Path) -> None:
@@ -128,3 +207,32 @@ def test_a_client_wrapped_again_keeps_its_backend(clean_env: Path) -> None:
             assert sb.exec(["true"]).returncode == 0
             assert [info.id for info in again.list(tags=["wrapped-again"])] == [sb.id]
         assert again.list(tags=["wrapped-again"]) == []
+
+
+def test_a_name_a_client_or_a_backend_becomes_a_client(clean_env: Path) -> None:
+    """One rule for Session, pools and rewards: a client is used as is and a backend wrapped,
+    both left to their owner to close; a name (or None) becomes a client the caller owns;
+    anything else is a TypeError naming what was given."""
+    made, owned = as_client("LOCAL")
+    with made:
+        assert (made.name, owned) == ("subprocess", True)
+        assert as_client(made) == (made, False)
+        wrapped, owned = as_client(made.backend)
+        assert (wrapped.backend, owned) == (made.backend, False)
+    default, owned = as_client(None)
+    with default:
+        assert (default.name, owned) == ("subprocess", True)
+    with pytest.raises(TypeError, match="a backend name or None, got int: 42"):
+        as_client(42)  # type: ignore[arg-type]
+
+
+def test_a_client_reads_its_backend_s_own_facts_typed(clean_env: Path) -> None:
+    """Facts outside the protocol (the local backend's isolation) are read from the backend as
+    its class, never forwarded: a client is no stand-in for its backend's attributes."""
+    with sandboxkit.get_backend("subprocess") as client:
+        local = client.backend_as(SubprocessBackend)
+        assert local is client.backend
+        assert local.isolation.tier is not None
+        assert not hasattr(client, "isolation")
+        with pytest.raises(TypeError, match="backend is a SubprocessBackend, not a dict"):
+            client.backend_as(dict)

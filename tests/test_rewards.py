@@ -93,6 +93,12 @@ def test_assert_tests_reward_fractions_setup_and_chat() -> None:
         reward.close()
 
 
+def test_a_backend_of_the_wrong_type_is_refused_at_once() -> None:
+    """Not when the first batch is due: the reward function is built at the start of a run."""
+    with pytest.raises(TypeError, match="a backend name or None, got int: 8"):
+        exec_reward(8)  # type: ignore[arg-type]
+
+
 def test_missing_test_column_is_a_clear_error() -> None:
     reward = assert_tests_reward("subprocess")
     with pytest.raises(ValueError, match="test_list"):

@@ -38,6 +38,19 @@ def test_context_exit_stops_everything_it_created(local: SandboxClient, local_ro
     outsider.stop()
 
 
+def test_a_session_on_a_backend_wraps_it_and_stops_what_it_created(
+    local: SandboxClient, local_root: Path
+) -> None:
+    """A bare backend is taken as a client is (the same rule as pools and rewards)."""
+    with Session(local.backend) as session:
+        made = session.sandbox()
+        assert session.client.backend is local.backend
+        assert sandbox_dirs(local_root) == [made.id]
+    assert sandbox_dirs(local_root) == []
+    with pytest.raises(TypeError, match="a backend name or None, got bytes"):
+        Session(b"subprocess")  # type: ignore[arg-type]
+
+
 def test_async_context_and_extra_tags(local: SandboxClient) -> None:
     async def main() -> str:
         async with Session(local, handle_signals=False) as session:

@@ -54,9 +54,8 @@ def clients(
             get_backend("subprocess", root=root, warm=False) as cold,
         ):
             patch.setattr(warm_templates, "SPAWN_INIT", spawn_init)
-            assert warm.warm and not cold.warm
-            backend = warm.backend
-            assert isinstance(backend, SubprocessBackend)
+            backend = warm.backend_as(SubprocessBackend)
+            assert backend.warm and not cold.backend_as(SubprocessBackend).warm
             with warm.sandbox() as sb:
                 sb.exec(["true"], timeout=60)
                 assert backend._templates[sb.id].spawned_init is spawn_init

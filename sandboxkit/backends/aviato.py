@@ -77,13 +77,12 @@ from ..protocol import (
     SandboxStatus,
     check_env,
 )
+from ._facts import AVIATO_DEFAULT_URL, AVIATO_KEY_VARS, AVIATO_URL_VAR
 from ._output import cap_output
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
-API_KEY_VARS = ("CWSANDBOX_API_KEY", "AVIATO_API_KEY")
-BASE_URL_VAR = "CWSANDBOX_BASE_URL"
 OUTPUT_BYTES = 1024 * 1024
 
 _CW = cwsandbox.SandboxStatus
@@ -223,12 +222,12 @@ class AviatoBackend:
         poll_retry_budget_seconds: float = 0.0,
         data_plane_mode: str | None = None,
     ) -> None:
-        key = api_key or next(filter(None, (setting(v) for v in API_KEY_VARS)), None)
+        key = api_key or next(filter(None, (setting(v) for v in AVIATO_KEY_VARS)), None)
         if key is not None and auth is not None:
             raise BackendMisconfiguredError("give api_key or auth, not both")
         if key is not None:
             auth = cwsandbox.AuthHeaders({"Authorization": f"Bearer {key}"}, strategy="api_key")
-        self.base_url = base_url or setting(BASE_URL_VAR) or cwsandbox.SandboxDefaults().base_url
+        self.base_url = base_url or setting(AVIATO_URL_VAR) or AVIATO_DEFAULT_URL
         self.output_bytes = output_bytes
         self._auth = auth
         self._request_timeout = request_timeout_seconds

@@ -102,11 +102,11 @@ from ..protocol import (
     SandboxStatus,
 )
 from ._daytona_wire import MARK, NO_CWD, NO_WORKDIR, STREAMS_SEPARATOR, kill_command, wrap_command
+from ._facts import DAYTONA_DEFAULT_URL, DAYTONA_KEY_VAR, DAYTONA_URL_VAR
 from ._output import cap_output
 
 T = TypeVar("T")
 
-DEFAULT_API_URL = "https://app.daytona.io/api"
 TAG_PREFIX = "sandboxkit.tag."
 WORKDIR_LABEL = "sandboxkit.workdir"
 REQUEST_LABEL = "sandboxkit.request"
@@ -294,12 +294,12 @@ class DaytonaBackend:
         ``DAYTONA_API_URL`` and ``DAYTONA_TARGET``. ``auto_stop_minutes`` (idle minutes, 0 never)
         and ``auto_delete_minutes`` (minutes after stopping, -1 never) bound what a crashed run
         leaves behind."""
-        key = api_key or setting("DAYTONA_API_KEY")
+        key = api_key or setting(DAYTONA_KEY_VAR)
         if not key:
             raise BackendMisconfiguredError(
-                "the daytona backend needs an API key: pass api_key= or set DAYTONA_API_KEY"
+                f"the daytona backend needs an API key: pass api_key= or set {DAYTONA_KEY_VAR}"
             )
-        self.api_url = api_url or setting("DAYTONA_API_URL") or DEFAULT_API_URL
+        self.api_url = api_url or setting(DAYTONA_URL_VAR) or DAYTONA_DEFAULT_URL
         # An explicit config: the SDK would otherwise also read .env files on its own.
         self.config = DaytonaConfig(
             api_key=key,
@@ -339,7 +339,7 @@ class DaytonaBackend:
         ):
             return AuthenticationError(
                 f"Daytona at {self.api_url} refused the API key (HTTP {status}); "
-                "check DAYTONA_API_KEY or the api_key option"
+                f"check {DAYTONA_KEY_VAR} or the api_key option"
             )
         if status == 404:
             return SandboxNotFoundError(message)

@@ -50,7 +50,7 @@ from google.rpc import error_details_pb2, status_pb2
 
 from ..backends.aviato import CD_EXEC
 from ..errors import BackendMisconfiguredError, SandboxError, SandboxNotFoundError
-from ..protocol import DEFAULT_WORKDIR, Backend, ExecResult, SandboxSpec
+from ..protocol import DEFAULT_WORKDIR, KILLED_RETURNCODE, Backend, ExecResult, SandboxSpec
 from ..registry import get_backend
 from ..testing.faults import Faults
 from . import PYTHONS
@@ -223,7 +223,7 @@ class AviatoServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
         """Stop every local sandbox (the emulator is going away)."""
         for sb in list(self.sandboxes.values()):
             if sb.live:
-                await self._end(sb, pb.STATE_TERMINATED, 137)
+                await self._end(sb, pb.STATE_TERMINATED, KILLED_RETURNCODE)
 
     # -- control plane ----------------------------------------------------------------------
 
@@ -355,7 +355,7 @@ class AviatoServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
             limit = self.faults.max_concurrent_execs
             await self._rate_limited(context, f"at most {limit} commands may run at once")
         if self.faults.dies():
-            await self._end(sb, pb.STATE_FAILED, 137)
+            await self._end(sb, pb.STATE_FAILED, KILLED_RETURNCODE)
             return  # the stream ends with no exit status, as when the sandbox's node is lost
         command, env = list(init.command), dict(init.env)
         direct = direct_python(command, sb.workdir) if self.direct_python else None

@@ -63,7 +63,7 @@ from ..backends._daytona_wire import (
 )
 from ..errors import SandboxError, SandboxNotFoundError
 from ..local.isolation import IsolationReport, Tier
-from ..protocol import DEFAULT_WORKDIR, ExecResult, SandboxSpec
+from ..protocol import DEFAULT_WORKDIR, KILLED_RETURNCODE, ExecResult, SandboxSpec
 from ..registry import get_backend
 from ..testing.faults import Faults
 from . import PYTHONS
@@ -296,7 +296,7 @@ class DaytonaEmulator:
     @property
     def isolation(self) -> IsolationReport:
         """How the local sandboxes behind the emulated ones are confined."""
-        report: IsolationReport = self._local.isolation
+        report: IsolationReport = self._local.backend.isolation
         return report
 
     def live_sandboxes(self) -> int:
@@ -697,8 +697,8 @@ class DaytonaEmulator:
             run.cancel()
             raise
         if run.cancelled():  # by the backend's kill command: the wrapper's answer is lost
-            output = wrapper_output(137, False, b"", b"")
-            return web.json_response({"exitCode": 137, "result": output})
+            output = wrapper_output(KILLED_RETURNCODE, False, b"", b"")
+            return web.json_response({"exitCode": KILLED_RETURNCODE, "result": output})
         try:
             result = run.result()
         except _Reply as reply:

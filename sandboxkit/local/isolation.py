@@ -304,8 +304,8 @@ def detect(has_cgroup: bool, python: str | None = None) -> IsolationReport:
         _warned = True
         warnings.warn(
             f"sandboxkit: local sandboxes run with isolation tier {tier.value!r} ({reason}). "
-            "Code can see this machine's files and network; see the README's isolation "
-            "section.",
+            "Code can see this machine's files and network; see docs/isolation.md in the "
+            "sandboxkit repository.",
             RuntimeWarning,
             stacklevel=3,
         )

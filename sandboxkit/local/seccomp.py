@@ -120,7 +120,7 @@ READ_IMPLIES_EXEC, which turn off exploit mitigations."""
 
 @dataclass(frozen=True)
 class Rule:
-    """Calls denied for one reason (the README's table groups these)."""
+    """Calls denied for one reason (docs/isolation.md's table groups these)."""
 
     names: str
     """The calls, separated by spaces."""

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from ..backends._facts import AVIATO_KEY_VARS, AVIATO_URL_VAR
 from .remote import emulator_or_skip
 
 if TYPE_CHECKING:
@@ -30,7 +31,8 @@ def aviato_emulator() -> Iterator[AviatoEmulator]:
 
 @pytest.fixture
 def aviato_env(aviato_emulator: AviatoEmulator, monkeypatch: pytest.MonkeyPatch) -> AviatoEmulator:
-    monkeypatch.setenv("CWSANDBOX_BASE_URL", aviato_emulator.url)
-    monkeypatch.setenv("CWSANDBOX_API_KEY", aviato_emulator.api_key or "")
-    monkeypatch.delenv("AVIATO_API_KEY", raising=False)
+    monkeypatch.setenv(AVIATO_URL_VAR, aviato_emulator.url)
+    monkeypatch.setenv(AVIATO_KEY_VARS[0], aviato_emulator.api_key or "")
+    for fallback in AVIATO_KEY_VARS[1:]:
+        monkeypatch.delenv(fallback, raising=False)
     return aviato_emulator

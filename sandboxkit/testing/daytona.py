@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from ..backends._facts import DAYTONA_KEY_VAR, DAYTONA_URL_VAR
 from ..client import SandboxClient
 from ..local.isolation import Tier
 from ..registry import get_backend
@@ -52,8 +53,8 @@ def daytona_emulator() -> Iterator[DaytonaEmulator]:
 def daytona_env(
     daytona_emulator: DaytonaEmulator, monkeypatch: pytest.MonkeyPatch
 ) -> DaytonaEmulator:
-    monkeypatch.setenv("DAYTONA_API_URL", daytona_emulator.url)
-    monkeypatch.setenv("DAYTONA_API_KEY", EMULATOR_API_KEY)
+    monkeypatch.setenv(DAYTONA_URL_VAR, daytona_emulator.url)
+    monkeypatch.setenv(DAYTONA_KEY_VAR, EMULATOR_API_KEY)
     monkeypatch.setenv("DAYTONA_TARGET", EMULATOR_TARGET)
     return daytona_emulator
 

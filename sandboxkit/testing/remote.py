@@ -32,6 +32,7 @@ from typing import Protocol
 
 import pytest
 
+from ..backends._facts import AVIATO_KEY_VARS, AVIATO_URL_VAR, DAYTONA_KEY_VAR, DAYTONA_URL_VAR
 from ..client import SandboxClient
 from ..config import child_pythonpath
 from ..emulators import load_emulator
@@ -42,7 +43,7 @@ from .faults import Faults
 REMOTE_BACKENDS = ("daytona", "aviato")
 API_KEY = "sandboxkit-remote-key"
 DAYTONA_TARGET = "local"
-_URL_VARS = {"daytona": "DAYTONA_API_URL", "aviato": "CWSANDBOX_BASE_URL"}
+_URL_VARS = {"daytona": DAYTONA_URL_VAR, "aviato": AVIATO_URL_VAR}
 _SHARED_FIXTURES = {"daytona": "daytona_emulator", "aviato": "aviato_emulator"}
 """The session fixtures that skip where an emulator cannot run (and set ``NO_PROXY``)."""
 
@@ -94,8 +95,8 @@ def backend_env(provider: str, url: str) -> dict[str, str]:
     """Environment variables under which ``get_backend(provider)`` reaches ``url``."""
     env = {_URL_VARS[provider]: url, "NO_PROXY": "127.0.0.1,localhost"}
     if provider == "daytona":
-        return env | {"DAYTONA_API_KEY": API_KEY, "DAYTONA_TARGET": DAYTONA_TARGET}
-    return env | {"CWSANDBOX_API_KEY": API_KEY}
+        return env | {DAYTONA_KEY_VAR: API_KEY, "DAYTONA_TARGET": DAYTONA_TARGET}
+    return env | {AVIATO_KEY_VARS[0]: API_KEY}
 
 
 def client_for(provider: str, url: str) -> SandboxClient:

@@ -1,0 +1,18 @@
+"""What the built-in remote backends read from the environment, named once.
+
+Each backend reads these, and its registry entry (:data:`sandboxkit.registry.BUILTIN_BACKENDS`)
+declares them, which is what ``sandboxkit doctor`` reports from. This module imports nothing,
+so the registry can name them without importing a backend or its SDK.
+"""
+
+from __future__ import annotations
+
+DAYTONA_KEY_VAR = "DAYTONA_API_KEY"
+DAYTONA_URL_VAR = "DAYTONA_API_URL"
+DAYTONA_DEFAULT_URL = "https://app.daytona.io/api"
+
+AVIATO_KEY_VARS = ("CWSANDBOX_API_KEY", "AVIATO_API_KEY")
+"""In the order read: the second is the name from before the rename, which the client ignores."""
+AVIATO_URL_VAR = "CWSANDBOX_BASE_URL"
+AVIATO_DEFAULT_URL = "https://api.cwsandbox.com"
+"""The ``cwsandbox`` client's own default (``SandboxDefaults().base_url``)."""

@@ -1,0 +1,96 @@
+"""The public surface: what ``sandboxkit`` exports, what docs/api.md says, and what importing
+it costs."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import sandboxkit
+
+REPO = Path(__file__).resolve().parents[1]
+API_PAGE = REPO / "docs" / "api.md"
+TABLE_NAME = re.compile(r"^\| `([A-Za-z_]\w*)", re.MULTILINE)
+"""The name a table row of docs/api.md documents (before any signature)."""
+DOTTED_NAME = re.compile(r"`(sandboxkit(?:\.\w+)+)`")
+
+
+def test_every_public_name_can_be_imported_from_the_package() -> None:
+    namespace: dict[str, object] = {}
+    exec("from sandboxkit import *", namespace)
+    missing = [name for name in sandboxkit.__all__ if name not in namespace]
+    assert missing == []
+    assert len(set(sandboxkit.__all__)) == len(sandboxkit.__all__)
+
+
+def test_the_rewards_and_the_errors_they_raise_are_public() -> None:
+    from sandboxkit.errors import CircuitOpenError
+    from sandboxkit.rewards import assert_tests_reward, exec_reward, function_tests_reward
+
+    assert sandboxkit.exec_reward is exec_reward
+    assert sandboxkit.assert_tests_reward is assert_tests_reward
+    assert sandboxkit.function_tests_reward is function_tests_reward
+    assert sandboxkit.CircuitOpenError is CircuitOpenError
+    assert set(dir(sandboxkit)) >= set(sandboxkit.__all__)
+
+
+def test_a_name_the_package_does_not_have_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="get_backnd"):
+        sandboxkit.get_backnd  # type: ignore[attr-defined]  # noqa: B018
+
+
+def test_the_api_page_documents_exactly_the_public_names() -> None:
+    documented = TABLE_NAME.findall(API_PAGE.read_text())
+    assert sorted(documented) == sorted(sandboxkit.__all__)
+
+
+def _defines(module: str, name: str) -> bool:
+    """Whether ``module``'s source defines ``name`` at its top level (read, not imported: some
+    need an extra, such as ``trl``)."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        return False
+    tree = ast.parse(Path(spec.origin).read_text())
+    for node in tree.body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            found = {node.name}
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            found = {t.id for t in targets if isinstance(t, ast.Name)}
+        else:
+            continue
+        if name in found:
+            return True
+    return False
+
+
+def _is_module(path: str) -> bool:
+    try:
+        return importlib.util.find_spec(path) is not None
+    except ModuleNotFoundError:  # a parent is a module, not a package
+        return False
+
+
+def test_the_names_the_api_page_gives_with_their_module_exist() -> None:
+    dotted = DOTTED_NAME.findall(API_PAGE.read_text())
+    assert len(dotted) >= 4
+    missing = [p for p in dotted if not (_is_module(p) or _defines(*p.rsplit(".", 1)))]
+    assert missing == []
+
+
+def test_importing_sandboxkit_loads_no_sdk_no_trainer_and_no_rewards() -> None:
+    code = "import json, sys, sandboxkit; print(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    loaded = set(json.loads(done.stdout))
+    heavy = {"daytona", "cwsandbox", "aiohttp", "socketio", "grpc", "torch", "transformers"}
+    heavy |= {"trl", "sandboxkit.rewards", "sandboxkit.harness", "sandboxkit.emulators"}
+    assert loaded & heavy == set()
