@@ -195,7 +195,10 @@ def test_doctor_reaches_an_emulator_and_checks_the_key(aviato_env: object) -> No
 def test_the_registry_names_what_the_backends_read(monkeypatch: pytest.MonkeyPatch) -> None:
     """The variables and endpoints doctor reports (from the registry) are the ones the backends
     read, and the Aviato default is the client's own."""
-    cwsandbox = pytest.importorskip("cwsandbox")
+    pytest.importorskip("daytona", reason="needs pip install 'sandboxkit[daytona,aviato]'")
+    cwsandbox = pytest.importorskip(
+        "cwsandbox", reason="needs pip install 'sandboxkit[daytona,aviato]'"
+    )
     from sandboxkit.backends.aviato import AviatoBackend
     from sandboxkit.backends.daytona import DaytonaBackend
 
@@ -639,7 +642,7 @@ def test_eval_exec(tmp_path: Path, local_env: dict[str, str]) -> None:
 
 
 def test_eval_gives_up_when_no_sandbox_starts(tmp_path: Path) -> None:
-    pytest.importorskip("cwsandbox")
+    pytest.importorskip("cwsandbox", reason="needs pip install 'sandboxkit[aviato]'")
     rows = [{"completion": "print(1)"}] * 3
     data = _jsonl(tmp_path / "e.jsonl", rows)
     env = clean_env(CWSANDBOX_API_KEY="k")  # the endpoint is a closed port
@@ -784,7 +787,7 @@ def test_bench_skips_the_emulated_rows_it_cannot_run_and_prints_the_rest(
 
 @pytest.mark.slow
 def test_emulate_serves_what_doctor_then_finds_ready(local_env: dict[str, str]) -> None:
-    pytest.importorskip("cwsandbox", reason="the Aviato emulator needs cwsandbox")
+    pytest.importorskip("cwsandbox", reason="needs pip install 'sandboxkit[aviato,emulators]'")
     env = {**local_env, "PYTHONPATH": str(REPO)}
     key = f"key-{uuid.uuid4().hex}"
     server = subprocess.Popen(
