@@ -101,7 +101,7 @@ from ..protocol import (
     SandboxSpec,
     SandboxStatus,
 )
-from ._facts import DAYTONA_DEFAULT_URL, DAYTONA_KEY_VAR, DAYTONA_URL_VAR
+from ._facts import DAYTONA_DEFAULT_URL, DAYTONA_KEY_VAR, DAYTONA_TARGET_VAR, DAYTONA_URL_VAR
 from ._output import cap_output
 
 T = TypeVar("T")
@@ -463,7 +463,7 @@ class DaytonaBackend:
         self.config = DaytonaConfig(
             api_key=key,
             api_url=self.api_url,
-            target=target or setting("DAYTONA_TARGET"),
+            target=target or setting(DAYTONA_TARGET_VAR),
             connection_pool_maxsize=connection_pool_maxsize,
         )
         self.auto_stop_minutes = auto_stop_minutes

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from ..backends._facts import DAYTONA_KEY_VAR, DAYTONA_URL_VAR
+from ..backends._facts import DAYTONA_KEY_VAR, DAYTONA_TARGET_VAR, DAYTONA_URL_VAR
 from ..client import SandboxClient
 from ..emulators.daytona import DaytonaEmulator
 from ..local.isolation import Tier
@@ -49,7 +49,7 @@ def daytona_env(
 ) -> DaytonaEmulator:
     monkeypatch.setenv(DAYTONA_URL_VAR, daytona_emulator.url)
     monkeypatch.setenv(DAYTONA_KEY_VAR, EMULATOR_API_KEY)
-    monkeypatch.setenv("DAYTONA_TARGET", EMULATOR_TARGET)
+    monkeypatch.setenv(DAYTONA_TARGET_VAR, EMULATOR_TARGET)
     return daytona_emulator
 
 
