@@ -102,7 +102,7 @@ from ..protocol import (
     SandboxStatus,
 )
 from ._daytona_wire import MARK, NO_CWD, NO_WORKDIR, STREAMS_SEPARATOR, kill_command, wrap_command
-from ._facts import DAYTONA_DEFAULT_URL, DAYTONA_KEY_VAR, DAYTONA_URL_VAR
+from ._facts import DAYTONA_DEFAULT_URL, DAYTONA_KEY_VAR, DAYTONA_TARGET_VAR, DAYTONA_URL_VAR
 from ._output import cap_output
 
 T = TypeVar("T")
@@ -304,7 +304,7 @@ class DaytonaBackend:
         self.config = DaytonaConfig(
             api_key=key,
             api_url=self.api_url,
-            target=target or setting("DAYTONA_TARGET"),
+            target=target or setting(DAYTONA_TARGET_VAR),
             connection_pool_maxsize=connection_pool_maxsize,
         )
         self.auto_stop_minutes = auto_stop_minutes

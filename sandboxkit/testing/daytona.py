@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ..backends._facts import DAYTONA_KEY_VAR, DAYTONA_URL_VAR
+from ..backends._facts import DAYTONA_KEY_VAR, DAYTONA_TARGET_VAR, DAYTONA_URL_VAR
 from ..client import SandboxClient
 from ..local.isolation import Tier
 from ..registry import get_backend
@@ -55,7 +55,7 @@ def daytona_env(
 ) -> DaytonaEmulator:
     monkeypatch.setenv(DAYTONA_URL_VAR, daytona_emulator.url)
     monkeypatch.setenv(DAYTONA_KEY_VAR, EMULATOR_API_KEY)
-    monkeypatch.setenv("DAYTONA_TARGET", EMULATOR_TARGET)
+    monkeypatch.setenv(DAYTONA_TARGET_VAR, EMULATOR_TARGET)
     return daytona_emulator
 
 

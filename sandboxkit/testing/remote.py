@@ -32,7 +32,13 @@ from typing import Protocol
 
 import pytest
 
-from ..backends._facts import AVIATO_KEY_VARS, AVIATO_URL_VAR, DAYTONA_KEY_VAR, DAYTONA_URL_VAR
+from ..backends._facts import (
+    AVIATO_KEY_VARS,
+    AVIATO_URL_VAR,
+    DAYTONA_KEY_VAR,
+    DAYTONA_TARGET_VAR,
+    DAYTONA_URL_VAR,
+)
 from ..client import SandboxClient
 from ..config import child_pythonpath
 from ..emulators import load_emulator
@@ -95,7 +101,7 @@ def backend_env(provider: str, url: str) -> dict[str, str]:
     """Environment variables under which ``get_backend(provider)`` reaches ``url``."""
     env = {_URL_VARS[provider]: url, "NO_PROXY": "127.0.0.1,localhost"}
     if provider == "daytona":
-        return env | {DAYTONA_KEY_VAR: API_KEY, "DAYTONA_TARGET": DAYTONA_TARGET}
+        return env | {DAYTONA_KEY_VAR: API_KEY, DAYTONA_TARGET_VAR: DAYTONA_TARGET}
     return env | {AVIATO_KEY_VARS[0]: API_KEY}
 
 
