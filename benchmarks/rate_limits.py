@@ -28,9 +28,8 @@ from memory_backend import LatencyOnlyBackend
 from run import RESULTS, machine_info, machine_line
 
 from sandboxkit import SandboxClient
-from sandboxkit.emulators.faults import Faults
 from sandboxkit.rewards import exec_reward
-from sandboxkit.testing.faulty import FaultyBackend
+from sandboxkit.testing.faults import Faults, FaultyBackend
 
 
 def run(args: argparse.Namespace, batch: int, *, adaptive: bool) -> dict[str, Any]:

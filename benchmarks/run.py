@@ -40,6 +40,9 @@ from workloads import Workload, mbpp, timeouts, trivial
 
 from sandboxkit import SandboxClient, SandboxPool, get_backend
 from sandboxkit.backends.subprocess import SubprocessBackend
+from sandboxkit.emulators import load_emulator
+from sandboxkit.errors import BackendUnavailableError
+from sandboxkit.registry import backend_factory
 from sandboxkit.rewards import BatchStats, RewardFunction, assert_tests_reward, exec_reward
 
 REPO = Path(__file__).resolve().parents[1]
@@ -463,6 +466,8 @@ class Report:
     remote: list[Row] = field(default_factory=list)
     pool_memory: list[dict[str, Any]] = field(default_factory=list)
     targets: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    """A line for each group of rows that could not run here, and why."""
 
 
 def machine_info(isolation: str) -> dict[str, Any]:
@@ -548,6 +553,17 @@ def _bound(row: Row, host: float, zero_latency: float | None) -> None:
     row.lower_bound_s = max(row.latency_bound_s or 0.0, host, zero_latency or 0.0)
 
 
+def unavailable(provider: str) -> str | None:
+    """Why ``provider`` cannot run against its emulator here (one line), or None: a core
+    install has neither the emulators' server libraries nor the providers' SDKs."""
+    try:
+        load_emulator(provider)
+        backend_factory(provider)
+    except BackendUnavailableError as exc:
+        return str(exc)
+    return None
+
+
 def run_remote(sizes: Sizes, pool_size: int, report: Report, log: Callable[[str], None]) -> None:
     floors: dict[str, float] = {}
     zero_latency: dict[tuple[str, int], float] = {}  # (provider, batch) -> pool wall at 0 ms
@@ -572,6 +588,11 @@ def run_remote(sizes: Sizes, pool_size: int, report: Report, log: Callable[[str]
 
     sweep_naive = ((1, sizes.remote_naive_max), (THREADS, sizes.threads_max))
     for provider in sizes.providers:
+        missing = unavailable(provider)
+        if missing is not None:
+            log(f"skipped the {provider} rows: {missing}")
+            report.skipped.append(f"{provider}: {missing}")
+            continue
         for latency in sorted(sizes.latencies):
             batch(provider, latency, trivial(sizes.remote_batch), sweep_naive)
         if sizes.target_batch:
@@ -749,6 +770,8 @@ def markdown(report: Report) -> str:
                 f"| {p['rss_peak_delta_mb']:.1f} | {p['tracemalloc_peak_mb']:.1f} "
                 f"| {p['per_sandbox_kb']:.0f} |"
             )
+    if report.skipped:
+        out += ["", "### Skipped", ""] + [f"- {line}" for line in report.skipped]
     if report.targets:
         out += ["", "### Targets", "", "| target | measured | met |", "|---|---|---|"]
         for t in report.targets:

@@ -156,7 +156,7 @@ def add_model_args(parser: argparse.ArgumentParser, default_model: str) -> None:
 
 def tiny_model_dir(extra_text: Sequence[str] = ()) -> Path:
     """Build the tiny offline model (a few seconds) in a fresh temporary directory."""
-    from sandboxkit.testing.tiny_model import build_tiny_model
+    from tiny_model import build_tiny_model
 
     return build_tiny_model(tempfile.mkdtemp(prefix="sandboxkit-tiny-"), extra_text=extra_text)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import logging
 import os
 import re
@@ -21,22 +20,20 @@ from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
-from .emulators.faults import Faults
+from .config import child_pythonpath
+from .emulators import EMULATORS, load_emulator
 from .errors import SandboxError
 from .portal import run_sync
 from .protocol import SandboxInfo, SandboxStatus, shell_returncode
 from .registry import get_backend
 from .session import Session
+from .testing.faults import Faults
 
 if TYPE_CHECKING:
     from .backends.subprocess import SubprocessBackend
 
 logger = logging.getLogger("sandboxkit.cli")
 
-EMULATORS = {
-    "daytona": "sandboxkit.emulators.daytona",
-    "aviato": "sandboxkit.emulators.aviato",
-}
 CLI_TAG = "sandboxkit-cli"
 """Tag key on sandboxes the command line creates (``sandboxkit-cli=run``, ``=eval``)."""
 TIMEOUT_STATUS = 124
@@ -275,9 +272,7 @@ def _bench(args: argparse.Namespace) -> int:
     if not (directory / "run.py").is_file():
         raise UsageError(f"{directory} has no run.py")
     argv = [str(directory / "run.py"), *(extra or ["--quick"])]
-    package_root = str(Path(__file__).resolve().parent.parent)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": child_pythonpath()}
     logger.info("running %s", " ".join(argv))
     return subprocess.run([sys.executable, *argv], env=env).returncode
 
@@ -287,7 +282,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _emulate(args: argparse.Namespace) -> int:
     """Serve an emulator until interrupted; its module prints the URL to use."""
-    module = importlib.import_module(EMULATORS[args.provider])
+    module = load_emulator(args.provider)
     faults = Faults(
         latency_ms=args.latency_ms,
         create_latency_ms=args.create_latency_ms,

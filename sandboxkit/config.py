@@ -7,6 +7,7 @@ backend is first asked for, so importing sandboxkit has no side effects.
 from __future__ import annotations
 
 import os
+import site
 from pathlib import Path
 
 from dotenv import load_dotenv
@@ -35,3 +36,14 @@ def setting(name: str, default: str | None = None) -> str | None:
     load_env_file()
     value = os.environ.get(name, "").strip()
     return value or default
+
+
+def child_pythonpath() -> str:
+    """``PYTHONPATH`` for a child process of ``sys.executable`` that must import this very
+    ``sandboxkit``: the directory holding it (a checkout, or an editable install's source)
+    ahead of this process's ``PYTHONPATH``, unless it is a site directory, which the child has
+    anyway and which must not come before the standard library."""
+    holder = str(Path(__file__).resolve().parent.parent)
+    sites = {str(Path(p).resolve()) for p in [*site.getsitepackages(), site.getusersitepackages()]}
+    first = None if holder in sites else holder
+    return os.pathsep.join(filter(None, [first, os.environ.get("PYTHONPATH")]))

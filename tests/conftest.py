@@ -23,9 +23,9 @@ from sandboxkit import SandboxClient, get_backend
 from sandboxkit.local import disk, files
 
 pytest_plugins = [
+    "sandboxkit.testing.remote",
     "sandboxkit.testing.daytona",
     "sandboxkit.testing.aviato",
-    "sandboxkit.testing.remote",
 ]
 
 CONFORMANCE_BACKENDS = ["subprocess", "daytona", "aviato"]

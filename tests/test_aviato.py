@@ -25,7 +25,7 @@ from typing import IO
 
 import pytest
 
-pytest.importorskip("cwsandbox")
+pytest.importorskip("cwsandbox", reason="needs pip install 'sandboxkit[aviato,emulators]'")
 
 import cwsandbox
 
@@ -41,7 +41,7 @@ from sandboxkit import (
     get_backend,
 )
 from sandboxkit.emulators.aviato import AviatoEmulator
-from sandboxkit.emulators.faults import Faults
+from sandboxkit.testing.faults import Faults
 from sandboxkit.testing.remote import processes_with, sleeper_argv
 
 PY = "python3"

@@ -7,6 +7,7 @@ import http.server
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -157,6 +158,7 @@ def test_doctor_fails_for_a_selected_backend_without_credentials() -> None:
 
 @pytest.mark.slow
 def test_doctor_fails_for_an_unreachable_endpoint_and_reports_json() -> None:
+    pytest.importorskip("cwsandbox", reason="needs pip install 'sandboxkit[aviato]'")
     secret = f"secret-{uuid.uuid4().hex}"
     env = clean_env(CWSANDBOX_API_KEY=secret)
     done = cli("doctor", "--backend", "aviato", "--json", "--timeout", "2", env=env)
@@ -193,7 +195,10 @@ def test_doctor_reaches_an_emulator_and_checks_the_key(aviato_env: object) -> No
 def test_the_registry_names_what_the_backends_read(monkeypatch: pytest.MonkeyPatch) -> None:
     """The variables and endpoints doctor reports (from the registry) are the ones the backends
     read, and the Aviato default is the client's own."""
-    cwsandbox = pytest.importorskip("cwsandbox")
+    pytest.importorskip("daytona", reason="needs pip install 'sandboxkit[daytona,aviato]'")
+    cwsandbox = pytest.importorskip(
+        "cwsandbox", reason="needs pip install 'sandboxkit[daytona,aviato]'"
+    )
     from sandboxkit.backends.aviato import AviatoBackend
     from sandboxkit.backends.daytona import DaytonaBackend
 
@@ -397,6 +402,7 @@ def test_run_stops_the_sandbox_on_sigterm(local_env: dict[str, str], local_root:
 
 
 def test_run_reports_its_own_failure_as_125(local_env: dict[str, str]) -> None:
+    pytest.importorskip("daytona", reason="needs pip install 'sandboxkit[daytona]'")
     done = cli("run", "--backend", "daytona", "-", input="print(1)\n", env=local_env)
     assert done.returncode == 125
     assert "BackendMisconfiguredError" in done.stderr and "DAYTONA_API_KEY" in done.stderr
@@ -636,7 +642,7 @@ def test_eval_exec(tmp_path: Path, local_env: dict[str, str]) -> None:
 
 
 def test_eval_gives_up_when_no_sandbox_starts(tmp_path: Path) -> None:
-    pytest.importorskip("cwsandbox")
+    pytest.importorskip("cwsandbox", reason="needs pip install 'sandboxkit[aviato]'")
     rows = [{"completion": "print(1)"}] * 3
     data = _jsonl(tmp_path / "e.jsonl", rows)
     env = clean_env(CWSANDBOX_API_KEY="k")  # the endpoint is a closed port
@@ -708,9 +714,80 @@ def test_bench_without_benchmarks_says_so(tmp_path: Path) -> None:
     assert "has no run.py" in done.stderr
 
 
+def test_children_import_the_sandboxkit_of_a_copy_that_no_path_names(tmp_path: Path) -> None:
+    """Bench and the emulator fixtures start ``sys.executable`` children that must import the
+    parent's sandboxkit, wherever it lies: here a copy found only through the parent's cwd."""
+    holder = tmp_path / "copy"
+    shutil.copytree(REPO / "sandboxkit", holder / "sandboxkit")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    child = (
+        "import os, subprocess, sys\n"
+        "from sandboxkit.config import child_pythonpath\n"
+        "env = {**os.environ, 'PYTHONPATH': child_pythonpath()}\n"
+        "print(child_pythonpath())\n"
+        "code = 'import sandboxkit; print(sandboxkit.__file__)'\n"
+        f"subprocess.run([sys.executable, '-c', code], cwd={str(elsewhere)!r}, env=env)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", child], cwd=holder, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [str(holder), str(holder / "sandboxkit" / "__init__.py")]
+
+
+def without(tmp_path: Path, *modules: str, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """An environment whose Python processes (children included) cannot import ``modules``,
+    as on a core install: a ``sitecustomize`` on ``PYTHONPATH`` blocks them at start-up."""
+    (tmp_path / "sitecustomize.py").write_text(
+        f"import sys\nsys.modules.update(dict.fromkeys({modules!r}))\n"
+    )
+    environ = dict(os.environ if env is None else env)
+    environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(tmp_path), environ.get("PYTHONPATH")])
+    )
+    return environ
+
+
+@pytest.mark.parametrize(("provider", "missing"), [("daytona", "socketio"), ("aviato", "grpc")])
+def test_emulate_without_the_emulators_extra_names_it_in_one_line(
+    provider: str, missing: str, tmp_path: Path
+) -> None:
+    done = cli("emulate", provider, env=without(tmp_path, missing))
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (
+        f"sandboxkit emulate: BackendUnavailableError: the {provider} emulator needs "
+        f"{missing!r}, which is not installed: pip install 'sandboxkit[emulators]'\n"
+    )
+
+
+@pytest.mark.slow
+def test_bench_skips_the_emulated_rows_it_cannot_run_and_prints_the_rest(
+    local_env: dict[str, str], tmp_path: Path
+) -> None:
+    out = tmp_path / "bench.json"
+    env = without(tmp_path, "socketio", "grpc", env=local_env)
+    done = cli("bench", "--", "--smoke", "--only", "remote", "--json", str(out), env=env)
+    assert done.returncode == 0, done.stderr
+    skipped = [
+        "daytona: the daytona emulator needs 'socketio', which is not installed: "
+        "pip install 'sandboxkit[emulators]'",
+        "aviato: the aviato emulator needs 'grpc', which is not installed: "
+        "pip install 'sandboxkit[emulators]'",
+    ]
+    assert json.loads(out.read_text())["skipped"] == skipped
+    assert "\n### Skipped\n\n" + "".join(f"- {line}\n" for line in skipped) in done.stdout
+    for line in skipped:
+        provider, _, reason = line.partition(": ")
+        assert f"skipped the {provider} rows: {reason}\n" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert "| latency-only | 50 | sandboxkit" in done.stdout  # the rows it could run
+
+
 @pytest.mark.slow
 def test_emulate_serves_what_doctor_then_finds_ready(local_env: dict[str, str]) -> None:
-    pytest.importorskip("cwsandbox", reason="the Aviato emulator needs cwsandbox")
+    pytest.importorskip("cwsandbox", reason="needs pip install 'sandboxkit[aviato,emulators]'")
     env = {**local_env, "PYTHONPATH": str(REPO)}
     key = f"key-{uuid.uuid4().hex}"
     server = subprocess.Popen(

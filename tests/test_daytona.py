@@ -16,6 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip("daytona", reason="needs pip install 'sandboxkit[daytona,emulators]'")
+
 from daytona import AsyncDaytona, DaytonaConfig, DaytonaError
 
 from sandboxkit import (
@@ -37,8 +40,8 @@ from sandboxkit.backends.daytona import (
     tag_label,
 )
 from sandboxkit.emulators.daytona import DaytonaEmulator
-from sandboxkit.emulators.faults import Faults
 from sandboxkit.testing.daytona import EMULATOR_API_KEY, EMULATOR_TARGET
+from sandboxkit.testing.faults import Faults
 from sandboxkit.testing.remote import wait_until
 
 PY = "python3"

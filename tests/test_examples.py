@@ -24,6 +24,7 @@ EXAMPLES = ROOT / "examples"
 MBPP_SAMPLE = EXAMPLES / "art" / "data" / "mbpp_sample.jsonl"
 
 pytestmark = pytest.mark.slow
+NEEDS_EXAMPLES = "needs pip install 'sandboxkit[examples]'"
 
 
 def example_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -94,6 +95,7 @@ def test_reward_demo_gives_the_same_rewards_on_emulated_providers(
 
 
 def test_trl_example_trains_one_step_of_a_tiny_model(tmp_path: Path) -> None:
+    pytest.importorskip("trl", reason=NEEDS_EXAMPLES)
     result = run_example("trl_grpo_integration.py", "--tiny", "--output-dir", "out", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     assert "Dataset:      5 coding problems" in result.stdout
@@ -102,6 +104,8 @@ def test_trl_example_trains_one_step_of_a_tiny_model(tmp_path: Path) -> None:
 
 
 def test_daytona_port_writes_metrics_plot_and_model(tmp_path: Path) -> None:
+    pytest.importorskip("trl", reason=NEEDS_EXAMPLES)
+    pytest.importorskip("matplotlib", reason=NEEDS_EXAMPLES)
     result = run_example(
         "daytona_trl/train_grpo.py", "--tiny", "--output-dir", "results", cwd=tmp_path
     )
@@ -126,7 +130,7 @@ def test_daytona_port_writes_metrics_plot_and_model(tmp_path: Path) -> None:
     ],
 )
 def test_gpu_only_paths_exit_3_on_cpu(script: str, message: str, tmp_path: Path) -> None:
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason=NEEDS_EXAMPLES)
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: these paths would really run")
     result = run_example(script, cwd=tmp_path)
@@ -207,6 +211,8 @@ class _ChatHandler(BaseHTTPRequestHandler):
 
 
 def serve(delay: float = 0.0) -> Iterator[ScriptedChat]:
+    """A scripted chat server for the ART example, whose client is ``openai``."""
+    pytest.importorskip("openai", reason=NEEDS_EXAMPLES)
     server = ScriptedChat(delay)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -328,8 +334,9 @@ def test_policy_gradient_update_changes_the_tiny_model(
 ) -> None:
     """The update VLLMModel trains with, on CPU: a group with different rewards moves the
     weights; a group whose rewards are all equal carries no signal."""
-    torch = pytest.importorskip("torch")
-    from sandboxkit.testing.tiny_model import build_tiny_model
+    torch = pytest.importorskip("torch", reason=NEEDS_EXAMPLES)
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    from tiny_model import build_tiny_model
 
     monkeypatch.syspath_prepend(str(EXAMPLES / "art"))
     from policy import PolicyGradient

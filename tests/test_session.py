@@ -17,8 +17,7 @@ from pathlib import Path
 import pytest
 
 from sandboxkit import SandboxClient, Session
-from sandboxkit.emulators.faults import Faults
-from sandboxkit.testing.faulty import FaultyBackend
+from sandboxkit.testing.faults import Faults, FaultyBackend
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -11,8 +11,8 @@ import pytest
 from sandboxkit.harness import FunctionTask
 from sandboxkit.rewards import function_tests_reward
 
-trl = pytest.importorskip("trl")
-datasets = pytest.importorskip("datasets")
+trl = pytest.importorskip("trl", reason="needs pip install 'sandboxkit[examples]'")
+datasets = pytest.importorskip("datasets", reason="needs pip install 'sandboxkit[examples]'")
 
 pytestmark = pytest.mark.slow  # torch and transformers take seconds to import, then to train
 
@@ -49,7 +49,9 @@ TASKS = {
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from sandboxkit.testing.tiny_model import build_tiny_model
+    with pytest.MonkeyPatch.context() as mp:  # the examples' tiny model, as --tiny builds it
+        mp.syspath_prepend(str(Path(__file__).resolve().parents[1] / "examples"))
+        from tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny"))
 

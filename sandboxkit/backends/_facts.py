@@ -10,6 +10,8 @@ from __future__ import annotations
 DAYTONA_KEY_VAR = "DAYTONA_API_KEY"
 DAYTONA_URL_VAR = "DAYTONA_API_URL"
 DAYTONA_DEFAULT_URL = "https://app.daytona.io/api"
+DAYTONA_TARGET_VAR = "DAYTONA_TARGET"
+"""The region sandboxes are created in (the SDK's own default when unset)."""
 
 AVIATO_KEY_VARS = ("CWSANDBOX_API_KEY", "AVIATO_API_KEY")
 """In the order read: the second is the name from before the rename, which the client ignores."""

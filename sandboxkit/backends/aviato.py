@@ -188,12 +188,17 @@ async def _call(awaitable: Awaitable[T], sandbox_id: str | None = None) -> T:
         raise translate(exc, sandbox_id) from exc
 
 
+CD_EXEC = ("/bin/sh", "-c", 'cd "$0" && exec "$@"')
+"""How every command runs: ``CD_EXEC + (cwd, [env K=V...], *argv)`` (the Aviato emulator reads
+it back to run a Python command directly)."""
+
+
 def wrap_command(argv: Sequence[str], cwd: str, env: Mapping[str, str] | None) -> list[str]:
     """The command line that runs ``argv`` in ``cwd`` with ``env`` added."""
     check_env(env or {})
     assignments = [f"{key}={value}" for key, value in (env or {}).items()]
     prefix = ["env", *assignments] if assignments else []
-    return ["/bin/sh", "-c", 'cd "$0" && exec "$@"', cwd, *prefix, *argv]
+    return [*CD_EXEC, cwd, *prefix, *argv]
 
 
 class AviatoBackend:

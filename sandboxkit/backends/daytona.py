@@ -56,7 +56,7 @@ import time
 import uuid
 import warnings
 from collections.abc import AsyncGenerator, Awaitable, Coroutine, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
@@ -101,7 +101,8 @@ from ..protocol import (
     SandboxSpec,
     SandboxStatus,
 )
-from ._facts import DAYTONA_DEFAULT_URL, DAYTONA_KEY_VAR, DAYTONA_URL_VAR
+from ._daytona_wire import MARK, NO_CWD, NO_WORKDIR, STREAMS_SEPARATOR, kill_command, wrap_command
+from ._facts import DAYTONA_DEFAULT_URL, DAYTONA_KEY_VAR, DAYTONA_TARGET_VAR, DAYTONA_URL_VAR
 from ._output import cap_output
 
 T = TypeVar("T")
@@ -122,8 +123,6 @@ UNLIMITED_EXEC_SECONDS = 24 * 3600
 TIMEOUT_GRACE_SECONDS = 5
 KILL_EXEC_SECONDS = 30
 """Daytona's limit on the exec that kills a cancelled exec's command."""
-KILL_POLLS = 20
-"""Times, 0.1 s apart, the kill command looks for the wrapper's FIFO before giving up."""
 _SDK_ERRORS = (DaytonaError, aiohttp.ClientError, ConnectionError, asyncio.TimeoutError)
 _ENCODED = "b32-"
 _PLAIN_VALUE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,61}[A-Za-z0-9])?")
@@ -171,164 +170,6 @@ def tag_label(tag: str) -> tuple[str, str]:
 
 def tags_from_labels(labels: Mapping[str, str]) -> tuple[str, ...]:
     return tuple(decode_label_value(v) for k, v in labels.items() if k.startswith(TAG_PREFIX))
-
-
-# -- the exec wrapper ----------------------------------------------------------------------------
-
-_MARK = "SBXK1"
-_NO_WORKDIR = "SBXK-WORKDIR"
-_NO_CWD = "SBXK-CWD"
-
-
-def wrap_command(
-    argv: Sequence[str],
-    *,
-    workdir: str,
-    cwd: str,
-    scratch: str,
-    has_stdin: bool,
-    cap: int,
-    timeout: float | None,
-    inline_stdin: bytes | None = None,
-) -> str:
-    """The shell command that runs ``argv`` and reports status, stdout and stderr apart.
-
-    ``has_stdin``: the command reads ``<scratch>/stdin``, uploaded before or, with
-    ``inline_stdin``, written by the wrapper from the base64 it carries.
-
-    A watchdog kills the command after ``timeout`` seconds and leaves a mark, so a timeout
-    ends the wrapper normally, with the output so far, and with sub-second precision. A
-    workdir or cwd that an earlier program took the user's access to (``chmod 000``) gets it
-    back, or every later exec of a pooled sandbox would fail. Every way out removes the
-    scratch directory, an uploaded stdin with it.
-    """
-    q = shlex.quote
-    stdin = '"$d/stdin"' if has_stdin else "/dev/null"
-    write_stdin = ""
-    if inline_stdin is not None:
-        data = base64.b64encode(inline_stdin).decode()
-        write_stdin = (
-            f'printf %s {q(data)} | base64 -d >"$d/stdin" || {{ rm -rf "$d"; exit 125; }}\n'
-        )
-    watchdog = ":"
-    if timeout is not None:
-        watchdog = (
-            f'( sleep {timeout:.3f}; kill -9 "$p" 2>/dev/null && : >"$d/t" ) '
-            "</dev/null >/dev/null 2>&1 3>&- & k=$!"
-        )
-    script = f"""d={q(scratch)} w={q(workdir)}
-if [ ! -d "$w" ] && ! mkdir -p "$w" 2>/dev/null; then
-  sudo -n sh -c 'mkdir -p "$1" && chown "$2" "$1"' sh "$w" "$(id -u):$(id -g)" >/dev/null 2>&1 \\
-    || {{ echo {_NO_WORKDIR}; rm -rf "$d"; exit 125; }}
-fi
-cd {q(cwd)} 2>/dev/null || {{ for x in "$w" {q(cwd)}; do [ ! -d "$x" ] || chmod u+rwx "$x"; done
-  cd {q(cwd)}; }} 2>/dev/null || {{ echo {_NO_CWD}; rm -rf "$d"; exit 125; }}
-mkdir -p "$d" || exit 125
-{write_stdin}k=
-c() {{ head -c {cap + 1} >"$1"; cat >/dev/null; }}
-{{ {{ ( exec {shlex.join(argv)} ) <{stdin} 3>&- & p=$!
-    {watchdog}
-    mkfifo "$d/k" && {{ read _ <"$d/k" && kill -9 "$p"; }} </dev/null >/dev/null 2>&1 3>&- & x=$!
-    wait "$p" 2>/dev/null; echo $? >"$d/s"; kill "$x" 2>/dev/null
-    [ -z "$k" ] || kill "$k" 2>/dev/null
-  }} 2>&1 >&3 | c "$d/e"; }} 3>&1 | c "$d/o"
-read s <"$d/s" || s=255
-t=0; [ ! -e "$d/t" ] || t=1
-echo {_MARK} "$s" "$t"; base64 <"$d/o"; echo .; base64 <"$d/e"
-rm -rf "$d"
-exit "$s"
-"""
-    return shlex.join(["sh", "-c", script])
-
-
-def kill_command(scratch: str) -> str:
-    """The shell command that has the wrapper of the exec whose scratch directory this is kill
-    its command: a line into the wrapper's FIFO (waiting up to two seconds for it to exist,
-    and holding it open a second so that a reader still opening it gets the line). A FIFO
-    rather than a pid: a provider may run each exec in a pid namespace of its own (as the
-    emulators' local sandboxes do)."""
-    fifo = shlex.quote(f"{scratch}/k")
-    script = (
-        f"i=0; while [ ! -p {fifo} ] && [ $i -lt {KILL_POLLS} ]; do sleep 0.1; i=$((i + 1)); done; "
-        f"[ -p {fifo} ] || exit 0; exec 3<>{fifo}; echo >&3; sleep 1"
-    )
-    return shlex.join(["sh", "-c", script])
-
-
-@dataclass(frozen=True)
-class WrappedExec:
-    """What :func:`wrap_command` was given (its parameters, by name), as :func:`unwrap_command`
-    reads it back."""
-
-    argv: list[str]
-    workdir: str
-    cwd: str
-    scratch: str
-    has_stdin: bool
-    cap: int
-    timeout: float | None
-    inline_stdin: bytes | None
-
-
-_ARGV_OPENS = "{ { ( exec "
-_ARGV_CLOSES = (' ) <"$d/stdin" 3>&- & p=$!', " ) </dev/null 3>&- & p=$!")
-
-
-def unwrap_command(command: str) -> WrappedExec | None:
-    """The arguments :func:`wrap_command` made ``command`` from, or None if it did not make it.
-
-    For an emulator that runs ``argv`` itself rather than the wrapper's dozen shell processes
-    on the machine it shares with its client. What is read back is wrapped again and must
-    give ``command`` exactly, so running it as the wrapper would is the wrapper's behaviour
-    whatever ``argv`` holds.
-    """
-    try:
-        sh, flag, script = shlex.split(command)
-        first_line = script.partition("\n")[0]
-        scratch, workdir = (word.partition("=")[2] for word in shlex.split(first_line))
-        cd_line = re.search(r"^cd .*$", script, re.MULTILINE)
-        cap = re.search(r"^c\(\) \{ head -c (\d+) ", script, re.MULTILINE)
-        if (sh, flag) != ("sh", "-c") or cd_line is None or cap is None:
-            return None
-        cwd = shlex.split(cd_line.group())[1]
-        start = script.index(_ARGV_OPENS) + len(_ARGV_OPENS)
-        end, closing = max((script.rfind(closing), closing) for closing in _ARGV_CLOSES)
-        watchdog = re.match(r"\s*\( sleep (\d+\.\d{3}); ", script[end + len(closing) :])
-        inline = re.search(r"^printf %s ([A-Za-z0-9+/=]*|'') \| base64 -d ", script, re.MULTILINE)
-        found = WrappedExec(
-            argv=shlex.split(script[start:end]),
-            workdir=workdir,
-            cwd=cwd,
-            scratch=scratch,
-            has_stdin=closing == _ARGV_CLOSES[0],
-            cap=int(cap.group(1)) - 1,
-            timeout=float(watchdog.group(1)) if watchdog else None,
-            inline_stdin=base64.b64decode(inline.group(1).strip("'")) if inline else None,
-        )
-    except (ValueError, binascii.Error):  # not shell words, too few or too many of them, no argv
-        return None
-    return found if found.argv and wrap_command(**asdict(found)) == command else None
-
-
-def unwrap_kill_command(command: str) -> str | None:
-    """The scratch directory of the exec that ``command``, made by :func:`kill_command`,
-    kills; None for any other command."""
-    fifo = re.match(r"sh -c 'i=0; while \[ ! -p (\S+) \]", command)
-    if fifo is None or not fifo.group(1).endswith("/k"):
-        return None
-    scratch = fifo.group(1)[: -len("/k")]
-    return scratch if kill_command(scratch) == command else None
-
-
-def wrapper_output(status: int, timed_out: bool, stdout: bytes, stderr: bytes) -> str:
-    """What the wrapper prints for a command that ended with ``status`` having written
-    ``stdout`` and ``stderr`` (each at most the cap plus one byte, as ``head`` keeps)."""
-
-    def base64_lines(data: bytes) -> str:  # as coreutils' base64: lines of 76 characters
-        text = base64.b64encode(data).decode()
-        return "".join(text[i : i + 76] + "\n" for i in range(0, len(text), 76))
-
-    return f"{_MARK} {status} {int(timed_out)}\n{base64_lines(stdout)}.\n{base64_lines(stderr)}"
 
 
 # -- the backend ---------------------------------------------------------------------------------
@@ -463,7 +304,7 @@ class DaytonaBackend:
         self.config = DaytonaConfig(
             api_key=key,
             api_url=self.api_url,
-            target=target or setting("DAYTONA_TARGET"),
+            target=target or setting(DAYTONA_TARGET_VAR),
             connection_pool_maxsize=connection_pool_maxsize,
         )
         self.auto_stop_minutes = auto_stop_minutes
@@ -777,18 +618,23 @@ class DaytonaBackend:
 
     def _parse(self, text: str, *, cwd: str | None, workdir: str, started: float) -> ExecResult:
         head, _, rest = text.partition("\n")
-        if head == _NO_CWD:
+        if head == NO_CWD:
             raise SandboxError(f"cwd {cwd!r} is not a directory in the sandbox")
-        if head == _NO_WORKDIR:
+        if head == NO_WORKDIR:
             raise BackendMisconfiguredError(
                 f"cannot create workdir {workdir!r} in the Daytona sandbox: its user may not "
                 "write there and has no sudo; choose a workdir under the user's home"
             )
         fields = head.split(" ")
         lines = rest.split("\n")
-        if len(fields) != 3 or fields[0] != _MARK or not fields[1].isdigit() or "." not in lines:
+        if (
+            len(fields) != 3
+            or fields[0] != MARK
+            or not fields[1].isdigit()
+            or STREAMS_SEPARATOR not in lines
+        ):
             raise BackendError(f"unexpected answer from the exec wrapper: {text[:300]!r}")
-        split = lines.index(".")
+        split = lines.index(STREAMS_SEPARATOR)
         try:
             stdout = base64.b64decode("".join(lines[:split]))
             stderr = base64.b64decode("".join(lines[split + 1 :]))

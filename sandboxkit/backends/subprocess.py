@@ -248,7 +248,7 @@ class SubprocessBackend:
                 disk.mount(path, size_mb=self.limits.disk_mb, inodes=self.limits.disk_inodes)
             (path / "workspace").mkdir(mode=0o700)
             (path / "tmp").mkdir(mode=0o700)
-            path.joinpath(*_sandbox_parts(spec.workdir, DEFAULT_WORKDIR)[1:]).mkdir(
+            path.joinpath(*sandbox_parts(spec.workdir, DEFAULT_WORKDIR)[1:]).mkdir(
                 parents=True, exist_ok=True
             )
             for sub in ("workspace", "tmp"):
@@ -301,7 +301,7 @@ class SubprocessBackend:
             raise ValueError("argv is empty")
         path = self._dir(sandbox_id)
         meta = self._meta(path)
-        parts = _sandbox_parts(cwd or ".", meta["workdir"])[1:]
+        parts = sandbox_parts(cwd or ".", meta["workdir"])[1:]
         with contextlib.suppress(SandboxError):
             files.give_owner_access(path, ("tmp",))
         try:
@@ -412,7 +412,7 @@ class SubprocessBackend:
 
         def work() -> T:
             sandbox_dir = self._dir(sandbox_id)
-            parts = _sandbox_parts(path, self._meta(sandbox_dir)["workdir"])[1:]
+            parts = sandbox_parts(path, self._meta(sandbox_dir)["workdir"])[1:]
             try:
                 return operation(sandbox_dir, parts)
             except OSError as exc:
@@ -430,18 +430,6 @@ class SubprocessBackend:
 
     async def read_file(self, sandbox_id: str, path: str) -> bytes:
         return await self._file_operation(sandbox_id, path, files.read_file)
-
-    async def remove(self, sandbox_id: str, path: str) -> None:
-        """Remove a file, or an empty directory, of the sandbox, as ``os.remove`` or
-        ``os.rmdir`` would (:class:`SandboxFileError`, an ``OSError``, otherwise): for an
-        emulator that cleans up after a command it ran itself, without another command."""
-
-        def remove(sandbox_dir: Path, parts: Sequence[str]) -> None:
-            if len(parts) < 2:
-                raise SandboxError(f"{path!r}: cannot remove a sandbox's /workspace or /tmp")
-            files.remove(sandbox_dir, parts)
-
-        await self._file_operation(sandbox_id, path, remove)
 
     async def stop(self, sandbox_id: str, *, missing_ok: bool = True) -> None:
         try:
@@ -527,9 +515,11 @@ def _is_leftover(entry: os.DirEntry[str]) -> bool:
     return time.time() - entry.stat(follow_symlinks=False).st_mtime > HALF_MADE_GRACE_SECONDS
 
 
-def _sandbox_parts(path: str, workdir: str) -> tuple[str, ...]:
+def sandbox_parts(path: str, workdir: str) -> tuple[str, ...]:
     """The parts of ``path`` (relative to ``workdir``) in the sandbox; it must lie under
-    /workspace or /tmp, with no ``..``."""
+    /workspace or /tmp, with no ``..``. Without the leading ``/``, they are the parts beneath
+    the sandbox's directory on the host (``root / sandbox_id``) that :mod:`sandboxkit.local.files`
+    resolves."""
     parts = (PurePosixPath(workdir) / path).parts
     if len(parts) < 2 or "/" + parts[1] not in _VIRTUAL_ROOTS or ".." in parts:
         raise SandboxError(f"{path!r}: only /workspace and /tmp are writable in a sandbox")

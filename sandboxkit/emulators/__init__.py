@@ -2,11 +2,35 @@
 
 Each emulator serves the subset of its provider's API that the SDK uses, on loopback, and runs
 commands with the local ``subprocess`` backend (so it inherits its isolation). Faults are
-injected by :class:`~sandboxkit.emulators.faults.Faults`, shared by all emulators.
+injected by :class:`~sandboxkit.testing.faults.Faults`, shared by all emulators.
 """
 
-import re
+from __future__ import annotations
 
+import importlib
+import re
+from types import ModuleType
+
+from ..errors import BackendUnavailableError
+
+EMULATORS = {"daytona": "sandboxkit.emulators.daytona", "aviato": "sandboxkit.emulators.aviato"}
+"""The emulator module of each provider; each has ``serve_forever``."""
+INSTALL = "pip install 'sandboxkit[emulators]'"
+"""What installs every emulator's server libraries."""
 PYTHONS = re.compile(r"(?:.*/)?python(?:3(?:\.\d+)?)?")
 """Commands an emulator may run directly rather than behind its backend's shell wrapper, so
 that the local backend's warm template serves them instead of an interpreter started by sh."""
+
+
+def load_emulator(provider: str) -> ModuleType:
+    """The emulator module of ``provider`` (a key of :data:`EMULATORS`), imported; a server
+    library that is not installed is a :class:`~sandboxkit.errors.BackendUnavailableError`
+    saying what to install (a core install has none of them)."""
+    try:
+        return importlib.import_module(EMULATORS[provider])
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name.startswith("sandboxkit"):
+            raise
+        raise BackendUnavailableError(
+            f"the {provider} emulator needs {exc.name!r}, which is not installed: {INSTALL}"
+        ) from None

@@ -19,7 +19,7 @@ Choices that keep the client fast and its behaviour realistic:
   sh starting an interpreter. ``tests/test_aviato.py`` checks programs see the same either way.
 - File errors carry the AIP-193 ``ErrorInfo`` reasons the client maps to typed errors.
 
-Faults (:class:`~sandboxkit.emulators.faults.Faults`) apply to every RPC: latency, transient
+Faults (:class:`~sandboxkit.testing.faults.Faults`) apply to every RPC: latency, transient
 errors (RESOURCE_EXHAUSTED or UNAVAILABLE), dropped calls (UNAVAILABLE without any effect), and
 ``die_rate``: the sandbox dies during an exec and the stream ends without an exit status.
 ``max_sandboxes`` refuses creation beyond that many live sandboxes with RESOURCE_EXHAUSTED, and
@@ -48,11 +48,12 @@ from cwsandbox._proto import sandbox_pb2_grpc as pb_grpc
 from google.protobuf import duration_pb2, timestamp_pb2
 from google.rpc import error_details_pb2, status_pb2
 
+from ..backends.aviato import CD_EXEC
 from ..errors import BackendMisconfiguredError, SandboxError, SandboxNotFoundError
 from ..protocol import DEFAULT_WORKDIR, KILLED_RETURNCODE, Backend, ExecResult, SandboxSpec
 from ..registry import get_backend
+from ..testing.faults import Faults
 from . import PYTHONS
-from .faults import Faults
 
 ERROR_DOMAIN = "cwsandbox.com"
 """The ``ErrorInfo`` domain the client trusts for reason-specific errors."""
@@ -121,15 +122,11 @@ class _Emulated:
         return self.proto.status.state not in _TERMINAL
 
 
-CD_EXEC = ["/bin/sh", "-c", 'cd "$0" && exec "$@"']
-"""How sandboxkit's Aviato backend runs every command: ``CD_EXEC + [cwd, (env K=V...), argv]``."""
-
-
 def direct_python(command: list[str], workdir: str) -> tuple[list[str], str, dict[str, str]] | None:
     """``(argv, cwd, variables)`` when ``command`` is the cd-and-exec wrapper around a Python
     command: running that directly, with the variables sh and ``env`` would have set, lets the
     local backend's warm template run it without starting an interpreter behind sh."""
-    if command[: len(CD_EXEC)] != CD_EXEC or len(command) < len(CD_EXEC) + 2:
+    if tuple(command[: len(CD_EXEC)]) != CD_EXEC or len(command) < len(CD_EXEC) + 2:
         return None
     cwd, rest = command[len(CD_EXEC)], command[len(CD_EXEC) + 1 :]
     variables = {"PWD": posixpath.normpath(cwd), "OLDPWD": workdir}

@@ -28,10 +28,13 @@ dropped connection is cut *after* the request was handled (the worst case for a 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import json
 import posixpath
 import re
+import shlex
 import shutil
 import signal
 import sys
@@ -40,7 +43,7 @@ import threading
 import uuid
 import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from types import TracebackType
 from typing import Any
@@ -49,19 +52,22 @@ from urllib.parse import quote
 import socketio  # type: ignore[import-untyped]
 from aiohttp import BodyPartReader, MultipartWriter, web
 
-from ..backends.daytona import (
+from ..backends._daytona_wire import (
+    ARGV_CLOSES,
+    ARGV_OPENS,
     KILL_POLLS,
-    WrappedExec,
-    unwrap_command,
-    unwrap_kill_command,
-    wrapper_output,
+    MARK,
+    STREAMS_SEPARATOR,
+    kill_command,
+    wrap_command,
 )
 from ..errors import SandboxError, SandboxNotFoundError
 from ..local.isolation import IsolationReport, Tier
 from ..protocol import DEFAULT_WORKDIR, KILLED_RETURNCODE, ExecResult, SandboxSpec
 from ..registry import get_backend
+from ..testing.faults import Faults
 from . import PYTHONS
-from .faults import Faults
+from .host import remove_from_host
 
 API_SOURCE = "DAYTONA_API"
 DAEMON_SOURCE = "DAYTONA_DAEMON"
@@ -84,6 +90,86 @@ except BaseException as exc:
     info = {{"name": type(exc).__name__, "value": str(exc), "traceback": traceback.format_exc()}}
     sys.stderr.write({_ERROR_MARK!r} + json.dumps(info))
 """
+
+
+# -- the backend's exec wrapper, read back --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WrappedExec:
+    """What :func:`~sandboxkit.backends._daytona_wire.wrap_command` was given (its parameters,
+    by name), as :func:`unwrap_command` reads it back."""
+
+    argv: list[str]
+    workdir: str
+    cwd: str
+    scratch: str
+    has_stdin: bool
+    cap: int
+    timeout: float | None
+    inline_stdin: bytes | None
+
+
+def unwrap_command(command: str) -> WrappedExec | None:
+    """The arguments ``wrap_command`` made ``command`` from, or None if it did not make it.
+
+    So that the emulator runs ``argv`` itself rather than the wrapper's dozen shell processes
+    on the machine it shares with its client. What is read back is wrapped again and must
+    give ``command`` exactly, so running it as the wrapper would is the wrapper's behaviour
+    whatever ``argv`` holds.
+    """
+    closings = (ARGV_CLOSES[True], ARGV_CLOSES[False])
+    try:
+        sh, flag, script = shlex.split(command)
+        first_line = script.partition("\n")[0]
+        scratch, workdir = (word.partition("=")[2] for word in shlex.split(first_line))
+        cd_line = re.search(r"^cd .*$", script, re.MULTILINE)
+        cap = re.search(r"^c\(\) \{ head -c (\d+) ", script, re.MULTILINE)
+        if (sh, flag) != ("sh", "-c") or cd_line is None or cap is None:
+            return None
+        cwd = shlex.split(cd_line.group())[1]
+        start = script.index(ARGV_OPENS) + len(ARGV_OPENS)
+        end, closing = max((script.rfind(closing), closing) for closing in closings)
+        watchdog = re.match(r"\s*\( sleep (\d+\.\d{3}); ", script[end + len(closing) :])
+        inline = re.search(r"^printf %s ([A-Za-z0-9+/=]*|'') \| base64 -d ", script, re.MULTILINE)
+        found = WrappedExec(
+            argv=shlex.split(script[start:end]),
+            workdir=workdir,
+            cwd=cwd,
+            scratch=scratch,
+            has_stdin=closing == ARGV_CLOSES[True],
+            cap=int(cap.group(1)) - 1,
+            timeout=float(watchdog.group(1)) if watchdog else None,
+            inline_stdin=base64.b64decode(inline.group(1).strip("'")) if inline else None,
+        )
+    except (ValueError, binascii.Error):  # not shell words, too few or too many of them, no argv
+        return None
+    return found if found.argv and wrap_command(**asdict(found)) == command else None
+
+
+def unwrap_kill_command(command: str) -> str | None:
+    """The scratch directory of the exec that ``command``, made by ``kill_command``, kills;
+    None for any other command."""
+    fifo = re.match(r"sh -c 'i=0; while \[ ! -p (\S+) \]", command)
+    if fifo is None or not fifo.group(1).endswith("/k"):
+        return None
+    scratch = fifo.group(1)[: -len("/k")]
+    return scratch if kill_command(scratch) == command else None
+
+
+def wrapper_output(status: int, timed_out: bool, stdout: bytes, stderr: bytes) -> str:
+    """What the wrapper prints for a command that ended with ``status`` having written
+    ``stdout`` and ``stderr`` (each at most the cap plus one byte, as ``head`` keeps)."""
+
+    def base64_lines(data: bytes) -> str:  # as coreutils' base64: lines of 76 characters
+        text = base64.b64encode(data).decode()
+        return "".join(text[i : i + 76] + "\n" for i in range(0, len(text), 76))
+
+    streams = f"{base64_lines(stdout)}{STREAMS_SEPARATOR}\n{base64_lines(stderr)}"
+    return f"{MARK} {status} {int(timed_out)}\n{streams}"
+
+
+# -- the server -----------------------------------------------------------------------------------
 
 
 class _Reply(Exception):
@@ -630,7 +716,7 @@ class DaytonaEmulator:
         which costs nothing like a command, or with ``rm -rf`` if something else is in it."""
         try:
             for path in (f"{scratch}/stdin", scratch):
-                await self._local.backend.remove(local_id, path)
+                await remove_from_host(self._local.backend, local_id, path)
         except (OSError, SandboxError):
             with contextlib.suppress(OSError, SandboxError):
                 await self._local.backend.exec(local_id, ["rm", "-rf", scratch], timeout=60)

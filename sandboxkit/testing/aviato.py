@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from ..backends._facts import AVIATO_KEY_VARS, AVIATO_URL_VAR
+from .remote import emulator_or_skip
 
 if TYPE_CHECKING:
     from ..emulators.aviato import AviatoEmulator
@@ -23,10 +24,8 @@ if TYPE_CHECKING:
 
 @pytest.fixture(scope="session")
 def aviato_emulator() -> Iterator[AviatoEmulator]:
-    pytest.importorskip("cwsandbox", reason="the Aviato emulator needs cwsandbox (Python >= 3.11)")
-    from ..emulators.aviato import AviatoEmulator
-
-    with AviatoEmulator(api_key=f"test-key-{uuid.uuid4().hex}") as emulator:
+    emulator_class: type[AviatoEmulator] = emulator_or_skip("aviato").AviatoEmulator
+    with emulator_class(api_key=f"test-key-{uuid.uuid4().hex}") as emulator:
         yield emulator
 
 

@@ -27,14 +27,24 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Protocol
 
 import pytest
 
-from ..backends._facts import AVIATO_KEY_VARS, AVIATO_URL_VAR, DAYTONA_KEY_VAR, DAYTONA_URL_VAR
+from ..backends._facts import (
+    AVIATO_KEY_VARS,
+    AVIATO_URL_VAR,
+    DAYTONA_KEY_VAR,
+    DAYTONA_TARGET_VAR,
+    DAYTONA_URL_VAR,
+)
 from ..client import SandboxClient
-from ..emulators.faults import Faults
-from ..registry import get_backend
+from ..config import child_pythonpath
+from ..emulators import load_emulator
+from ..errors import BackendUnavailableError
+from ..registry import backend_factory, get_backend
+from .faults import Faults
 
 REMOTE_BACKENDS = ("daytona", "aviato")
 API_KEY = "sandboxkit-remote-key"
@@ -42,7 +52,6 @@ DAYTONA_TARGET = "local"
 _URL_VARS = {"daytona": DAYTONA_URL_VAR, "aviato": AVIATO_URL_VAR}
 _SHARED_FIXTURES = {"daytona": "daytona_emulator", "aviato": "aviato_emulator"}
 """The session fixtures that skip where an emulator cannot run (and set ``NO_PROXY``)."""
-_REPO = Path(__file__).resolve().parents[2]
 
 
 class Emulator(Protocol):
@@ -62,18 +71,23 @@ def start_emulator(
 ) -> Iterator[Emulator]:
     """A private emulator of ``provider`` on a thread here; stopping it stops its sandboxes.
     ``direct_python``: run the backend's wrapped Python commands without their wrapper."""
-    if provider == "daytona":
-        from ..emulators.daytona import DaytonaEmulator
-
-        with DaytonaEmulator(api_key=API_KEY, faults=faults, direct_python=direct_python) as emu:
-            yield emu
-    elif provider == "aviato":
-        from ..emulators.aviato import AviatoEmulator
-
-        with AviatoEmulator(api_key=API_KEY, faults=faults, direct_python=direct_python) as emu:
-            yield emu
-    else:
+    if provider not in REMOTE_BACKENDS:
         raise ValueError(f"no emulator for {provider!r}; choose from {REMOTE_BACKENDS}")
+    module = emulator_or_skip(provider)
+    emulator_class = module.DaytonaEmulator if provider == "daytona" else module.AviatoEmulator
+    with emulator_class(api_key=API_KEY, faults=faults, direct_python=direct_python) as emu:
+        yield emu
+
+
+def emulator_or_skip(provider: str) -> ModuleType:
+    """The emulator module of ``provider``; skips the test, saying what to install, where its
+    server libraries or the provider's SDK (which a test then points at it) are not installed
+    (cwsandbox, whose protos the Aviato emulator serves, needs Python 3.11)."""
+    try:
+        backend_factory(provider)
+        return load_emulator(provider)
+    except BackendUnavailableError as exc:
+        pytest.skip(str(exc))
 
 
 def backend_options(provider: str, url: str) -> dict[str, str]:
@@ -87,7 +101,7 @@ def backend_env(provider: str, url: str) -> dict[str, str]:
     """Environment variables under which ``get_backend(provider)`` reaches ``url``."""
     env = {_URL_VARS[provider]: url, "NO_PROXY": "127.0.0.1,localhost"}
     if provider == "daytona":
-        return env | {DAYTONA_KEY_VAR: API_KEY, "DAYTONA_TARGET": DAYTONA_TARGET}
+        return env | {DAYTONA_KEY_VAR: API_KEY, DAYTONA_TARGET_VAR: DAYTONA_TARGET}
     return env | {AVIATO_KEY_VARS[0]: API_KEY}
 
 
@@ -98,7 +112,7 @@ def client_for(provider: str, url: str) -> SandboxClient:
 def child_env(provider: str, url: str) -> dict[str, str]:
     """This process's environment plus what a child needs to import sandboxkit and reach
     ``url`` (proxy variables are overridden: the SDKs honour them even for loopback)."""
-    return {**os.environ, "PYTHONPATH": str(_REPO), **backend_env(provider, url)}
+    return {**os.environ, "PYTHONPATH": child_pythonpath(), **backend_env(provider, url)}
 
 
 @contextlib.contextmanager
@@ -112,7 +126,7 @@ def serve_emulator(
         [*command, "--api-key", API_KEY, *args],
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(_REPO), "NO_PROXY": "127.0.0.1,localhost"},
+        env={**os.environ, "PYTHONPATH": child_pythonpath(), "NO_PROXY": "127.0.0.1,localhost"},
     )
     lines: queue.Queue[str] = queue.Queue()
     assert server.stdout is not None

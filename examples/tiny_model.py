@@ -1,4 +1,5 @@
-"""A tiny random causal LM and tokenizer built locally, for CPU tests and ``--tiny`` examples.
+"""A tiny random causal LM and tokenizer built locally, for the examples' ``--tiny`` runs and
+the tests of the TRL integration (which import it from here).
 
 No hub access: the tokenizer is a byte-level BPE trained on a few kilobytes of Python, the
 model a 2-layer Qwen2 with random weights (about a megabyte). It generates nonsense, which

@@ -1,0 +1,22 @@
+"""What an emulator does to its local sandboxes from the host, without running a command."""
+
+from __future__ import annotations
+
+import asyncio
+
+from ..backends.subprocess import SubprocessBackend, sandbox_parts
+from ..errors import SandboxError
+from ..local import files
+
+
+async def remove_from_host(backend: SubprocessBackend, sandbox_id: str, path: str) -> None:
+    """Remove the file, link or empty directory at the absolute ``path`` of the local
+    sandbox ``sandbox_id`` (one ``backend`` made), as ``os.remove`` or ``os.rmdir`` would
+    (:class:`~sandboxkit.errors.SandboxFileError`, an ``OSError``, otherwise): an emulator
+    cleans up after a command it ran itself from the host, without the cost of a command.
+    Resolved as the backend's own file operations are, beneath the sandbox's directory and
+    through no link, whatever the program in it rearranged."""
+    parts = sandbox_parts(path, "/")[1:]
+    if len(parts) < 2:
+        raise SandboxError(f"{path!r}: cannot remove a sandbox's /workspace or /tmp")
+    await asyncio.to_thread(files.remove, backend.root / sandbox_id, parts)
