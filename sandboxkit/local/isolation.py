@@ -21,9 +21,11 @@ from __future__ import annotations
 import enum
 import functools
 import hashlib
+import itertools
 import os
 import shutil
 import stat
+import struct
 import subprocess
 import sys
 import tempfile
@@ -83,27 +85,105 @@ def bwrap_binary() -> str | None:
 @functools.cache
 def reachable_copy(program: str, uid: int) -> str:
     """``program`` if ``uid`` can run it, else a copy of it that it can: a root host runs bwrap
-    as ``nobody``, who cannot reach a virtualenv under /root. The copy lies in a directory of
-    this uid's that no one else can write, named by its content."""
+    as ``nobody``, who cannot reach a virtualenv under /root. The copy carries the libraries
+    ``program`` loads through ``$ORIGIN``-relative paths (a wheel's bundled ones), laid out as
+    beside the original, in a directory of this uid's that no one else can write, named by
+    their content."""
     try:
         subprocess.run([program, "--version"], capture_output=True, **as_user(uid))
         return program
     except PermissionError:
         pass
-    data = Path(program).read_bytes()
+    files = _with_origin_libraries(Path(os.path.realpath(program)))
+    top = Path(os.path.commonpath([path.parent for path in files]))
+    contents = {path.relative_to(top): path.read_bytes() for path in files}
+    digest = hashlib.sha256()
+    for relative, data in sorted(contents.items()):
+        digest.update(f"{relative}\0{len(data)}\0".encode())
+        digest.update(data)
     directory = Path(tempfile.gettempdir()) / f"sandboxkit-bin-{os.getuid()}"
     directory.mkdir(mode=0o755, exist_ok=True)
     info = os.lstat(directory)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
         raise BackendMisconfiguredError(f"{directory} is not a private directory of ours")
     os.chmod(directory, 0o755)
-    copy = directory / f"{Path(program).name}-{hashlib.sha256(data).hexdigest()[:16]}"
+    copy = directory / f"{files[0].name}-{digest.hexdigest()[:16]}"
     if not copy.exists():
-        staging = directory / f".{copy.name}.{os.getpid()}"
-        staging.write_bytes(data)
-        staging.chmod(0o755)
-        staging.replace(copy)
-    return str(copy)
+        staging = Path(tempfile.mkdtemp(prefix=f".{copy.name}.", dir=directory))
+        try:
+            for relative, data in contents.items():
+                (staging / relative).parent.mkdir(parents=True, exist_ok=True)
+                (staging / relative).write_bytes(data)
+            for path in (staging, *staging.rglob("*")):
+                path.chmod(0o755)
+            staging.rename(copy)
+        except OSError:
+            if not copy.is_dir():  # else another process made the same copy first
+                raise
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return str(copy / files[0].relative_to(top))
+
+
+def _with_origin_libraries(program: Path) -> list[Path]:
+    """``program`` (first) and the libraries it and they load from ``$ORIGIN``-relative
+    RPATH or RUNPATH directories, each as the dynamic loader finds it, so that the same
+    relative layout finds them again. The program's own directories are searched for every
+    library, as the loader does with an executable's RPATH."""
+
+    def directories(found: Path) -> list[Path]:
+        return [
+            Path(os.path.realpath(found.parent / entry.split("/", 1)[1]))
+            if "/" in entry
+            else found.parent
+            for entry in elf_dynamic(found)[1]
+            if entry.split("/", 1)[0] in ("$ORIGIN", "${ORIGIN}")
+        ]
+
+    files = [program]
+    for found in files:  # grows as libraries are found
+        for name in elf_dynamic(found)[0]:
+            where = [d / name for d in (*directories(found), *directories(program))]
+            library = next((path for path in where if path.is_file()), None)
+            if library is not None and library not in files:
+                files.append(library)
+    return files
+
+
+def elf_dynamic(path: Path) -> tuple[list[str], list[str]]:
+    """(DT_NEEDED names, DT_RPATH and DT_RUNPATH entries) of an ELF file's dynamic section;
+    nothing for a static binary, a script or anything that is not ELF."""
+    data = path.read_bytes()
+    try:
+        if data[:4] != b"\x7fELF" or data[4] not in (1, 2):
+            return [], []
+        end, wide = "<" if data[5] == 1 else ">", data[4] == 2
+        (phoff,) = struct.unpack_from(end + ("Q" if wide else "I"), data, 32 if wide else 28)
+        phentsize, phnum = struct.unpack_from(end + "HH", data, 54 if wide else 42)
+        # A program header's type, file offset, address and size in the file:
+        header = struct.Struct(end + ("I4xQQ8xQ" if wide else "III4xI"))
+        segments = [header.unpack_from(data, phoff + i * phentsize) for i in range(phnum)]
+        entry = struct.Struct(end + ("qQ" if wide else "iI"))
+        tags: list[tuple[int, int]] = []
+        for kind, offset, _, size in segments:
+            if kind == 2:  # PT_DYNAMIC, up to DT_NULL
+                found = entry.iter_unpack(data[offset : offset + size - size % entry.size])
+                tags += itertools.takewhile(lambda tag: tag[0] != 0, found)
+        strtab = next(value for tag, value in tags if tag == 5)  # DT_STRTAB
+        base = next(
+            offset + strtab - address
+            for kind, offset, address, size in segments
+            if kind == 1 and address <= strtab < address + size  # PT_LOAD
+        )
+
+        def string(at: int) -> str:
+            return data[base + at : data.index(b"\0", base + at)].decode(errors="replace")
+
+        needed = [string(value) for tag, value in tags if tag == 1]  # DT_NEEDED
+        paths = [string(value) for tag, value in tags if tag in (15, 29)]  # DT_RPATH, RUNPATH
+    except (IndexError, StopIteration, ValueError, struct.error):
+        return [], []
+    return needed, [entry for joined in paths for entry in joined.split(":") if entry]
 
 
 def _prefix(python: str) -> str:
@@ -212,9 +292,18 @@ def _probe_namespaces(bwrap: str | None, uid: int, python: str) -> str | None:
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bwrap did not run as uid {uid}: {exc}"
     if done.returncode != 0:
-        detail = done.stderr.decode(errors="replace").strip() or f"exit {done.returncode}"
-        return f"bwrap cannot create namespaces here ({detail})"
+        started = subprocess.run(
+            [bwrap, "--version"], capture_output=True, timeout=60, **as_user(uid)
+        )
+        if started.returncode != 0:  # a library it cannot load, say
+            return f"bwrap {bwrap} does not run as uid {uid} ({_detail(started)})"
+        return f"bwrap cannot create namespaces here ({_detail(done)})"
     return None
+
+
+def _detail(done: subprocess.CompletedProcess[bytes]) -> str:
+    """What a failed command said, or its exit status."""
+    return done.stderr.decode(errors="replace").strip() or f"exit {done.returncode}"
 
 
 @functools.cache
