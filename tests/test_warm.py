@@ -715,7 +715,8 @@ def test_later_templates_take_the_site_path_the_first_learnt(
     are handed it, and programs still see what a fresh interpreter sees."""
     _, cold = clients
     program = ["python3", "-c", "import sys; print(sys.path)"]
-    with get_backend("subprocess", root=cold.backend.root, warm=True) as fresh:
+    root = cold.backend_as(SubprocessBackend).root
+    with get_backend("subprocess", root=root, warm=True) as fresh:
         backend = fresh.backend
         assert isinstance(backend, SubprocessBackend)
         seen = []
