@@ -48,6 +48,7 @@ from cwsandbox._proto import sandbox_pb2_grpc as pb_grpc
 from google.protobuf import duration_pb2, timestamp_pb2
 from google.rpc import error_details_pb2, status_pb2
 
+from ..backends._facts import AVIATO_URL_VAR
 from ..backends.aviato import CD_EXEC
 from ..errors import BackendMisconfiguredError, SandboxError, SandboxNotFoundError
 from ..protocol import DEFAULT_WORKDIR, KILLED_RETURNCODE, Backend, ExecResult, SandboxSpec
@@ -609,7 +610,7 @@ def serve_forever(
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, done.set)
-        print(f"CWSANDBOX_BASE_URL={url}", flush=True)
+        print(f"{AVIATO_URL_VAR}={url}", flush=True)
         try:
             await done.wait()
         finally:

@@ -61,6 +61,7 @@ from ..backends._daytona_wire import (
     kill_command,
     wrap_command,
 )
+from ..backends._facts import DAYTONA_URL_VAR
 from ..errors import SandboxError, SandboxNotFoundError
 from ..local.isolation import IsolationReport, Tier
 from ..protocol import DEFAULT_WORKDIR, KILLED_RETURNCODE, ExecResult, SandboxSpec
@@ -847,7 +848,7 @@ def serve_forever(
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stopping.set)
         async with DaytonaEmulator(host=host, port=port, api_key=api_key, faults=faults) as emu:
-            print(f"DAYTONA_API_URL={emu.url}", flush=True)
+            print(f"{DAYTONA_URL_VAR}={emu.url}", flush=True)
             await stopping.wait()
         print("daytona emulator stopped", file=sys.stderr, flush=True)
         return 0
