@@ -414,10 +414,14 @@ CPUS = len(os.sched_getaffinity(0))
 class Channel:
     """T's end of the socket to one candidate child."""
 
-    def __init__(self, sock: socket.socket, clock: Clock) -> None:
+    def __init__(
+        self, sock: socket.socket, clock: Clock, exit_sock: socket.socket | None = None
+    ) -> None:
         self.sock = sock
         self.fd = sock.fileno()
         self.clock = clock
+        self.exit_sock = exit_sock
+        """Where a whole program's process sends its exit status as it ends."""
 
     def request(self, message: dict[str, Any]) -> Any:
         message = dict(message)
@@ -540,38 +544,82 @@ def zygote(ctl: socket.socket, code: str, setup: str, program: bool) -> None:
             read_frame(fd)
         except (EOFError, OSError, ValueError):
             os._exit(0)
-        mine, theirs = socket.socketpair()
+        pairs = [socket.socketpair() for _ in range(2 if program else 1)]  # (+ exit status)
         pid = os.fork()
         if pid == 0:
             ctl.close()
-            theirs.close()
+            for _, theirs in pairs:
+                theirs.close()
             if program:
-                run_program(mine, compiled)
-            serve(mine, namespace)
-        mine.close()
-        socket.send_fds(ctl, [frame({"child": pid})], [theirs.fileno()])
-        theirs.close()
+                run_program(pairs[0][0], pairs[1][0], compiled)
+            serve(pairs[0][0], namespace)
+        socket.send_fds(ctl, [frame({"child": pid})], [theirs.fileno() for _, theirs in pairs])
+        for pair in pairs:
+            for end in pair:
+                end.close()
 
 
-def run_program(sock: socket.socket, program: types.CodeType) -> None:
-    """C for stdin/stdout tests: run the program with the socket as its stdin and stdout."""
+STACK_BYTES = 256 * 1024 * 1024
+"""The main thread's stack limit for a program (``RLIMIT_STACK``, raised up to the hard limit,
+never lowered), as contest judges give: deep recursion through C frames (``functools.cache``,
+``sorted`` keys) needs more than the usual 8 MiB. Threads keep their own ``stack_size``."""
+
+
+def run_program(sock: socket.socket, exit_sock: socket.socket, program: types.CodeType) -> None:
+    """C for stdin/stdout tests: run the program with the socket as its stdin and stdout, end
+    it as the interpreter ends a script, then send its exit status over ``exit_sock`` (T
+    judges the status with the output; the program could send another, but it chooses its
+    exit status anyway)."""
+    import atexit
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_STACK)
+    if soft != resource.RLIM_INFINITY and soft < STACK_BYTES:
+        wanted = STACK_BYTES if hard == resource.RLIM_INFINITY else min(STACK_BYTES, hard)
+        resource.setrlimit(resource.RLIMIT_STACK, (max(soft, wanted), hard))
+    atexit._clear()  # a fresh interpreter has no exit handlers: none of the template's
     os.dup2(sock.fileno(), 0)
     os.dup2(sock.fileno(), 1)
     os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
-    os.closerange(3, 65536)
+    os.dup2(exit_sock.fileno(), 3)
+    os.closerange(4, 65536)
     sys.stdin = open(0, closefd=False)  # noqa: SIM115 (lives until _exit)
     sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
     status = 0
     try:
         exec(program, {"__name__": "__main__", "__builtins__": __builtins__})
     except SystemExit as exc:
-        status = exc.code if type(exc.code) is int else (0 if exc.code is None else 1)
+        status = exit_status(exc.code)
     except BaseException:
         status = 1
     try:
-        sys.stdout.flush()
-    finally:
-        os._exit(status)
+        # The interpreter's shutdown, in its order: join non-daemon threads (a program that
+        # never ends its threads runs into its time limit), run atexit handlers, flush.
+        threading = sys.modules.get("threading")
+        if threading is not None:
+            threading._shutdown()
+        atexit._run_exitfuncs()
+    except BaseException:
+        status = status or 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            status = 120  # as the interpreter, when its streams cannot be flushed
+    with contextlib.suppress(OSError):
+        os.write(3, b"%d" % status)
+    os._exit(status)
+
+
+def exit_status(code: object) -> int:
+    """The exit status ``python3`` gives for ``sys.exit(code)``: ``None`` 0, an integer its
+    low byte (-1 when it overflows a C long), anything else 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        whole = int.__int__(code)
+        return (whole if -(1 << 63) <= whole < 1 << 63 else -1) & 0xFF
+    return 1
 
 
 # -- the judge (T) --------------------------------------------------------------------------------
@@ -699,12 +747,12 @@ def child_channel(t_end: socket.socket, timeout: float) -> tuple[int, Channel]:
     try:
         t_end.settimeout(timeout * WALL_FACTOR)
         t_end.sendall(frame({"fork": True}))
-        msg, fds, _flags, _addr = socket.recv_fds(t_end, 256, 1)
+        msg, fds, _flags, _addr = socket.recv_fds(t_end, 256, 2)
         pid = int(json.loads(msg.split(b"\n", 1)[1])["child"])
-        sock = socket.socket(fileno=fds[0])
+        socks = [socket.socket(fileno=fd) for fd in fds]
     except Exception:
         raise RemoteError("the candidate's process could not start a test") from None
-    return pid, Channel(sock, Clock(pid, timeout))
+    return pid, Channel(socks[0], Clock(pid, timeout), socks[1] if len(socks) > 1 else None)
 
 
 def referred_names(names: Any, *codes: types.CodeType) -> dict[str, Any]:
@@ -817,6 +865,8 @@ def end_child(pid: int, channel: Channel | None) -> None:
         os.kill(pid, signal.SIGKILL)
     if channel is not None:
         channel.sock.close()
+        if channel.exit_sock is not None:
+            channel.exit_sock.close()
 
 
 def run_stdio(job: Record, t_end: socket.socket, report: Reporter) -> None:
@@ -825,9 +875,26 @@ def run_stdio(job: Record, t_end: socket.socket, report: Reporter) -> None:
 
         def run(box: list[Channel], data: bytes = stdin_text.encode()) -> Record:
             out = collect(box[0], data, job.get("output_cap", 1 << 20))
-            return {"status": "exited", "digest": output_digest(out.decode("utf-8", "replace"))}
+            digest = output_digest(out.decode("utf-8", "replace"))
+            return {"status": "exited", "digest": digest, "exit": ended(box[0])}
 
         report.emit({"test": index, **judge(run, t_end, job["timeout"])})
+
+
+def ended(channel: Channel) -> int | None:
+    """The program's exit status, once its process has ended (its threads joined, within
+    its time limit); None when it ended without one (killed by a signal, say)."""
+    assert channel.exit_sock is not None
+    sent = b""
+    while True:
+        channel.clock.wait([channel.exit_sock])
+        try:
+            chunk = channel.exit_sock.recv(64)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            return int(sent) if sent.isdigit() and len(sent) <= 3 else None
+        sent = (sent + chunk)[:4]
 
 
 def collect(channel: Channel, data: bytes, cap: int) -> bytes:
