@@ -76,30 +76,43 @@ def test_recursion_100000_deep_passes_in_a_thread_and_in_the_main_thread(
 
 
 def test_a_thread_that_never_ends_is_a_timeout(sandbox: Sandbox) -> None:
-    """The answer is printed, but the program does not end: a time limit, and the runner
+    """The answer is printed, but the program does not end: its time limit, and the runner
     goes on to the next test."""
     code = (
         "import threading, time\n"
-        "print(15, flush=True)\n"
-        "threading.Thread(target=lambda: time.sleep(1000)).start()\n"
+        "n = int(input())\n"
+        "print(n * (n + 1) // 2, flush=True)\n"
+        "if n == 5:\n"
+        "    threading.Thread(target=lambda: time.sleep(1000)).start()\n"
     )
-    outcome = judge(sandbox, code, [("5", "15")], timeout=0.5)
-    assert outcome.kind is OutcomeKind.TIMEOUT, outcome
+    outcome = judge(sandbox, code, CASES[:2], timeout=0.5)
+    assert outcome.kind is OutcomeKind.FAILED and outcome.passed == 1, outcome
+    assert outcome.detail.startswith("test 0: still running after 2.5s"), outcome
     assert outcome.duration < 20, outcome
 
 
 def test_exit_status_is_the_programs_and_non_zero_is_a_runtime_error(sandbox: Sandbox) -> None:
-    """Right output with ``sys.exit(3)`` or an uncaught exception fails, as on a contest judge
-    (a runtime error); ``sys.exit(0)``, ``sys.exit()`` and an exception in a thread do not."""
+    """Right output with ``sys.exit(3)``, an uncaught exception or a fatal signal fails, as on
+    a contest judge (a runtime error); ``sys.exit(0)``, ``sys.exit()``, ``os._exit(0)`` after a
+    flush (fast-exit templates) and an exception in a thread do not."""
     right = RECURSIVE + "print(tri(int(input())))\n"
-    for ending, status in [("sys.exit(3)", 3), ("raise ValueError('late')", 1)]:
+    failing = {
+        "sys.exit(3)": "exit status 3",
+        "raise ValueError('late')": "exit status 1",
+        "import os, signal\nsys.stdout.flush()\nos.kill(os.getpid(), signal.SIGKILL)": (
+            "killed by signal 9"
+        ),
+    }
+    for ending, said in failing.items():
         outcome = judge(sandbox, right + ending + "\n")
         assert outcome.kind is OutcomeKind.FAILED and outcome.passed == 0, outcome
-        assert outcome.detail == f"test 0: runtime error (exit status {status})", outcome
-    for ending in [
+        assert outcome.detail == f"test 0: runtime error ({said})", outcome
+    passing = [
         "sys.exit(0)",
         "sys.exit()",
+        "import os\nsys.stdout.flush()\nos._exit(0)",
         "import threading\nthreading.Thread(target=lambda: 1 / 0).start()",
-    ]:
+    ]
+    for ending in passing:
         outcome = judge(sandbox, right + ending + "\n")
         assert outcome.kind is OutcomeKind.PASSED, (ending, outcome)

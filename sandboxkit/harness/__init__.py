@@ -359,7 +359,13 @@ class StdioTests:
                 detail = detail or f"test {i}: {record.get('detail', 'timed out')}"
             elif record.get("status") == "exited" and record.get("exit") != 0:
                 status = record.get("exit")
-                said = "killed by a signal" if status is None else f"exit status {status}"
+                said = (
+                    "no exit status"
+                    if not isinstance(status, int)
+                    else f"killed by signal {-status}"
+                    if status < 0
+                    else f"exit status {status}"
+                )
                 detail = detail or f"test {i}: runtime error ({said})"
             elif record.get("status") == "exited" and record.get("digest") == (
                 runner.output_digest(expected)

@@ -17,6 +17,9 @@ candidate never runs in the process that judges it.
   so the tests, running in T with their own builtins, compare real values. Everything Z and C
   send is data that T checks: the names Z reports bind only where a test refers to them (a
   test's builtins and its own names stay its own), modules only from the standard library.
+  A whole program ends in C as ``python3`` ends a script (threads joined, ``atexit``, flush);
+  Z, its parent, sends T its exit status over a socket C never holds, and T records the
+  test only then, so a thread that never ends runs into the time limit.
 - Every record T writes is sealed with the key (keyed BLAKE2b): whatever else reaches the
   exec's stdout, a process the candidate started included, is ignored by the host. Records
   are small (long values and outputs cross as digests), so they stay far below an output cap.
@@ -421,7 +424,7 @@ class Channel:
         self.fd = sock.fileno()
         self.clock = clock
         self.exit_sock = exit_sock
-        """Where a whole program's process sends its exit status as it ends."""
+        """Where the zygote sends the exit status of a whole program's process."""
 
     def request(self, message: dict[str, Any]) -> Any:
         message = dict(message)
@@ -537,26 +540,41 @@ def zygote(ctl: socket.socket, code: str, setup: str, program: bool) -> None:
     except BaseException as exc:
         ctl.sendall(frame({"load_error": exception_line(exc)}))
         os._exit(0)
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
+    if not program:  # children are reaped by the kernel; a program's, by report_exit
+        signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     fd = ctl.fileno()
     while True:
         try:
             read_frame(fd)
         except (EOFError, OSError, ValueError):
             os._exit(0)
-        pairs = [socket.socketpair() for _ in range(2 if program else 1)]  # (+ exit status)
+        mine, theirs = socket.socketpair()
+        # A program's exit status goes to T from here, its parent, over a socket of its own.
+        status_mine, status_theirs = socket.socketpair() if program else (None, None)
         pid = os.fork()
         if pid == 0:
-            ctl.close()
-            for _, theirs in pairs:
-                theirs.close()
+            for end in (ctl, theirs, status_mine, status_theirs):
+                if end is not None:
+                    end.close()
             if program:
-                run_program(pairs[0][0], pairs[1][0], compiled)
-            serve(pairs[0][0], namespace)
-        socket.send_fds(ctl, [frame({"child": pid})], [theirs.fileno() for _, theirs in pairs])
-        for pair in pairs:
-            for end in pair:
-                end.close()
+                run_program(mine, compiled)
+            serve(mine, namespace)
+        ends = [theirs] if status_theirs is None else [theirs, status_theirs]
+        socket.send_fds(ctl, [frame({"child": pid})], [end.fileno() for end in ends])
+        for end in (mine, *ends):
+            end.close()
+        if status_mine is not None:
+            report_exit(pid, status_mine)
+
+
+def report_exit(pid: int, sock: socket.socket) -> None:
+    """Z: wait for the program's process to end (T kills it at its time limit), then send
+    T its exit status as ``os.waitstatus_to_exitcode`` gives it (``-N``: killed by signal N).
+    The program cannot reach this socket."""
+    _, status = os.waitpid(pid, 0)
+    with contextlib.suppress(OSError):  # T gave up on the test
+        sock.sendall(b"%d" % os.waitstatus_to_exitcode(status))
+    sock.close()
 
 
 STACK_BYTES = 256 * 1024 * 1024
@@ -565,11 +583,9 @@ never lowered), as contest judges give: deep recursion through C frames (``funct
 ``sorted`` keys) needs more than the usual 8 MiB. Threads keep their own ``stack_size``."""
 
 
-def run_program(sock: socket.socket, exit_sock: socket.socket, program: types.CodeType) -> None:
-    """C for stdin/stdout tests: run the program with the socket as its stdin and stdout, end
-    it as the interpreter ends a script, then send its exit status over ``exit_sock`` (T
-    judges the status with the output; the program could send another, but it chooses its
-    exit status anyway)."""
+def run_program(sock: socket.socket, program: types.CodeType) -> None:
+    """C for stdin/stdout tests: run the program with the socket as its stdin and stdout, and
+    end it as the interpreter ends a script, with the same exit status."""
     import atexit
     import resource
 
@@ -581,8 +597,7 @@ def run_program(sock: socket.socket, exit_sock: socket.socket, program: types.Co
     os.dup2(sock.fileno(), 0)
     os.dup2(sock.fileno(), 1)
     os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
-    os.dup2(exit_sock.fileno(), 3)
-    os.closerange(4, 65536)
+    os.closerange(3, 65536)
     sys.stdin = open(0, closefd=False)  # noqa: SIM115 (lives until _exit)
     sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
     status = 0
@@ -603,11 +618,10 @@ def run_program(sock: socket.socket, exit_sock: socket.socket, program: types.Co
         status = status or 1
     for stream in (sys.stdout, sys.stderr):
         try:
-            stream.flush()
+            if stream is not None and not stream.closed:
+                stream.flush()
         except Exception:
             status = 120  # as the interpreter, when its streams cannot be flushed
-    with contextlib.suppress(OSError):
-        os.write(3, b"%d" % status)
     os._exit(status)
 
 
@@ -882,8 +896,8 @@ def run_stdio(job: Record, t_end: socket.socket, report: Reporter) -> None:
 
 
 def ended(channel: Channel) -> int | None:
-    """The program's exit status, once its process has ended (its threads joined, within
-    its time limit); None when it ended without one (killed by a signal, say)."""
+    """The program's exit status (``-N``: killed by signal N), once its process has ended
+    (its threads joined, within its time limit); None if the zygote could not say."""
     assert channel.exit_sock is not None
     sent = b""
     while True:
@@ -893,7 +907,7 @@ def ended(channel: Channel) -> int | None:
         except OSError:
             chunk = b""
         if not chunk:
-            return int(sent) if sent.isdigit() and len(sent) <= 3 else None
+            return int(sent) if sent.lstrip(b"-").isdigit() else None
         sent = (sent + chunk)[:4]
 
 
