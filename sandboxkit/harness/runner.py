@@ -533,6 +533,7 @@ def zygote(ctl: socket.socket, code: str, setup: str, program: bool) -> None:
     try:
         if program:
             compiled = compile(code, "<candidate>", "exec")
+            raise_stack_limit()
             ctl.sendall(frame({"loaded": {}}))
         else:
             exec(compile(code + "\n" + setup, "<candidate>", "exec"), namespace)
@@ -583,16 +584,21 @@ never lowered), as contest judges give: deep recursion through C frames (``funct
 ``sorted`` keys) needs more than the usual 8 MiB. Threads keep their own ``stack_size``."""
 
 
-def run_program(sock: socket.socket, program: types.CodeType) -> None:
-    """C for stdin/stdout tests: run the program with the socket as its stdin and stdout, and
-    end it as the interpreter ends a script, with the same exit status."""
-    import atexit
+def raise_stack_limit() -> None:
+    """Z, once for all its programs: ``RLIMIT_STACK`` up to ``STACK_BYTES``."""
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_STACK)
     if soft != resource.RLIM_INFINITY and soft < STACK_BYTES:
         wanted = STACK_BYTES if hard == resource.RLIM_INFINITY else min(STACK_BYTES, hard)
         resource.setrlimit(resource.RLIMIT_STACK, (max(soft, wanted), hard))
+
+
+def run_program(sock: socket.socket, program: types.CodeType) -> None:
+    """C for stdin/stdout tests: run the program with the socket as its stdin and stdout, and
+    end it as the interpreter ends a script, with the same exit status."""
+    import atexit
+
     atexit._clear()  # a fresh interpreter has no exit handlers: none of the template's
     os.dup2(sock.fileno(), 0)
     os.dup2(sock.fileno(), 1)
