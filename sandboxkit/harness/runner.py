@@ -904,7 +904,8 @@ def run_stdio(job: Record, t_end: socket.socket, report: Reporter) -> None:
 def ended(channel: Channel) -> int | None:
     """The program's exit status (``-N``: killed by signal N), once its process has ended
     (its threads joined, within its time limit); None if the zygote could not say."""
-    assert channel.exit_sock is not None
+    if channel.exit_sock is None:
+        raise RemoteError("the candidate's process came without a channel for its exit status")
     sent = b""
     while True:
         channel.clock.wait([channel.exit_sock])
@@ -913,7 +914,10 @@ def ended(channel: Channel) -> int | None:
         except OSError:
             chunk = b""
         if not chunk:
-            return int(sent) if sent.lstrip(b"-").isdigit() else None
+            try:
+                return int(sent)
+            except ValueError:
+                return None
         sent = (sent + chunk)[:4]
 
 
