@@ -541,8 +541,9 @@ def zygote(ctl: socket.socket, code: str, setup: str, program: bool) -> None:
     except BaseException as exc:
         ctl.sendall(frame({"load_error": exception_line(exc)}))
         os._exit(0)
-    if not program:  # children are reaped by the kernel; a program's, by report_exit
-        signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    # Children are reaped by the kernel; a program's by report_exit, which needs SIGCHLD's
+    # default even where the sandbox started this process with it ignored.
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL if program else signal.SIG_IGN)
     fd = ctl.fileno()
     while True:
         try:
@@ -572,8 +573,8 @@ def report_exit(pid: int, sock: socket.socket) -> None:
     """Z: wait for the program's process to end (T kills it at its time limit), then send
     T its exit status as ``os.waitstatus_to_exitcode`` gives it (``-N``: killed by signal N).
     The program cannot reach this socket."""
-    _, status = os.waitpid(pid, 0)
-    with contextlib.suppress(OSError):  # T gave up on the test
+    with contextlib.suppress(OSError):  # T gave up on the test, or no status to have
+        _, status = os.waitpid(pid, 0)
         sock.sendall(b"%d" % os.waitstatus_to_exitcode(status))
     sock.close()
 
