@@ -322,7 +322,13 @@ class FunctionTask:
 @dataclass(frozen=True)
 class StdioTests:
     """Competitive-programming tests: the code is a program reading stdin; its stdout must
-    match the expected output up to whitespace (line ends, runs of spaces, blank lines)."""
+    match the expected output up to whitespace (line ends, runs of spaces, blank lines), and it
+    must exit with status 0, as on a contest judge (any other status, ``sys.exit(3)`` or an
+    uncaught exception, is a runtime error whatever it printed).
+
+    Each program ends as ``python3`` ends a script: its non-daemon threads are joined (a
+    thread that never ends runs into the time limit), its ``atexit`` handlers run and its
+    streams are flushed; the main thread may use a stack of up to ``runner.STACK_BYTES``."""
 
     cases: Sequence[tuple[str, str]]
     """(input, expected output) pairs; expected outputs stay on the host."""
@@ -351,6 +357,16 @@ class StdioTests:
             if record.get("status") == "timeout":
                 timeouts += 1
                 detail = detail or f"test {i}: {record.get('detail', 'timed out')}"
+            elif record.get("status") == "exited" and record.get("exit") != 0:
+                status = record.get("exit")
+                said = (
+                    "no exit status"
+                    if not isinstance(status, int)
+                    else f"killed by signal {-status}"
+                    if status < 0
+                    else f"exit status {status}"
+                )
+                detail = detail or f"test {i}: runtime error ({said})"
             elif record.get("status") == "exited" and record.get("digest") == (
                 runner.output_digest(expected)
             ):

@@ -17,6 +17,9 @@ candidate never runs in the process that judges it.
   so the tests, running in T with their own builtins, compare real values. Everything Z and C
   send is data that T checks: the names Z reports bind only where a test refers to them (a
   test's builtins and its own names stay its own), modules only from the standard library.
+  A whole program ends in C as ``python3`` ends a script (threads joined, ``atexit``, flush);
+  Z, its parent, sends T its exit status over a socket C never holds, and T records the
+  test only then, so a thread that never ends runs into the time limit.
 - Every record T writes is sealed with the key (keyed BLAKE2b): whatever else reaches the
   exec's stdout, a process the candidate started included, is ignored by the host. Records
   are small (long values and outputs cross as digests), so they stay far below an output cap.
@@ -414,10 +417,14 @@ CPUS = len(os.sched_getaffinity(0))
 class Channel:
     """T's end of the socket to one candidate child."""
 
-    def __init__(self, sock: socket.socket, clock: Clock) -> None:
+    def __init__(
+        self, sock: socket.socket, clock: Clock, exit_sock: socket.socket | None = None
+    ) -> None:
         self.sock = sock
         self.fd = sock.fileno()
         self.clock = clock
+        self.exit_sock = exit_sock
+        """Where the zygote sends the exit status of a whole program's process."""
 
     def request(self, message: dict[str, Any]) -> Any:
         message = dict(message)
@@ -526,6 +533,7 @@ def zygote(ctl: socket.socket, code: str, setup: str, program: bool) -> None:
     try:
         if program:
             compiled = compile(code, "<candidate>", "exec")
+            raise_stack_limit()
             ctl.sendall(frame({"loaded": {}}))
         else:
             exec(compile(code + "\n" + setup, "<candidate>", "exec"), namespace)
@@ -533,7 +541,9 @@ def zygote(ctl: socket.socket, code: str, setup: str, program: bool) -> None:
     except BaseException as exc:
         ctl.sendall(frame({"load_error": exception_line(exc)}))
         os._exit(0)
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
+    # Children are reaped by the kernel; a program's by report_exit, which needs SIGCHLD's
+    # default even where the sandbox started this process with it ignored.
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL if program else signal.SIG_IGN)
     fd = ctl.fileno()
     while True:
         try:
@@ -541,20 +551,56 @@ def zygote(ctl: socket.socket, code: str, setup: str, program: bool) -> None:
         except (EOFError, OSError, ValueError):
             os._exit(0)
         mine, theirs = socket.socketpair()
+        # A program's exit status goes to T from here, its parent, over a socket of its own.
+        status_mine, status_theirs = socket.socketpair() if program else (None, None)
         pid = os.fork()
         if pid == 0:
-            ctl.close()
-            theirs.close()
+            for end in (ctl, theirs, status_mine, status_theirs):
+                if end is not None:
+                    end.close()
             if program:
                 run_program(mine, compiled)
             serve(mine, namespace)
-        mine.close()
-        socket.send_fds(ctl, [frame({"child": pid})], [theirs.fileno()])
-        theirs.close()
+        ends = [theirs] if status_theirs is None else [theirs, status_theirs]
+        socket.send_fds(ctl, [frame({"child": pid})], [end.fileno() for end in ends])
+        for end in (mine, *ends):
+            end.close()
+        if status_mine is not None:
+            report_exit(pid, status_mine)
+
+
+def report_exit(pid: int, sock: socket.socket) -> None:
+    """Z: wait for the program's process to end (T kills it at its time limit), then send
+    T its exit status as ``os.waitstatus_to_exitcode`` gives it (``-N``: killed by signal N).
+    The program cannot reach this socket."""
+    with contextlib.suppress(OSError):  # T gave up on the test, or no status to have
+        _, status = os.waitpid(pid, 0)
+        sock.sendall(b"%d" % os.waitstatus_to_exitcode(status))
+    sock.close()
+
+
+STACK_BYTES = 256 * 1024 * 1024
+"""The main thread's stack limit for a program (``RLIMIT_STACK``, raised up to the hard limit,
+never lowered), as contest judges give: deep recursion through C frames (``functools.cache``,
+``sorted`` keys) needs more than the usual 8 MiB. Threads keep their own ``stack_size``."""
+
+
+def raise_stack_limit() -> None:
+    """Z, once for all its programs: ``RLIMIT_STACK`` up to ``STACK_BYTES``."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_STACK)
+    if soft != resource.RLIM_INFINITY and soft < STACK_BYTES:
+        wanted = STACK_BYTES if hard == resource.RLIM_INFINITY else min(STACK_BYTES, hard)
+        resource.setrlimit(resource.RLIMIT_STACK, (max(soft, wanted), hard))
 
 
 def run_program(sock: socket.socket, program: types.CodeType) -> None:
-    """C for stdin/stdout tests: run the program with the socket as its stdin and stdout."""
+    """C for stdin/stdout tests: run the program with the socket as its stdin and stdout, and
+    end it as the interpreter ends a script, with the same exit status."""
+    import atexit
+
+    atexit._clear()  # a fresh interpreter has no exit handlers: none of the template's
     os.dup2(sock.fileno(), 0)
     os.dup2(sock.fileno(), 1)
     os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
@@ -565,13 +611,36 @@ def run_program(sock: socket.socket, program: types.CodeType) -> None:
     try:
         exec(program, {"__name__": "__main__", "__builtins__": __builtins__})
     except SystemExit as exc:
-        status = exc.code if type(exc.code) is int else (0 if exc.code is None else 1)
+        status = exit_status(exc.code)
     except BaseException:
         status = 1
     try:
-        sys.stdout.flush()
-    finally:
-        os._exit(status)
+        # The interpreter's shutdown, in its order: join non-daemon threads (a program that
+        # never ends its threads runs into its time limit), run atexit handlers, flush.
+        threading = sys.modules.get("threading")
+        if threading is not None:
+            threading._shutdown()
+        atexit._run_exitfuncs()
+    except BaseException:
+        status = status or 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None and not stream.closed:
+                stream.flush()
+        except Exception:
+            status = 120  # as the interpreter, when its streams cannot be flushed
+    os._exit(status)
+
+
+def exit_status(code: object) -> int:
+    """The exit status ``python3`` gives for ``sys.exit(code)``: ``None`` 0, an integer its
+    low byte (-1 when it overflows a C long), anything else 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        whole = int.__int__(code)
+        return (whole if -(1 << 63) <= whole < 1 << 63 else -1) & 0xFF
+    return 1
 
 
 # -- the judge (T) --------------------------------------------------------------------------------
@@ -699,12 +768,12 @@ def child_channel(t_end: socket.socket, timeout: float) -> tuple[int, Channel]:
     try:
         t_end.settimeout(timeout * WALL_FACTOR)
         t_end.sendall(frame({"fork": True}))
-        msg, fds, _flags, _addr = socket.recv_fds(t_end, 256, 1)
+        msg, fds, _flags, _addr = socket.recv_fds(t_end, 256, 2)
         pid = int(json.loads(msg.split(b"\n", 1)[1])["child"])
-        sock = socket.socket(fileno=fds[0])
+        socks = [socket.socket(fileno=fd) for fd in fds]
     except Exception:
         raise RemoteError("the candidate's process could not start a test") from None
-    return pid, Channel(sock, Clock(pid, timeout))
+    return pid, Channel(socks[0], Clock(pid, timeout), socks[1] if len(socks) > 1 else None)
 
 
 def referred_names(names: Any, *codes: types.CodeType) -> dict[str, Any]:
@@ -817,6 +886,8 @@ def end_child(pid: int, channel: Channel | None) -> None:
         os.kill(pid, signal.SIGKILL)
     if channel is not None:
         channel.sock.close()
+        if channel.exit_sock is not None:
+            channel.exit_sock.close()
 
 
 def run_stdio(job: Record, t_end: socket.socket, report: Reporter) -> None:
@@ -825,9 +896,30 @@ def run_stdio(job: Record, t_end: socket.socket, report: Reporter) -> None:
 
         def run(box: list[Channel], data: bytes = stdin_text.encode()) -> Record:
             out = collect(box[0], data, job.get("output_cap", 1 << 20))
-            return {"status": "exited", "digest": output_digest(out.decode("utf-8", "replace"))}
+            digest = output_digest(out.decode("utf-8", "replace"))
+            return {"status": "exited", "digest": digest, "exit": ended(box[0])}
 
         report.emit({"test": index, **judge(run, t_end, job["timeout"])})
+
+
+def ended(channel: Channel) -> int | None:
+    """The program's exit status (``-N``: killed by signal N), once its process has ended
+    (its threads joined, within its time limit); None if the zygote could not say."""
+    if channel.exit_sock is None:
+        raise RemoteError("the candidate's process came without a channel for its exit status")
+    sent = b""
+    while True:
+        channel.clock.wait([channel.exit_sock])
+        try:
+            chunk = channel.exit_sock.recv(64)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            try:
+                return int(sent)
+            except ValueError:
+                return None
+        sent = (sent + chunk)[:4]
 
 
 def collect(channel: Channel, data: bytes, cap: int) -> bytes:
