@@ -34,6 +34,12 @@ class Outcome:
     detail: str = ""
     duration: float = 0.0
     """Seconds spent in the sandbox (0 when the code never ran)."""
+    test_scores: tuple[float, ...] = ()
+    """Each test's score in [0, 1], in order (1.0 passed, 0.0 not), where the harness judges
+    tests one by one and got to judge them; empty otherwise."""
+    score: float | None = None
+    """The harness's own score in [0, 1] when it scores more than pass counts (subtask
+    points); None otherwise."""
 
     @property
     def fraction(self) -> float:
