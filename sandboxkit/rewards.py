@@ -391,7 +391,7 @@ def function_tests_reward(
 
 
 PYTHON_NAMES = frozenset({"python", "python3", "py", "py3", "pypy", "pypy3"})
-"""How datasets name Python (open-r1's ``language``), compared lower-case."""
+"""How datasets name Python (open-r1's ``language``), compared lower-case without spaces."""
 
 
 def stdio_tests_reward(
@@ -420,7 +420,7 @@ def stdio_tests_reward(
         row = {name: values[i] for name, values in columns.items() if isinstance(values, list)}
         problem = read_tests(row, fixed or detect_columns(list(row)))
         unsupported = ""
-        if problem.language and problem.language.lower() not in PYTHON_NAMES:
+        if problem.language and problem.language.lower().replace(" ", "") not in PYTHON_NAMES:
             unsupported = f"language {problem.language!r} is not supported yet (Python only)"
         elif problem.call_based:
             unsupported = f"call-based problems (fn_name {problem.fn_name!r}) are not supported yet"

@@ -42,7 +42,7 @@ SHAPES: dict[str, dict[str, Any]] = {
     },
     "open-r1 verification_info (dict)": {
         "verification_info": {
-            "language": "python3",
+            "language": "Python 3",
             "test_cases": [{"input": i, "output": o} for i, o in CASES],
         }
     },
@@ -106,12 +106,15 @@ def test_the_outcomes_say_which_test_failed_and_why(reward: RewardFunction) -> N
     assert slow.startswith("failed 3/4: test 3:") and "time" in slow
 
 
-def test_a_named_tests_column_is_read_instead_of_detected(reward: RewardFunction) -> None:
+@pytest.mark.parametrize("named", ["my_tests", ["my_first", "my_rest"]], ids=["one", "two"])
+def test_named_tests_columns_are_read_instead_of_detected(named: str | list[str]) -> None:
     row = {
         "input_output": json.dumps({"inputs": ["1 1\n"], "outputs": ["999\n"]}),
         "my_tests": json.dumps({"inputs": _inputs(), "outputs": _outputs()}),
+        "my_first": {"input": _inputs()[:1], "output": _outputs()[:1]},
+        "my_rest": {"inputs": _inputs()[1:], "outputs": _outputs()[1:]},
     }
-    fn = stdio_tests_reward("subprocess", tests_column="my_tests", timeout=1, pool_size=2)
+    fn = stdio_tests_reward("subprocess", tests_column=named, timeout=1, pool_size=2)
     try:
         assert _call(fn, row) == [1.0, 0.75, 0.0, 0.75]
     finally:
@@ -198,8 +201,19 @@ def test_a_row_without_a_column_of_tests_is_a_value_error(reward: RewardFunction
             },
             "call-based problems (fn_name 'solve') are not supported yet",
         ),
+        (
+            {
+                "verification_info": {
+                    "language": "python",
+                    "test_cases": [
+                        {"input": [1], "output": [1], "type": "function_call", "fn_name": "g"}
+                    ],
+                }
+            },
+            "call-based problems (fn_name 'g') are not supported yet",
+        ),
     ],
-    ids=["C++", "APPS fn_name", "LiveCodeBench functional"],
+    ids=["C++", "APPS fn_name", "LiveCodeBench functional", "open-r1 function_call"],
 )
 def test_what_is_not_supported_yet_gets_no_reward_and_says_why(
     reward: RewardFunction, row: dict[str, Any], why: str
@@ -219,6 +233,13 @@ def test_what_is_not_supported_yet_gets_no_reward_and_says_why(
 def test_taco_lists_of_lines_become_texts_with_one_line_each() -> None:
     tests = parse_tests({"inputs": [["3", "1 2 3"], "4\n"], "outputs": [["6"], 4]})
     assert tests.cases == (("3\n1 2 3\n", "6\n"), ("4\n", "4"))
+
+
+def test_call_based_tests_are_kept_as_the_dataset_holds_them() -> None:
+    """For the function-test machinery to come: arguments and results not flattened to text."""
+    tests = parse_tests({"inputs": [[[1, 2], 3]], "outputs": [[True]], "fn_name": "f"})
+    assert tests.cases == () and tests.calls == (([[1, 2], 3], [True]),)
+    assert tests.call_based and tests.fn_name == "f"
 
 
 def test_inputs_and_outputs_of_different_lengths_are_a_value_error() -> None:

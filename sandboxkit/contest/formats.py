@@ -5,7 +5,7 @@ shape is recognised from the value itself (a JSON string is decoded first), so a
 still reads. What is supported, per dataset:
 
 - open-r1 (``verification_info``): ``{"language": "python", "test_cases": [{"input": ...,
-  "output": ...}, ...]}``.
+  "output": ...}, ...]}``; a test case of ``"type": "function_call"`` is call-based.
 - APPS / TACO (``input_output``): ``{"inputs": [...], "outputs": [...], "fn_name": ...}``;
   an input or output may be a string or a list of lines. ``fn_name`` marks a call-based
   problem.
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 CODECONTESTS_COLUMNS = ("public_tests", "private_tests", "generated_tests")
@@ -43,9 +43,14 @@ class ContestTests:
     cases: tuple[tuple[str, str], ...]
     language: str | None = None
     """The language the row names (open-r1's ``language``); None when it names none."""
-    call_based: bool = False
-    """The tests call a function (APPS ``fn_name``, LiveCodeBench ``functional``)."""
+    calls: tuple[tuple[Any, Any], ...] = ()
+    """A call-based row's tests (APPS ``fn_name``, LiveCodeBench ``functional``): (arguments,
+    expected result) as the dataset holds them, not decoded further; ``cases`` is then empty."""
     fn_name: str | None = None
+
+    @property
+    def call_based(self) -> bool:
+        return bool(self.calls)
 
 
 def _text(value: Any) -> str:
@@ -54,15 +59,19 @@ def _text(value: Any) -> str:
         return value
     if isinstance(value, list):
         return "".join(f"{_text(line)}\n" for line in value)
-    return json.dumps(value) if isinstance(value, (dict, bool)) or value is None else str(value)
+    return str(value)
 
 
-def _pairs(inputs: Any, outputs: Any, what: str) -> tuple[tuple[str, str], ...]:
+def _pairs(inputs: Any, outputs: Any, what: str) -> tuple[tuple[Any, Any], ...]:
     if not isinstance(inputs, list) or not isinstance(outputs, list):
         raise ValueError(f"{what}: inputs and outputs must be lists")
     if len(inputs) != len(outputs):
         raise ValueError(f"{what}: {len(inputs)} inputs but {len(outputs)} outputs")
-    return tuple((_text(i), _text(o)) for i, o in zip(inputs, outputs, strict=True))
+    return tuple(zip(inputs, outputs, strict=True))
+
+
+def _texts(pairs: Sequence[tuple[Any, Any]]) -> tuple[tuple[str, str], ...]:
+    return tuple((_text(i), _text(o)) for i, o in pairs)
 
 
 def parse_tests(value: Any, *, fn_name: str | None = None) -> ContestTests:
@@ -77,21 +86,27 @@ def parse_tests(value: Any, *, fn_name: str | None = None) -> ContestTests:
             ) from exc
     if isinstance(value, Mapping):
         if "test_cases" in value:
-            inner = parse_tests(value["test_cases"])
             language = value.get("language")
-            return ContestTests(inner.cases, str(language) if language else None)
+            return replace(parse_tests(value["test_cases"]), language=str(language or "") or None)
         if "inputs" in value and "outputs" in value:
-            cases = _pairs(value["inputs"], value["outputs"], "input_output")
-            name = value.get("fn_name")
-            return ContestTests(cases, call_based=bool(name), fn_name=name or None)
+            pairs = _pairs(value["inputs"], value["outputs"], "input_output")
+            if value.get("fn_name"):
+                return ContestTests((), calls=pairs, fn_name=value["fn_name"])
+            return ContestTests(_texts(pairs))
         if "input" in value and "output" in value:
-            return ContestTests(_pairs(value["input"], value["output"], "CodeContests tests"))
+            return ContestTests(
+                _texts(_pairs(value["input"], value["output"], "CodeContests tests"))
+            )
     if isinstance(value, list) and all(
         isinstance(t, Mapping) and "input" in t and "output" in t for t in value
     ):
-        call_based = any(t.get("testtype") == "functional" for t in value)
-        cases = tuple((_text(t["input"]), _text(t["output"])) for t in value)
-        return ContestTests(cases, call_based=call_based, fn_name=fn_name if call_based else None)
+        pairs = tuple((t["input"], t["output"]) for t in value)
+        if any(
+            t.get("testtype") == "functional" or t.get("type") == "function_call" for t in value
+        ):
+            name = fn_name or next((t["fn_name"] for t in value if t.get("fn_name")), None)
+            return ContestTests((), calls=pairs, fn_name=name)
+        return ContestTests(_texts(pairs))
     shape = type(value).__name__ + (
         f" with keys {sorted(value)}" if isinstance(value, Mapping) else ""
     )
@@ -127,10 +142,9 @@ def read_tests(row: Mapping[str, Any], columns: Sequence[str]) -> ContestTests:
     parts = [parse_tests(row[c], fn_name=fn_name) for c in columns if row[c] is not None]
     if not parts:
         raise ValueError(f"no test cases in columns {list(columns)}")
-    called = next((p for p in parts if p.call_based), None)
     return ContestTests(
         tuple(case for p in parts for case in p.cases),
         language=next((p.language for p in parts if p.language), None),
-        call_based=called is not None,
-        fn_name=called.fn_name if called else None,
+        calls=tuple(call for p in parts for call in p.calls),
+        fn_name=next((p.fn_name for p in parts if p.fn_name), None),
     )
