@@ -38,8 +38,8 @@ class Outcome:
     """Each test's score in [0, 1], in order (1.0 passed, 0.0 not), where the harness judges
     tests one by one and got to judge them; empty otherwise."""
     score: float | None = None
-    """The harness's own score in [0, 1] when it scores more than pass counts (subtask
-    points); None otherwise."""
+    """The score in [0, 1] a harness with a scoring rule gave (contest scoring: the fraction,
+    all or nothing, subtask points); None from a harness without one."""
 
     @property
     def fraction(self) -> float:
