@@ -57,6 +57,7 @@ if TYPE_CHECKING:
         assert_tests_reward,
         exec_reward,
         function_tests_reward,
+        stdio_tests_reward,
     )
 
 __version__ = "0.1.0"
@@ -84,6 +85,7 @@ _LAZY = {
             "assert_tests_reward",
             "exec_reward",
             "function_tests_reward",
+            "stdio_tests_reward",
         ),
         ".rewards",
     ),
@@ -155,6 +157,7 @@ __all__ = [
     "plan",
     "run_plan",
     "spawn",
+    "stdio_tests_reward",
     "wait",
     "wait_async",
 ]

@@ -368,9 +368,10 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("file", metavar="FILE.jsonl")
     evaluate.add_argument(
         "--reward",
-        choices=["exec", "assert", "function"],
+        choices=["exec", "assert", "function", "stdio"],
         default="assert",
-        help="exec_reward, assert_tests_reward (default) or function_tests_reward",
+        help="exec_reward, assert_tests_reward (default), function_tests_reward or "
+        "stdio_tests_reward",
     )
     evaluate.add_argument("--timeout", type=_positive, default=5.0, help="seconds per test")
     evaluate.add_argument("--pool-size", type=int, default=4, help="sandboxes at once")

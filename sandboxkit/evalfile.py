@@ -14,6 +14,8 @@ Fields per row (``--reward``):
   ``reference`` (a Python expression evaluated on this machine with only builtins in scope: a
   builtin's name such as ``"sorted"`` or a ``"lambda xs: ..."``), optionally
   ``banned_patterns`` and ``seed``. Rows with the same ``func_name`` share one task.
+- ``stdio``: the row's other fields are its dataset columns, holding the tests in one of the
+  shapes of :mod:`sandboxkit.contest.formats` (and ``subtasks``, for that scoring).
 """
 
 from __future__ import annotations
@@ -35,7 +37,13 @@ from .errors import SandboxError
 from .harness import FunctionTask
 from .outcomes import Outcome, OutcomeKind
 from .portal import run_sync
-from .rewards import RewardFunction, assert_tests_reward, exec_reward, function_tests_reward
+from .rewards import (
+    RewardFunction,
+    assert_tests_reward,
+    exec_reward,
+    function_tests_reward,
+    stdio_tests_reward,
+)
 
 
 class EvalInputError(ValueError):
@@ -123,11 +131,15 @@ def build(
             _require(record, number, "test_list")
             columns["test_list"] = [record["test_list"]]
             columns["test_setup_code"] = [record.get("test_setup_code") or ""]
+        elif kind == "stdio":
+            columns = {k: [v] for k, v in record.items() if k not in ("prompt", "completion")}
         rows.append(Row(record.get("prompt"), record["completion"], columns))
     if kind == "exec":
         reward = exec_reward(**options)
     elif kind == "assert":
         reward = assert_tests_reward(**options)
+    elif kind == "stdio":
+        reward = stdio_tests_reward(**options)
     else:
         tasks = function_tasks(records)
         backend = options.get("backend")

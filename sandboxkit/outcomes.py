@@ -20,6 +20,10 @@ class OutcomeKind(str, enum.Enum):
     """Nothing to run: no code, oversized code, NUL bytes."""
     INFRA = "infra"
     """The sandbox provider failed; says nothing about the code."""
+    UNSUPPORTED = "unsupported"
+    """The row asks for what this judge cannot run yet (a language, a kind of problem): no
+    reward, since it says nothing about the code, and no trip of the circuit breaker, since the
+    provider did not fail."""
     DEADLINE = "deadline"
     """Still pending when its batch's deadline passed (``batch_timeout``): cut off, no reward.
     Says nothing sure about the code (it may be slow, or have waited for a sandbox) nor about
@@ -34,6 +38,12 @@ class Outcome:
     detail: str = ""
     duration: float = 0.0
     """Seconds spent in the sandbox (0 when the code never ran)."""
+    test_scores: tuple[float, ...] = ()
+    """Each test's score in [0, 1], in order (1.0 passed, 0.0 not), where the harness judges
+    tests one by one and got to judge them; empty otherwise."""
+    score: float | None = None
+    """The score in [0, 1] a harness with a scoring rule gave (contest scoring: the fraction,
+    all or nothing, subtask points); None from a harness without one."""
 
     @property
     def fraction(self) -> float:

@@ -20,9 +20,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from .contest.formats import detect_columns, read_tests
+from .contest.scoring import SCORINGS, ScoredStdioTests, Scoring, parse_subtasks
 from .errors import CircuitOpenError
 from .evaluation import Plan, plan, run_plan
-from .harness import AssertTests, ExecHarness, FunctionTask
+from .harness import AssertTests, ExecHarness, FunctionTask, StdioTests
 from .keywords import check_keywords, keyword_only
 from .outcomes import Outcome, OutcomeKind
 from .pool import PoolStats, SandboxPool
@@ -134,7 +136,7 @@ class RewardFunction:
     def reward(self, outcome: Outcome) -> float | None:
         if outcome.kind is OutcomeKind.INFRA:
             return self.infra_reward
-        if outcome.kind is OutcomeKind.DEADLINE:
+        if outcome.kind in (OutcomeKind.DEADLINE, OutcomeKind.UNSUPPORTED):
             return None
         return self.mapping(outcome)
 
@@ -227,6 +229,7 @@ class RewardFunction:
             f"{prefix}/error_rate": stats.rate(OutcomeKind.ERROR),
             f"{prefix}/infra_error_rate": stats.rate(OutcomeKind.INFRA),
             f"{prefix}/deadline_rate": stats.rate(OutcomeKind.DEADLINE),
+            f"{prefix}/unsupported_rate": stats.rate(OutcomeKind.UNSUPPORTED),
             f"{prefix}/pass_rate": stats.rate(OutcomeKind.PASSED),
             f"{prefix}/latency_p50": stats.latency_p50,
             f"{prefix}/latency_p95": stats.latency_p95,
@@ -388,7 +391,64 @@ def function_tests_reward(
     return RewardFunction("function_tests_reward", planner, mapping, backend=backend, **options)
 
 
+PYTHON_NAMES = frozenset({"python", "python3", "py", "py3", "pypy", "pypy3"})
+"""How datasets name Python (open-r1's ``language``), compared lower-case without spaces."""
+
+
+def stdio_tests_reward(
+    backend: BackendLike = None,
+    *,
+    tests_column: str | Sequence[str] | None = None,
+    scoring: Scoring = "fraction",
+    subtasks_column: str = "subtasks",
+    timeout: float = 5.0,
+    **options: Any,
+) -> RewardFunction:
+    """Contest problems: the program reads each test's input on stdin; its stdout must match
+    the expected output up to whitespace. Tests are read from the row's ``tests_column`` (one
+    column or several, combined; None: found among the row's columns) in the shapes of
+    :mod:`sandboxkit.contest.formats`. ``scoring``: ``"fraction"`` of tests passed, ``"all"``
+    or nothing, or ``"subtasks"`` (IOI: the points of each group whose tests all pass, from
+    ``subtasks_column``, as a share of all points). ``timeout`` is per test.
+
+    Python only for now: a row in another language, or a call-based one, gets ``None`` (an
+    ``unsupported`` outcome naming why): it says nothing about the code."""
+    if scoring not in SCORINGS:
+        raise ValueError(f"scoring must be one of {', '.join(SCORINGS)}; got {scoring!r}")
+    fixed = (tests_column,) if isinstance(tests_column, str) else tests_column
+
+    def planner(i: int, prompt: Any, completion: Completion, columns: Any) -> Plan:
+        row = {name: values[i] for name, values in columns.items() if isinstance(values, list)}
+        problem = read_tests(row, fixed or detect_columns(list(row)))
+        unsupported = ""
+        if problem.language and problem.language.lower().replace(" ", "") not in PYTHON_NAMES:
+            unsupported = f"language {problem.language!r} is not supported yet (Python only)"
+        elif problem.call_based:
+            unsupported = f"call-based problems (fn_name {problem.fn_name!r}) are not supported yet"
+        if unsupported:
+            return Plan(
+                outcome=Outcome(
+                    OutcomeKind.UNSUPPORTED, detail=f"stdio_tests_reward: {unsupported}"
+                )
+            )
+        if not problem.cases:
+            raise ValueError(f"stdio_tests_reward: row {i} has no test cases")
+        groups = (
+            parse_subtasks(row[subtasks_column], len(problem.cases))
+            if scoring == "subtasks"
+            else ()
+        )
+        harness = ScoredStdioTests(StdioTests(problem.cases, timeout=timeout), scoring, groups)
+        return plan(completion, harness)
+
+    def mapping(outcome: Outcome) -> float:
+        return outcome.score if outcome.score is not None else 0.0
+
+    return RewardFunction("stdio_tests_reward", planner, mapping, backend=backend, **options)
+
+
 _FACTORY_KEYWORDS = {
-    f.__name__: keyword_only(f) for f in (exec_reward, assert_tests_reward, function_tests_reward)
+    f.__name__: keyword_only(f)
+    for f in (exec_reward, assert_tests_reward, function_tests_reward, stdio_tests_reward)
 }
 """The factories' own keywords, named with the others when an option is misspelt."""

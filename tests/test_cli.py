@@ -631,6 +631,26 @@ def test_eval_function_tasks(tmp_path: Path, local_env: dict[str, str]) -> None:
     assert (counts["passed"], counts["failed"], counts["banned"]) == (2, 1, 1)
 
 
+def test_eval_stdio_reads_the_contest_dataset_shapes(
+    tmp_path: Path, local_env: dict[str, str]
+) -> None:
+    apps = {"input_output": json.dumps({"inputs": ["1 2\n", "10 -3\n"], "outputs": ["3", "7"]})}
+    contests = {"public_tests": {"input": ["4 4\n"], "output": ["8\n"]}}
+    add = "a, b = map(int, input().split())\nprint(a + b)"
+    rows = [
+        {**apps, "completion": add},
+        {**apps, "completion": add.replace("a + b", "a + b if a < 10 else 0")},
+        {**contests, "completion": add},
+    ]
+    data = _jsonl(tmp_path / "stdio.jsonl", rows)
+    done = cli("eval", "--reward", "stdio", str(data), env=local_env)
+    assert done.returncode == 0, done.stderr
+    assert _summary(done.stdout) == (
+        pytest.approx((1 + 0.5 + 1) / 3, abs=1e-4),
+        {**NO_OUTCOMES, "passed": 2, "failed": 1},
+    )
+
+
 def test_eval_exec(tmp_path: Path, local_env: dict[str, str]) -> None:
     rows = [{"completion": "print('hi')"}, {"completion": "raise SystemExit(2)"}]
     done = cli("eval", "--reward", "exec", str(_jsonl(tmp_path / "e.jsonl", rows)), env=local_env)

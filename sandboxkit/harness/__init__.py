@@ -352,12 +352,20 @@ class StdioTests:
         if early is not None:
             return early
         passed, timeouts, detail = 0, 0, ""
+        scores = []
         for i, (_, expected) in enumerate(self.cases):
             record = records.tests.get(i, {"status": "missing"})
+            exited = record.get("status") == "exited"
+            ok = (
+                exited
+                and record.get("exit") == 0
+                and record.get("digest") == runner.output_digest(expected)
+            )
+            scores.append(1.0 if ok else 0.0)
             if record.get("status") == "timeout":
                 timeouts += 1
                 detail = detail or f"test {i}: {record.get('detail', 'timed out')}"
-            elif record.get("status") == "exited" and record.get("exit") != 0:
+            elif exited and record.get("exit") != 0:
                 status = record.get("exit")
                 said = (
                     "no exit status"
@@ -367,9 +375,7 @@ class StdioTests:
                     else f"exit status {status}"
                 )
                 detail = detail or f"test {i}: runtime error ({said})"
-            elif record.get("status") == "exited" and record.get("digest") == (
-                runner.output_digest(expected)
-            ):
+            elif ok:
                 passed += 1
             else:
                 detail = detail or f"test {i}: wrong output"
@@ -379,4 +385,4 @@ class StdioTests:
             kind = OutcomeKind.TIMEOUT
         else:
             kind = OutcomeKind.FAILED
-        return Outcome(kind, passed, total, detail, result.duration)
+        return Outcome(kind, passed, total, detail, result.duration, tuple(scores))

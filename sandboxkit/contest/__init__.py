@@ -1,0 +1,7 @@
+"""Contest judging: programs reading stdin, judged on their stdout, as Codeforces, CodeContests,
+APPS/TACO, LiveCodeBench and IOI data pose them.
+
+``formats`` reads a dataset row's test cases in the shapes those datasets use; ``scoring``
+turns the per-test results of a :class:`~sandboxkit.harness.StdioTests` run into a score
+(fraction, all-or-nothing, IOI subtasks).
+"""

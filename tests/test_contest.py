@@ -1,0 +1,263 @@
+"""stdio_tests_reward as TRL calls it, on each dataset shape of contest tests and each scoring
+rule, with real programs in local sandboxes: right, partly right, crashing and slow ones."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from sandboxkit import RewardFunction, stdio_tests_reward
+from sandboxkit.contest.formats import parse_tests
+
+CASES = [("1 2\n", "3\n"), ("5 7\n", "12\n"), ("0 0\n", "0\n"), ("10 -3\n", "7\n")]
+READ = "a, b = map(int, input().split())\n"
+PROGRAMS = {
+    "right": READ + "print(a + b)",
+    "wrong on the last test": READ + "print(a + b if a < 10 else 0)",
+    "crashing": READ + "raise RuntimeError('boom')",
+    "slow on the last test": READ + "while a >= 10: pass\nprint(a + b)",
+}
+SUBTASKS = {"subtasks": [{"points": 40, "tests": [0, 1]}, {"points": 60, "tests": [2, 3]}]}
+
+
+def _inputs() -> list[str]:
+    return [i for i, _ in CASES]
+
+
+def _outputs() -> list[str]:
+    return [o for _, o in CASES]
+
+
+SHAPES: dict[str, dict[str, Any]] = {
+    "open-r1 verification_info (JSON)": {
+        "verification_info": json.dumps(
+            {
+                "language": "python",
+                "test_cases": [{"input": i, "output": o, "type": "stdin_stdout"} for i, o in CASES],
+            }
+        )
+    },
+    "open-r1 verification_info (dict)": {
+        "verification_info": {
+            "language": "Python 3",
+            "test_cases": [{"input": i, "output": o} for i, o in CASES],
+        }
+    },
+    "APPS input_output, strings": {
+        "input_output": json.dumps({"inputs": _inputs(), "outputs": _outputs()})
+    },
+    "TACO input_output, lists of lines": {
+        "input_output": json.dumps(
+            {"inputs": [i.split("\n")[:1] for i in _inputs()], "outputs": [[3], [12], [0], [7]]}
+        )
+    },
+    "CodeContests public/private/generated": {
+        "public_tests": {"input": _inputs()[:1], "output": _outputs()[:1]},
+        "private_tests": {"input": _inputs()[1:3], "output": _outputs()[1:3]},
+        "generated_tests": {"input": _inputs()[3:], "output": _outputs()[3:]},
+    },
+    "LiveCodeBench public/private test cases": {
+        "public_test_cases": json.dumps(
+            [{"input": i, "output": o, "testtype": "stdin"} for i, o in CASES[:2]]
+        ),
+        "private_test_cases": [
+            {"input": i, "output": o, "testtype": "stdin"} for i, o in CASES[2:]
+        ],
+        "metadata": "{}",
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def reward() -> Iterator[RewardFunction]:
+    fn = stdio_tests_reward("subprocess", timeout=1, pool_size=2)
+    yield fn
+    fn.close()
+
+
+def _call(fn: RewardFunction, row: dict[str, Any], **extra: Any) -> list[float | None]:
+    """Every program of ``PROGRAMS`` on one problem, columns as TRL passes them."""
+    columns = {name: [value] * len(PROGRAMS) for name, value in row.items()}
+    completions = [f"```python\n{code}\n```" for code in PROGRAMS.values()]
+    return fn(
+        prompts=["Add two numbers."] * len(PROGRAMS), completions=completions, **columns, **extra
+    )
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_each_dataset_shape_scores_the_fraction_of_tests_passed(
+    reward: RewardFunction, shape: str
+) -> None:
+    assert _call(reward, SHAPES[shape]) == [1.0, 0.75, 0.0, 0.75]
+    stats = reward.last_batch
+    assert stats is not None and stats.outcomes == {"passed": 1, "failed": 3}
+
+
+def test_the_outcomes_say_which_test_failed_and_why(reward: RewardFunction) -> None:
+    seen: dict[str, list[str]] = {}
+    _call(reward, SHAPES["APPS input_output, strings"], log_extra=seen.__setitem__)
+    right, wrong, crashing, slow = seen["stdio_tests_reward_outcome"]
+    assert right == "passed 4/4"
+    assert wrong == "failed 3/4: test 3: wrong output"
+    assert crashing == "failed 0/4: test 0: runtime error (exit status 1)"
+    assert slow.startswith("failed 3/4: test 3:") and "time" in slow
+
+
+@pytest.mark.parametrize("named", ["my_tests", ["my_first", "my_rest"]], ids=["one", "two"])
+def test_named_tests_columns_are_read_instead_of_detected(named: str | list[str]) -> None:
+    row = {
+        "input_output": json.dumps({"inputs": ["1 1\n"], "outputs": ["999\n"]}),
+        "my_tests": json.dumps({"inputs": _inputs(), "outputs": _outputs()}),
+        "my_first": {"input": _inputs()[:1], "output": _outputs()[:1]},
+        "my_rest": {"inputs": _inputs()[1:], "outputs": _outputs()[1:]},
+    }
+    fn = stdio_tests_reward("subprocess", tests_column=named, timeout=1, pool_size=2)
+    try:
+        assert _call(fn, row) == [1.0, 0.75, 0.0, 0.75]
+    finally:
+        fn.close()
+
+
+def test_all_or_nothing_scoring() -> None:
+    fn = stdio_tests_reward("subprocess", scoring="all", timeout=1, pool_size=2)
+    try:
+        assert _call(fn, SHAPES["APPS input_output, strings"]) == [1.0, 0.0, 0.0, 0.0]
+    finally:
+        fn.close()
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["dict", "JSON string"])
+def test_subtasks_score_the_points_of_groups_whose_tests_all_pass(as_json: bool) -> None:
+    fn = stdio_tests_reward("subprocess", scoring="subtasks", timeout=1, pool_size=2)
+    row = {
+        **SHAPES["CodeContests public/private/generated"],
+        "subtasks": json.dumps(SUBTASKS) if as_json else SUBTASKS,
+    }
+    try:
+        # The last two fail test 3 only: the first group's 40 points of 100.
+        assert _call(fn, row) == [1.0, 0.4, 0.0, 0.4]
+    finally:
+        fn.close()
+
+
+def test_subtasks_naming_a_test_the_row_lacks_are_a_value_error() -> None:
+    fn = stdio_tests_reward("subprocess", scoring="subtasks", pool_size=1)
+    row = {
+        **SHAPES["APPS input_output, strings"],
+        "subtasks": {"subtasks": [{"points": 1, "tests": [4]}]},
+    }
+    with pytest.raises(ValueError, match=r"subtask tests \[4\] are not among the row's 4 tests"):
+        fn(prompts=["p"], completions=["print(1)"], **{k: [v] for k, v in row.items()})
+
+
+def test_an_unknown_scoring_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="scoring must be one of fraction, all, subtasks"):
+        stdio_tests_reward("subprocess", scoring="best")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "row",
+    [
+        {"input_output": json.dumps({"cases": [["1", "2"]]})},
+        {"verification_info": "not json"},
+        {"public_tests": [1, 2, 3]},
+    ],
+    ids=["unknown keys", "not JSON", "a list of numbers"],
+)
+def test_a_column_of_an_unknown_shape_is_a_value_error_naming_the_shapes(
+    reward: RewardFunction, row: dict[str, Any]
+) -> None:
+    with pytest.raises(ValueError, match="expected open-r1 verification_info") as info:
+        reward(prompts=["p"], completions=["print(1)"], **{k: [v] for k, v in row.items()})
+    for shape in ("APPS/TACO input_output", "CodeContests", "LiveCodeBench"):
+        assert shape in str(info.value)
+
+
+def test_a_row_without_a_column_of_tests_is_a_value_error(reward: RewardFunction) -> None:
+    with pytest.raises(ValueError, match="no column of test cases among \\['answer'\\]"):
+        reward(prompts=["p"], completions=["print(1)"], answer=["3"])
+
+
+@pytest.mark.parametrize(
+    ("row", "why"),
+    [
+        (
+            {"verification_info": {"language": "cpp", "test_cases": [{"input": "", "output": ""}]}},
+            "language 'cpp' is not supported yet (Python only)",
+        ),
+        (
+            {"input_output": json.dumps({"inputs": [[1]], "outputs": [[1]], "fn_name": "f"})},
+            "call-based problems (fn_name 'f') are not supported yet",
+        ),
+        (
+            {
+                "public_test_cases": json.dumps(
+                    [{"input": "1", "output": "1", "testtype": "functional"}]
+                ),
+                "metadata": json.dumps({"func_name": "solve"}),
+            },
+            "call-based problems (fn_name 'solve') are not supported yet",
+        ),
+        (
+            {
+                "verification_info": {
+                    "language": "python",
+                    "test_cases": [
+                        {"input": [1], "output": [1], "type": "function_call", "fn_name": "g"}
+                    ],
+                }
+            },
+            "call-based problems (fn_name 'g') are not supported yet",
+        ),
+    ],
+    ids=["C++", "APPS fn_name", "LiveCodeBench functional", "open-r1 function_call"],
+)
+def test_what_is_not_supported_yet_gets_no_reward_and_says_why(
+    reward: RewardFunction, row: dict[str, Any], why: str
+) -> None:
+    seen: dict[str, list[str]] = {}
+    code = "```cpp\nint main() { return 0; }\n```"
+    scores = reward(
+        prompts=["p"],
+        completions=[code],
+        log_extra=seen.__setitem__,
+        **{k: [v] for k, v in row.items()},
+    )
+    assert scores == [None]
+    assert seen["stdio_tests_reward_outcome"] == [f"unsupported: stdio_tests_reward: {why}"]
+
+
+def test_a_batch_of_rows_it_cannot_run_yet_does_not_stop_training(reward: RewardFunction) -> None:
+    """Unsupported rows are a property of the dataset, not a failing provider: a batch made of
+    them gives no reward and no ``CircuitOpenError``, and the metrics count them apart."""
+    row = {"verification_info": {"language": "cpp", "test_cases": [{"input": "", "output": ""}]}}
+    logged: dict[str, float] = {}
+    scores = reward(
+        prompts=["p"] * 6,
+        completions=["int main() {}"] * 6,
+        log_metric=logged.__setitem__,
+        **{k: [v] * 6 for k, v in row.items()},
+    )
+    assert scores == [None] * 6
+    assert logged["stdio_tests_reward/unsupported_rate"] == 1.0
+    assert logged["stdio_tests_reward/infra_error_rate"] == 0.0
+
+
+def test_taco_lists_of_lines_become_texts_with_one_line_each() -> None:
+    tests = parse_tests({"inputs": [["3", "1 2 3"], "4\n"], "outputs": [["6"], 4]})
+    assert tests.cases == (("3\n1 2 3\n", "6\n"), ("4\n", "4"))
+
+
+def test_call_based_tests_are_kept_as_the_dataset_holds_them() -> None:
+    """For the function-test machinery to come: arguments and results not flattened to text."""
+    tests = parse_tests({"inputs": [[[1, 2], 3]], "outputs": [[True]], "fn_name": "f"})
+    assert tests.cases == () and tests.calls == (([[1, 2], 3], [True]),)
+    assert tests.call_based and tests.fn_name == "f"
+
+
+def test_inputs_and_outputs_of_different_lengths_are_a_value_error() -> None:
+    with pytest.raises(ValueError, match="input_output: 2 inputs but 1 outputs"):
+        parse_tests({"inputs": ["1", "2"], "outputs": ["1"]})
