@@ -568,3 +568,47 @@ def test_function_task_names_bans_for_the_ast_check() -> None:
     finally:
         reward.close()
     assert scores == [-1.0, 1.0]
+
+
+_RIGHT_OUTPUT = "import sys\na, b = map(int, sys.stdin.read().split())\nprint(a + b, flush=True)\n"
+EXIT_STATUS_CHEATS = {
+    # The status comes from the zygote, the program's parent: silence it, freeze it or forge it.
+    "kill the zygote, then exit 3": _RIGHT_OUTPUT
+    + "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos._exit(3)\n",
+    "stop the zygote, then exit 3": _RIGHT_OUTPUT
+    + "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\nos._exit(3)\n",
+    "write 0 to every fd of the zygote, then exit 3": _RIGHT_OUTPUT
+    + "import os\n"
+    + "for name in os.listdir(f'/proc/{os.getppid()}/fd'):\n"
+    + "    try:\n"
+    + "        fd = os.open(f'/proc/{os.getppid()}/fd/{name}', os.O_WRONLY)\n"
+    + "        os.write(fd, b'0')\n"
+    + "    except OSError:\n"
+    + "        pass\n"
+    + "os._exit(3)\n",
+    "a child exits 0 for it, the program dies by a signal": _RIGHT_OUTPUT
+    + "import os, signal\nif os.fork() == 0:\n    os._exit(0)\nos.wait()\n"
+    + "os.kill(os.getpid(), signal.SIGKILL)\n",
+    "shadow os._exit and sys.exit in the runner's view": _RIGHT_OUTPUT
+    + "import os, sys\n_real = os._exit\nos._exit = lambda code: _real(0)\n"
+    + "sys.exit = lambda code=0: _real(0)\nraise SystemExit(3)\n",
+}
+
+
+@pytest.mark.parametrize(
+    "cheat",
+    [
+        pytest.param(name, marks=pytest.mark.slow) if "stop" in name else name
+        for name in EXIT_STATUS_CHEATS
+    ],
+)
+def test_a_program_cannot_forge_or_silence_its_exit_status(sandbox: Sandbox, cheat: str) -> None:
+    """Right output with a failing end is a runtime error on every test, whatever the program
+    does to the zygote that reports its status or to the names the runner ends it with; a
+    frozen zygote costs the wall-clock backstop of each test, as a sleeping program does."""
+    harness = StdioTests(
+        [(f"{a} {b}", str(e)) for (a, b), e in zip(ARGS, EXPECTED, strict=True)], timeout=1
+    )
+    assert judge(sandbox, harness, _RIGHT_OUTPUT).passed == 3  # the honest baseline
+    outcome = judge(sandbox, harness, EXIT_STATUS_CHEATS[cheat])
+    assert outcome.passed == 0, outcome

@@ -601,6 +601,9 @@ def run_program(sock: socket.socket, program: types.CodeType) -> None:
     import atexit
 
     atexit._clear()  # a fresh interpreter has no exit handlers: none of the template's
+    # Taken before the program runs: what it rebinds in these modules is its own, not the end
+    # the interpreter would give it.
+    run_exitfuncs, exit_now = atexit._run_exitfuncs, os._exit
     os.dup2(sock.fileno(), 0)
     os.dup2(sock.fileno(), 1)
     os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
@@ -620,7 +623,7 @@ def run_program(sock: socket.socket, program: types.CodeType) -> None:
         threading = sys.modules.get("threading")
         if threading is not None:
             threading._shutdown()
-        atexit._run_exitfuncs()
+        run_exitfuncs()
     except BaseException:
         status = status or 1
     for stream in (sys.stdout, sys.stderr):
@@ -629,7 +632,7 @@ def run_program(sock: socket.socket, program: types.CodeType) -> None:
                 stream.flush()
         except Exception:
             status = 120  # as the interpreter, when its streams cannot be flushed
-    os._exit(status)
+    exit_now(status)
 
 
 def exit_status(code: object) -> int:
