@@ -7,6 +7,9 @@ rest are the caller's or the configuration's fault.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 
 class SandboxError(Exception):
     """Base class of every sandboxkit error."""
@@ -65,6 +68,21 @@ class SandboxLostError(BackendError):
 
 class BackendUnavailableError(BackendError):
     """The backend cannot be used here: its SDK is missing or the platform lacks a feature."""
+
+
+@contextlib.contextmanager
+def installed_for(what: str, install: str) -> Iterator[None]:
+    """Imports in the block that find a third-party module missing raise
+    :class:`BackendUnavailableError` saying that ``what`` needs it and how to ``install`` it;
+    a missing module of sandboxkit's own is a bug and stays what it is."""
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name.startswith("sandboxkit"):
+            raise
+        raise BackendUnavailableError(
+            f"{what} needs {exc.name!r}, which is not installed: {install}"
+        ) from exc
 
 
 class BackendMisconfiguredError(BackendError):

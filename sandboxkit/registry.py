@@ -26,7 +26,7 @@ from .backends._facts import (
 )
 from .client import SandboxClient, sandbox_keywords
 from .config import BACKEND_VAR, DEFAULT_BACKEND, setting
-from .errors import BackendUnavailableError, UnknownBackendError
+from .errors import UnknownBackendError, installed_for
 from .keywords import accepted_keywords, check_keywords
 from .protocol import Backend
 
@@ -89,16 +89,9 @@ class BackendEntry:
 
     def load(self, name: str) -> Callable[..., Backend]:
         """The class or factory, imported; a dependency that is not installed is a
-        :class:`BackendUnavailableError` saying what to install."""
-        try:
+        :class:`~sandboxkit.errors.BackendUnavailableError` saying what to install."""
+        with installed_for(f"the {name!r} backend", self.install):
             factory: Callable[..., Backend] = _import(self.target)
-        except ModuleNotFoundError as exc:
-            if exc.name is not None and not exc.name.startswith("sandboxkit"):
-                raise BackendUnavailableError(
-                    f"the {name!r} backend needs {exc.name!r}, which is not installed: "
-                    f"{self.install}"
-                ) from exc
-            raise
         return factory
 
     def load_probe(self) -> Probe:

@@ -11,7 +11,7 @@ import importlib
 import re
 from types import ModuleType
 
-from ..errors import BackendUnavailableError
+from ..errors import installed_for
 
 EMULATORS = {"daytona": "sandboxkit.emulators.daytona", "aviato": "sandboxkit.emulators.aviato"}
 """The emulator module of each provider; each has ``serve_forever``."""
@@ -26,11 +26,5 @@ def load_emulator(provider: str) -> ModuleType:
     """The emulator module of ``provider`` (a key of :data:`EMULATORS`), imported; a server
     library that is not installed is a :class:`~sandboxkit.errors.BackendUnavailableError`
     saying what to install (a core install has none of them)."""
-    try:
+    with installed_for(f"the {provider} emulator", INSTALL):
         return importlib.import_module(EMULATORS[provider])
-    except ModuleNotFoundError as exc:
-        if exc.name is None or exc.name.startswith("sandboxkit"):
-            raise
-        raise BackendUnavailableError(
-            f"the {provider} emulator needs {exc.name!r}, which is not installed: {INSTALL}"
-        ) from None
