@@ -30,6 +30,20 @@ class OutcomeKind(str, enum.Enum):
     the provider."""
 
 
+class Verdict(str, enum.Enum):
+    """A contest judge's word on a program (on one test, or its first failing one)."""
+
+    ACCEPTED = "accepted"
+    WRONG_ANSWER = "wrong_answer"
+    PARTIAL = "partial"
+    """A checker gave part of the test's points."""
+    TIME_LIMIT = "time_limit"
+    MEMORY_LIMIT = "memory_limit"
+    RUNTIME_ERROR = "runtime_error"
+    COMPILE_ERROR = "compile_error"
+    OUTPUT_LIMIT = "output_limit"
+
+
 @dataclass(frozen=True)
 class Outcome:
     kind: OutcomeKind
@@ -44,6 +58,8 @@ class Outcome:
     score: float | None = None
     """The score in [0, 1] a harness with a scoring rule gave (contest scoring: the fraction,
     all or nothing, subtask points); None from a harness without one."""
+    verdict: Verdict | None = None
+    """A contest harness's verdict: ``accepted``, or that of the first test not accepted."""
 
     @property
     def fraction(self) -> float:

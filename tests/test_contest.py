@@ -101,8 +101,8 @@ def test_the_outcomes_say_which_test_failed_and_why(reward: RewardFunction) -> N
     _call(reward, SHAPES["APPS input_output, strings"], log_extra=seen.__setitem__)
     right, wrong, crashing, slow = seen["stdio_tests_reward_outcome"]
     assert right == "passed 4/4"
-    assert wrong == "failed 3/4: test 3: wrong output"
-    assert crashing == "failed 0/4: test 0: runtime error (exit status 1)"
+    assert wrong == "failed 3/4: test 3: wrong answer"
+    assert crashing == "failed 0/4: test 0: runtime error (exit status 1: RuntimeError: boom)"
     assert slow.startswith("failed 3/4: test 3:") and "time" in slow
 
 

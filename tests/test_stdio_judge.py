@@ -13,7 +13,7 @@ import pytest
 
 from sandboxkit import Sandbox, SandboxClient, get_backend
 from sandboxkit.harness import StdioTests
-from sandboxkit.outcomes import Outcome, OutcomeKind
+from sandboxkit.outcomes import Outcome, OutcomeKind, Verdict
 
 CASES = [("5", "15"), ("1000", "500500"), ("100000", "5000050000")]
 RECURSIVE = (
@@ -87,7 +87,8 @@ def test_a_thread_that_never_ends_is_a_timeout(sandbox: Sandbox) -> None:
     )
     outcome = judge(sandbox, code, CASES[:2], timeout=0.5)
     assert outcome.kind is OutcomeKind.FAILED and outcome.passed == 1, outcome
-    assert outcome.detail.startswith("test 0: still running after 2.5s"), outcome
+    assert outcome.detail.startswith("test 0: time limit (still running after 2.5s"), outcome
+    assert outcome.verdict is Verdict.TIME_LIMIT, outcome
     assert outcome.duration < 20, outcome
 
 
@@ -98,7 +99,7 @@ def test_exit_status_is_the_programs_and_non_zero_is_a_runtime_error(sandbox: Sa
     right = RECURSIVE + "print(tri(int(input())))\n"
     failing = {
         "sys.exit(3)": "exit status 3",
-        "raise ValueError('late')": "exit status 1",
+        "raise ValueError('late')": "exit status 1: ValueError: late",
         "import os, signal\nsys.stdout.flush()\nos.kill(os.getpid(), signal.SIGKILL)": (
             "killed by signal 9"
         ),
@@ -107,6 +108,7 @@ def test_exit_status_is_the_programs_and_non_zero_is_a_runtime_error(sandbox: Sa
         outcome = judge(sandbox, right + ending + "\n")
         assert outcome.kind is OutcomeKind.FAILED and outcome.passed == 0, outcome
         assert outcome.detail == f"test 0: runtime error ({said})", outcome
+        assert outcome.verdict is Verdict.RUNTIME_ERROR, outcome
     passing = [
         "sys.exit(0)",
         "sys.exit()",

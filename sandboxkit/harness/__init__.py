@@ -17,114 +17,37 @@ through by itself (``assert f(x)`` passes any truthy result).
 from __future__ import annotations
 
 import copy
-import hmac
-import json
 import random
-import secrets
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
 from ..outcomes import Outcome, OutcomeKind
 from ..protocol import ExecResult
 from ..sanitize import pattern_bans
 from . import runner
+from .records import (
+    PYTHON,
+    Harness,
+    RunRequest,
+    last_line,
+    read_records,
+    runner_request,
+    unfinished,
+)
+from .stdio import StdioTests
 
-PYTHON = "python3"
-RUNNER_SOURCE = Path(runner.__file__).read_text()
-_START_SLACK = 15.0
-"""Seconds added to every run's deadline for interpreter start-up on a loaded machine."""
-
-
-@dataclass(frozen=True)
-class RunRequest:
-    argv: list[str]
-    stdin: bytes
-    timeout: float
-    key: bytes = b""
-    """The key the runner seals its records with (fresh per request; none without a runner)."""
-
-
-class Harness(Protocol):
-    def request(self, code: str) -> RunRequest: ...
-
-    def judge(self, result: ExecResult, request: RunRequest) -> Outcome:
-        """The outcome of ``result``, the run of ``request``."""
-
-
-def _frames(*objects: object) -> bytes:
-    return b"".join(runner.frame(o) for o in objects)
-
-
-def _runner_request(first: dict[str, Any], job: dict[str, Any], tests: int) -> RunRequest:
-    timeout = float(job["timeout"])
-    key = secrets.token_bytes(runner.KEY_BYTES)
-    return RunRequest(
-        argv=[PYTHON, "-I", "-c", RUNNER_SOURCE],
-        stdin=key.hex().encode() + b"\n" + _frames(first, job),
-        timeout=timeout * runner.WALL_FACTOR * (tests + 2) + _START_SLACK,
-        key=key,
-    )
-
-
-@dataclass
-class _Records:
-    load_error: str | None = None
-    load_timeout: bool = False
-    tests: dict[int, dict[str, Any]] = field(default_factory=dict)
-    done: bool = False
-    foreign: bool = False
-    """Whether a whole line was not the runner's."""
-
-
-def _records(result: ExecResult, request: RunRequest) -> _Records:
-    """The runner's records: lines sealed with the request's key (whatever else reached the
-    stream is ignored)."""
-    found = _Records()
-    lines = result.stdout.splitlines()
-    for i, sealed in enumerate(lines):
-        mac, _, line = sealed.partition(" ")
-        if not hmac.compare_digest(mac, runner.seal(request.key, line)):
-            found.foreign = found.foreign or not (result.truncated and i == len(lines) - 1)
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(record, dict):
-            continue
-        if "load_error" in record:
-            found.load_error = str(record["load_error"])
-            found.load_timeout = bool(record.get("timeout"))
-        elif isinstance(record.get("test"), int):
-            found.tests[record["test"]] = record
-        elif record.get("done") is True:
-            found.done = True
-    return found
-
-
-def _last_line(text: str) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1][:500] if lines else ""
-
-
-def _unfinished(result: ExecResult, records: _Records, total: int) -> Outcome | None:
-    """The outcome when the runner never got to judge: load failures and killed runs."""
-    if records.load_error is not None:
-        kind = OutcomeKind.TIMEOUT if records.load_timeout else OutcomeKind.ERROR
-        return Outcome(kind, 0, total, records.load_error, result.duration)
-    if result.truncated and not records.done and not records.foreign:
-        # Only the runner wrote, and its records did not all fit: not the candidate's doing.
-        detail = "the test runner's records went past the exec's output cap"
-        return Outcome(OutcomeKind.INFRA, 0, total, detail, result.duration)
-    if not records.done and not records.tests:
-        if result.timed_out:
-            return Outcome(OutcomeKind.TIMEOUT, 0, total, "timed out", result.duration)
-        detail = _last_line(result.stderr) or f"the test runner exited with {result.returncode}"
-        return Outcome(OutcomeKind.ERROR, 0, total, detail, result.duration)
-    return None
+__all__ = [
+    "AssertTests",
+    "ExecHarness",
+    "FunctionTask",
+    "FunctionTests",
+    "Harness",
+    "RunRequest",
+    "StdioTests",
+    "strict_equal",
+]
 
 
 @dataclass(frozen=True)
@@ -153,7 +76,7 @@ class ExecHarness:
         if result.timed_out:
             return Outcome(OutcomeKind.TIMEOUT, 0, 0, "timed out", result.duration)
         if result.returncode != 0:
-            return Outcome(OutcomeKind.ERROR, 0, 0, _last_line(result.stderr), result.duration)
+            return Outcome(OutcomeKind.ERROR, 0, 0, last_line(result.stderr), result.duration)
         return Outcome(OutcomeKind.PASSED, 0, 0, "", result.duration)
 
 
@@ -173,12 +96,12 @@ class AssertTests:
 
     def request(self, code: str) -> RunRequest:
         job = {"kind": "asserts", "timeout": self.timeout, "tests": list(self.tests)}
-        return _runner_request({"code": code, "setup": self.setup}, job, len(self.tests))
+        return runner_request({"code": code, "setup": self.setup}, job, len(self.tests))
 
     def judge(self, result: ExecResult, request: RunRequest) -> Outcome:
         total = len(self.tests)
-        records = _records(result, request)
-        early = _unfinished(result, records, total)
+        records = read_records(result, request)
+        early = unfinished(result, records, total)
         if early is not None:
             return early
         statuses = [records.tests.get(i, {}).get("status", "missing") for i in range(total)]
@@ -250,12 +173,12 @@ class FunctionTests:
     def request(self, code: str) -> RunRequest:
         calls = [[self.func_name, runner.encode(tuple(a))] for a in self.args]
         job = {"kind": "calls", "timeout": self.timeout, "calls": calls}
-        return _runner_request({"code": code, "setup": ""}, job, len(calls))
+        return runner_request({"code": code, "setup": ""}, job, len(calls))
 
     def judge(self, result: ExecResult, request: RunRequest) -> Outcome:
         total = len(self.args)
-        records = _records(result, request)
-        early = _unfinished(result, records, total)
+        records = read_records(result, request)
+        early = unfinished(result, records, total)
         if early is not None:
             return early
         passed = 0
@@ -317,72 +240,3 @@ class FunctionTask:
         args = [(eval(expr, {"random": rng, "__builtins__": __builtins__}),) for expr in self.tests]
         expected = [self.reference(*copy.deepcopy(a)) for a in args]
         return FunctionTests(self.func_name, args, expected, timeout)
-
-
-@dataclass(frozen=True)
-class StdioTests:
-    """Competitive-programming tests: the code is a program reading stdin; its stdout must
-    match the expected output up to whitespace (line ends, runs of spaces, blank lines), and it
-    must exit with status 0, as on a contest judge (any other status, ``sys.exit(3)`` or an
-    uncaught exception, is a runtime error whatever it printed).
-
-    Each program ends as ``python3`` ends a script: its non-daemon threads are joined (a
-    thread that never ends runs into the time limit), its ``atexit`` handlers run and its
-    streams are flushed; the main thread may use a stack of up to ``runner.STACK_BYTES``."""
-
-    cases: Sequence[tuple[str, str]]
-    """(input, expected output) pairs; expected outputs stay on the host."""
-    timeout: float = 5.0
-    output_cap: int = 1 << 20
-
-    def request(self, code: str) -> RunRequest:
-        job = {
-            "kind": "stdio",
-            "timeout": self.timeout,
-            "inputs": [i for i, _ in self.cases],
-            "output_cap": self.output_cap,
-        }
-        first = {"code": code, "setup": "", "kind": "stdio"}
-        return _runner_request(first, job, len(self.cases))
-
-    def judge(self, result: ExecResult, request: RunRequest) -> Outcome:
-        total = len(self.cases)
-        records = _records(result, request)
-        early = _unfinished(result, records, total)
-        if early is not None:
-            return early
-        passed, timeouts, detail = 0, 0, ""
-        scores = []
-        for i, (_, expected) in enumerate(self.cases):
-            record = records.tests.get(i, {"status": "missing"})
-            exited = record.get("status") == "exited"
-            ok = (
-                exited
-                and record.get("exit") == 0
-                and record.get("digest") == runner.output_digest(expected)
-            )
-            scores.append(1.0 if ok else 0.0)
-            if record.get("status") == "timeout":
-                timeouts += 1
-                detail = detail or f"test {i}: {record.get('detail', 'timed out')}"
-            elif exited and record.get("exit") != 0:
-                status = record.get("exit")
-                said = (
-                    "no exit status"
-                    if not isinstance(status, int)
-                    else f"killed by signal {-status}"
-                    if status < 0
-                    else f"exit status {status}"
-                )
-                detail = detail or f"test {i}: runtime error ({said})"
-            elif ok:
-                passed += 1
-            else:
-                detail = detail or f"test {i}: wrong output"
-        if passed == total:
-            kind = OutcomeKind.PASSED
-        elif passed == 0 and timeouts == total:
-            kind = OutcomeKind.TIMEOUT
-        else:
-            kind = OutcomeKind.FAILED
-        return Outcome(kind, passed, total, detail, result.duration, tuple(scores))

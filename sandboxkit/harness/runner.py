@@ -58,6 +58,7 @@ if TYPE_CHECKING:  # typing's imports would slow every run; annotations are neve
     """JSON-able data as the codec produces it."""
     Record: TypeAlias = dict[str, Any]
     Names: TypeAlias = dict[str, dict[str, Any]]
+    Env: TypeAlias = dict[str, str]
 
 MAX_FRAME = 64 * 1024 * 1024
 """Bytes of one frame at most: a result whose encoding is longer fails its test, saying so."""
@@ -381,11 +382,12 @@ class Clock:
     the limit, ends a program that sleeps or blocks. The CPU clock is read only when the
     limit could first have been reached, so a quick test never reads it."""
 
-    def __init__(self, pid: int, limit: float) -> None:
+    def __init__(self, pid: int, limit: float, wall: float | None = None) -> None:
         self.clock_id = (~pid << 3) | 2  # the process's CPU-time clock (Linux, CPUCLOCK_SCHED)
         self.limit = limit
+        self.wall = limit * WALL_FACTOR if wall is None else wall
         self.started = time.monotonic()
-        self.backstop = self.started + limit * WALL_FACTOR
+        self.backstop = self.started + self.wall
         self.check_at = self.started + limit / CPUS
 
     def wait(self, readers: list[Any], writers: list[Any] | None = None) -> list[Any]:
@@ -394,9 +396,7 @@ class Clock:
         while True:
             now = time.monotonic()
             if now >= self.backstop:
-                raise TimeUp(
-                    "wall", f"still running after {self.limit * WALL_FACTOR:g}s of wall-clock time"
-                )
+                raise TimeUp("wall", f"still running after {self.wall:g}s of wall-clock time")
             if now >= self.check_at:
                 try:
                     used = time.clock_gettime(self.clock_id)
@@ -418,13 +418,19 @@ class Channel:
     """T's end of the socket to one candidate child."""
 
     def __init__(
-        self, sock: socket.socket, clock: Clock, exit_sock: socket.socket | None = None
+        self,
+        sock: socket.socket,
+        clock: Clock,
+        exit_sock: socket.socket | None = None,
+        stderr: socket.socket | None = None,
     ) -> None:
         self.sock = sock
         self.fd = sock.fileno()
         self.clock = clock
         self.exit_sock = exit_sock
         """Where the zygote sends the exit status of a whole program's process."""
+        self.stderr = stderr
+        """A whole program's stderr (its tail says why it failed)."""
 
     def request(self, message: dict[str, Any]) -> Any:
         message = dict(message)
@@ -526,24 +532,33 @@ def describe(namespace: dict[str, Any]) -> Names:
     return names
 
 
-def zygote(ctl: socket.socket, code: str, setup: str, program: bool) -> None:
+def zygote(ctl: socket.socket, code: str, setup: str, program: Record | None) -> None:
     """Z: load the candidate once (a whole ``program``: compile it), then fork a fresh child
     per test on request."""
     namespace = {"__name__": CANDIDATE_MODULE, "__builtins__": __builtins__}
+    native = program.get("native") if program is not None else None
     try:
-        if program:
-            compiled = compile(code, "<candidate>", "exec")
-            raise_stack_limit()
+        if program is not None and native is not None:
+            argv, env = build(native, code, program)
+            ctl.sendall(frame({"loaded": {}}))
+        elif program is not None:
+            try:
+                compiled = compile(code, "<candidate>", "exec")
+            except (SyntaxError, ValueError) as exc:
+                raise BuildError("compile", f"compile error: {exception_line(exc)}") from None
             ctl.sendall(frame({"loaded": {}}))
         else:
             exec(compile(code + "\n" + setup, "<candidate>", "exec"), namespace)
             ctl.sendall(frame({"loaded": describe(namespace)}))
+    except BuildError as exc:
+        ctl.sendall(frame({"load_error": str(exc)[:MAX_RECORD], "build": exc.kind}))
+        os._exit(0)
     except BaseException as exc:
         ctl.sendall(frame({"load_error": exception_line(exc)}))
         os._exit(0)
     # Children are reaped by the kernel; a program's by report_exit, which needs SIGCHLD's
     # default even where the sandbox started this process with it ignored.
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL if program else signal.SIG_IGN)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL if program is not None else signal.SIG_IGN)
     fd = ctl.fileno()
     while True:
         try:
@@ -551,65 +566,95 @@ def zygote(ctl: socket.socket, code: str, setup: str, program: bool) -> None:
         except (EOFError, OSError, ValueError):
             os._exit(0)
         mine, theirs = socket.socketpair()
-        # A program's exit status goes to T from here, its parent, over a socket of its own.
-        status_mine, status_theirs = socket.socketpair() if program else (None, None)
+        # A program's exit status goes to T from here, its parent, over a socket of its own;
+        # its stderr over another.
+        status_mine = status_theirs = err_mine = err_theirs = None
+        if program is not None:
+            status_mine, status_theirs = socket.socketpair()
+            err_mine, err_theirs = socket.socketpair()
         pid = os.fork()
         if pid == 0:
-            for end in (ctl, theirs, status_mine, status_theirs):
+            for end in (ctl, theirs, status_mine, status_theirs, err_theirs):
                 if end is not None:
                     end.close()
-            if program:
-                run_program(mine, compiled)
+            if program is not None:
+                assert err_mine is not None
+                limit_program(program)
+                if native is not None:
+                    exec_program(mine, err_mine, argv, env)
+                run_program(mine, err_mine, compiled)
             serve(mine, namespace)
-        ends = [theirs] if status_theirs is None else [theirs, status_theirs]
+        ends = [e for e in (theirs, status_theirs, err_theirs) if e is not None]
         socket.send_fds(ctl, [frame({"child": pid})], [end.fileno() for end in ends])
-        for end in (mine, *ends):
-            end.close()
+        for end in (mine, err_mine, *ends):
+            if end is not None:
+                end.close()
         if status_mine is not None:
             report_exit(pid, status_mine)
 
 
 def report_exit(pid: int, sock: socket.socket) -> None:
     """Z: wait for the program's process to end (T kills it at its time limit), then send
-    T its exit status as ``os.waitstatus_to_exitcode`` gives it (``-N``: killed by signal N).
-    The program cannot reach this socket."""
+    T its exit status as ``os.waitstatus_to_exitcode`` gives it (``-N``: killed by signal N)
+    and its peak memory (KiB). The program cannot reach this socket."""
     with contextlib.suppress(OSError):  # T gave up on the test, or no status to have
-        _, status = os.waitpid(pid, 0)
-        sock.sendall(b"%d" % os.waitstatus_to_exitcode(status))
+        _, status, usage = os.wait4(pid, 0)
+        sock.sendall(b"%d %d" % (os.waitstatus_to_exitcode(status), usage.ru_maxrss))
     sock.close()
 
 
 STACK_BYTES = 256 * 1024 * 1024
 """The main thread's stack limit for a program (``RLIMIT_STACK``, raised up to the hard limit,
-never lowered), as contest judges give: deep recursion through C frames (``functools.cache``,
-``sorted`` keys) needs more than the usual 8 MiB. Threads keep their own ``stack_size``."""
+never lowered), as contest judges give: deep recursion (in Python, through C frames:
+``functools.cache``, ``sorted`` keys) needs more than the usual 8 MiB. Threads keep their
+own ``stack_size``."""
 
 
-def raise_stack_limit() -> None:
-    """Z, once for all its programs: ``RLIMIT_STACK`` up to ``STACK_BYTES``."""
+def set_limit(which: int, wanted: int, *, lower: bool = True) -> None:
+    """Set one rlimit to ``wanted`` (never above the hard limit; with ``lower`` off, never
+    below the current soft limit either)."""
     import resource
 
-    soft, hard = resource.getrlimit(resource.RLIMIT_STACK)
-    if soft != resource.RLIM_INFINITY and soft < STACK_BYTES:
-        wanted = STACK_BYTES if hard == resource.RLIM_INFINITY else min(STACK_BYTES, hard)
-        resource.setrlimit(resource.RLIMIT_STACK, (max(soft, wanted), hard))
+    soft, hard = resource.getrlimit(which)
+    value = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if not lower and (soft == resource.RLIM_INFINITY or soft >= value):
+        return
+    resource.setrlimit(which, (value, hard))
 
 
-def run_program(sock: socket.socket, program: types.CodeType) -> None:
+def limit_program(program: Record) -> None:
+    """C, before the program: its stack (raised), and its memory (``RLIMIT_DATA``: private
+    writable memory, what a program allocates, not address space it reserves)."""
+    import resource
+
+    set_limit(resource.RLIMIT_STACK, program.get("stack") or STACK_BYTES, lower=False)
+    memory = (program.get("native") or {}).get("memory", program.get("memory"))
+    if memory:
+        set_limit(resource.RLIMIT_DATA, int(memory))
+
+
+def child_stdio(sock: socket.socket, err: socket.socket) -> None:
+    """C: the socket as stdin and stdout, ``err`` as stderr, nothing else open."""
+    os.dup2(sock.fileno(), 0)
+    os.dup2(sock.fileno(), 1)
+    os.dup2(err.fileno(), 2)
+    os.closerange(3, 65536)
+
+
+def run_program(sock: socket.socket, err: socket.socket, program: types.CodeType) -> None:
     """C for stdin/stdout tests: run the program with the socket as its stdin and stdout, and
     end it as the interpreter ends a script, with the same exit status."""
     import atexit
+    import traceback
 
     atexit._clear()  # a fresh interpreter has no exit handlers: none of the template's
     # Taken before the program runs: what it rebinds in these modules is its own, not the end
     # the interpreter would give it.
-    run_exitfuncs, exit_now = atexit._run_exitfuncs, os._exit
-    os.dup2(sock.fileno(), 0)
-    os.dup2(sock.fileno(), 1)
-    os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
-    os.closerange(3, 65536)
+    run_exitfuncs, exit_now, print_exception = atexit._run_exitfuncs, os._exit, traceback.print_exc
+    child_stdio(sock, err)
     sys.stdin = open(0, closefd=False)  # noqa: SIM115 (lives until _exit)
     sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
     status = 0
     try:
         exec(program, {"__name__": "__main__", "__builtins__": __builtins__})
@@ -617,6 +662,8 @@ def run_program(sock: socket.socket, program: types.CodeType) -> None:
         status = exit_status(exc.code)
     except BaseException:
         status = 1
+        with contextlib.suppress(BaseException):
+            print_exception(limit=-3)
     try:
         # The interpreter's shutdown, in its order: join non-daemon threads (a program that
         # never ends its threads runs into its time limit), run atexit handlers, flush.
@@ -633,6 +680,161 @@ def run_program(sock: socket.socket, program: types.CodeType) -> None:
         except Exception:
             status = 120  # as the interpreter, when its streams cannot be flushed
     exit_now(status)
+
+
+def exec_program(sock: socket.socket, err: socket.socket, argv: list[str], env: Env) -> None:
+    """C for a compiled (or another interpreter's) program: become it."""
+    child_stdio(sock, err)
+    try:
+        os.execve(argv[0], argv, env)
+    except OSError as exc:
+        os.write(2, f"cannot run {argv[0]}: {exc}\n".encode())
+    os._exit(127)
+
+
+class BuildError(Exception):
+    """Z could not make the program runnable: ``kind`` ``compile`` (its code) or
+    ``toolchain`` (the sandbox lacks the language's tools)."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(detail)
+        self.kind = kind
+
+
+def build(native: Record, code: str, program: Record) -> tuple[list[str], Env]:
+    """Z, for a language other than Python: write the source into this run's directory,
+    compile it once, and return the command and environment every test runs."""
+    import shutil
+
+    work = program["dir"]
+    os.chdir(work)
+    env = {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"), "LANG": "C.UTF-8"}
+    env["HOME"] = work
+    env.update({k: v.replace("{dir}", work) for k, v in native.get("env", {}).items()})
+    tools = native["compile"] or native["run"]
+    if shutil.which(tools[0], path=env["PATH"]) is None:
+        raise BuildError(
+            "toolchain",
+            f"the sandbox has no {native['toolchain'] or tools[0]} for {native['language']}"
+            f" (install it in the image: {native['install']})",
+        )
+    with open(native["source"], "w", encoding="utf-8") as source:
+        source.write(code)
+    argv = list(native["compile"])
+    if argv:
+        limits = program["compile_limits"]
+        if native.get("pch"):
+            include = precompiled(native, program, env)
+            if include:
+                argv[1:1] = ["-I", include]
+        status, said = run_tool(argv, env, limits)
+        if status != 0:
+            raise BuildError("compile", compile_message(status, said, limits))
+    run = list(native["run"])
+    found = run[0] if "/" in run[0] else shutil.which(run[0], path=env["PATH"])
+    if found is None:
+        raise BuildError("toolchain", f"the sandbox has no {run[0]} for {native['language']}")
+    return [found, *run[1:]], env
+
+
+def run_tool(argv: list[str], env: Env, limits: Record) -> tuple[int | None, str]:
+    """Run a compiler under the compile limits: (exit status, None on its time limit; the
+    tail of what it said)."""
+    import resource
+    import subprocess
+
+    def limit() -> None:
+        set_limit(resource.RLIMIT_CPU, int(limits["cpu"]) + 1)
+        set_limit(resource.RLIMIT_DATA, int(limits["memory"]))
+
+    try:
+        done = subprocess.run(
+            argv,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=limits["wall"],
+            preexec_fn=limit,
+        )
+    except subprocess.TimeoutExpired:
+        return None, ""
+    said = (done.stderr or done.stdout).decode("utf-8", "replace")
+    return done.returncode, said
+
+
+def compile_message(status: int | None, said: str, limits: Record) -> str:
+    """What a failed compile says: its first error line (or its last words)."""
+    if status is None:
+        return f"compile error: the compiler ran past {limits['wall']:g}s"
+    if status < 0 and -status in (signal.SIGXCPU, signal.SIGKILL):
+        return f"compile error: the compiler ran past {limits['cpu']:g}s of CPU time"
+    lines = [line for line in said.splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower()]
+    first = (errors or lines[-1:] or [f"the compiler exited with {status}"])[0]
+    return f"compile error: {first.strip()}"
+
+
+def precompiled(native: Record, program: Record, env: Env) -> str:
+    """The directory holding ``native['pch']`` precompiled with the compile's own flags, for
+    the front of the include path; "" where it cannot be had (then compiles go without).
+
+    Built once per sandbox in a cache next to the runs. Files there are the candidates' to
+    write too, so a cached header counts only while its seal holds: a MAC, under a key only
+    the runner holds, of its inode, size and change time (which no one can set back), so one
+    completion cannot plant a header that changes how another one compiles."""
+    header = native["pch"]
+    argv = list(native["compile"])
+    flags = [a for i, a in enumerate(argv[1:], 1) if a != "-o" and argv[i - 1] != "-o"]
+    flags = [a for a in flags if a != native["source"]]
+    name = blake2b(json.dumps([argv[0], flags, header]).encode(), digest_size=8).hexdigest()
+    cache = os.path.join(program["cache"], f"pch-{name}")
+    target = os.path.join(cache, header + ".gch")
+    key = bytes.fromhex(program["cache_key"])
+
+    def mark(path: str) -> str:
+        info = os.stat(path, follow_symlinks=False)
+        stamp = f"{info.st_dev}:{info.st_ino}:{info.st_mode}:{info.st_size}:{info.st_ctime_ns}"
+        return blake2b(stamp.encode(), key=key, digest_size=16).hexdigest()
+
+    def sealed() -> bool:
+        try:
+            with open(target + ".seal") as seal_file:
+                return hmac_equal(seal_file.read(), mark(target))
+        except OSError:
+            return False
+
+    if not sealed():
+        try:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            wrapper = os.path.join(cache, "header.h")
+            with open(wrapper, "w") as wrapper_file:
+                wrapper_file.write(f"#include <{header}>\n")
+            partial = f"{target}.{os.getpid()}"
+            limits = dict(program["compile_limits"], wall=PCH_WALL, cpu=PCH_WALL)
+            build_argv = [argv[0], *flags, "-x", "c++-header", wrapper, "-o", partial]
+            status, _ = run_tool(build_argv, env, limits)
+            if status != 0:
+                return ""
+            os.replace(partial, target)
+            with open(target + ".seal", "w") as seal_file:
+                seal_file.write(mark(target))
+        except OSError:
+            return ""
+    # The compile takes it through a directory of this run's own, which holds nothing else.
+    own = os.path.join(program["dir"], ".pch")
+    os.makedirs(os.path.join(own, os.path.dirname(header)), exist_ok=True)
+    os.symlink(os.path.abspath(target), os.path.join(own, header + ".gch"))
+    return own
+
+
+PCH_WALL = 120.0
+"""Seconds a sandbox's first compile may spend precompiling its header."""
+
+
+def hmac_equal(a: str, b: str) -> bool:
+    import hmac
+
+    return hmac.compare_digest(a.encode(), b.encode())
 
 
 def exit_status(code: object) -> int:
@@ -660,11 +862,15 @@ class Reporter:
     def __init__(self, key: bytes) -> None:
         self.key = key
 
-    def emit(self, record: Record) -> None:
+    def emit(self, record: Record, keep: tuple[str, ...] = ()) -> None:
+        """Write ``record``, its text fields shortened to fit ``MAX_RECORD`` (those in
+        ``keep``, whose size the caller bounds, do not count)."""
         line = json.dumps(record)
-        while len(line) > MAX_RECORD and record.get("detail"):
-            record["detail"] = record["detail"][: len(record["detail"]) // 2]
-            line = json.dumps(record)
+        kept = sum(len(json.dumps(record[k])) for k in keep if k in record)
+        for name in ("stderr", "detail"):
+            while len(line) - kept > MAX_RECORD and record.get(name):
+                record[name] = record[name][: len(record[name]) // 2]
+                line = json.dumps(record)
         sys.stdout.write(f"{seal(self.key, line)} {line}\n")
         sys.stdout.flush()
 
@@ -703,11 +909,12 @@ def _decimal_digits(text: str) -> str:
     return str(number.normalize(decimal.Context(prec=decimal.MAX_PREC)))
 
 
-def output_digest(text: str) -> str:
-    """A digest of a program's output up to whitespace (line ends, runs of spaces, blank
-    lines): stdin/stdout tests compare these."""
-    lines = [line.split() for line in text.strip().splitlines() if line.strip()]
-    return blake2b(json.dumps(lines).encode()).hexdigest()
+def output_digest(text: str, case_sensitive: bool = True) -> str:
+    """A digest of a program's output token by token (whitespace of any kind and amount
+    between tokens is one separator, as a contest judge's default checker reads it):
+    stdin/stdout tests compare these."""
+    tokens = (text if case_sensitive else text.lower()).split()
+    return blake2b(json.dumps(tokens).encode()).hexdigest()
 
 
 def make_undumpable() -> None:
@@ -735,7 +942,7 @@ def read_key() -> mmap.mmap:
     return memory
 
 
-def start_zygote(code: str, setup: str, program: bool) -> tuple[int, socket.socket]:
+def start_zygote(code: str, setup: str, program: Record | None) -> tuple[int, socket.socket]:
     t_end, z_end = socket.socketpair()
     pid = os.fork()
     if pid == 0:
@@ -752,9 +959,9 @@ def start_zygote(code: str, setup: str, program: bool) -> tuple[int, socket.sock
     return pid, t_end
 
 
-def load(t_end: socket.socket, zygote_pid: int, timeout: float) -> Record:
+def load(t_end: socket.socket, zygote_pid: int, timeout: float, wall: float | None) -> Record:
     try:
-        Clock(zygote_pid, timeout).wait([t_end])
+        Clock(zygote_pid, timeout, wall).wait([t_end])
     except TimeUp as exc:
         return {"load_error": f"TimeoutError: loading the code {exc}", "timeout": True}
     try:
@@ -763,20 +970,25 @@ def load(t_end: socket.socket, zygote_pid: int, timeout: float) -> Record:
         return {"load_error": "the code's process ended while loading"}
     if type(loaded) is not dict or not ("loaded" in loaded or "load_error" in loaded):
         return {"load_error": "the code's process sent something else than its names"}
-    return {"load_error": str(loaded["load_error"])} if "load_error" in loaded else loaded
+    if "load_error" in loaded:
+        return {"load_error": str(loaded["load_error"]), "build": str(loaded.get("build", ""))}
+    return loaded
 
 
-def child_channel(t_end: socket.socket, timeout: float) -> tuple[int, Channel]:
+def child_channel(
+    t_end: socket.socket, timeout: float, wall: float | None = None
+) -> tuple[int, Channel]:
     """A fresh candidate child from the zygote (which the candidate controls: trust nothing)."""
     try:
-        t_end.settimeout(timeout * WALL_FACTOR)
+        t_end.settimeout(timeout * WALL_FACTOR if wall is None else wall)
         t_end.sendall(frame({"fork": True}))
-        msg, fds, _flags, _addr = socket.recv_fds(t_end, 256, 2)
+        msg, fds, _flags, _addr = socket.recv_fds(t_end, 256, 3)
         pid = int(json.loads(msg.split(b"\n", 1)[1])["child"])
         socks = [socket.socket(fileno=fd) for fd in fds]
     except Exception:
         raise RemoteError("the candidate's process could not start a test") from None
-    return pid, Channel(socks[0], Clock(pid, timeout), socks[1] if len(socks) > 1 else None)
+    socks += [None] * (3 - len(socks))  # type: ignore[list-item]
+    return pid, Channel(socks[0], Clock(pid, timeout, wall), socks[1], socks[2])
 
 
 def referred_names(names: Any, *codes: types.CodeType) -> dict[str, Any]:
@@ -865,16 +1077,23 @@ def run_calls(job: Record, t_end: socket.socket, report: Reporter) -> None:
         report.emit({"test": index, **judge(call, t_end, job["timeout"])})
 
 
-def judge(test: Callable[[list[Channel]], Record], t_end: socket.socket, timeout: float) -> Record:
+def judge(
+    test: Callable[[list[Channel]], Record],
+    t_end: socket.socket,
+    timeout: float,
+    wall: float | None = None,
+) -> Record:
     """Run one test against a fresh candidate child; the verdict is T's alone."""
     pid = None
     box: list[Channel] = []
     try:
-        pid, channel = child_channel(t_end, timeout)
+        pid, channel = child_channel(t_end, timeout, wall)
         box.append(channel)
         return test(box)
     except TimeUp as exc:
         return {"status": "timeout", "limit": exc.limit, "detail": str(exc)}
+    except OutputLimit as exc:
+        return {"status": "output_limit", "detail": str(exc)}
     except (RemoteError, CodecError) as exc:
         return {"status": "error", "detail": str(exc)}
     except Exception as exc:  # AssertionError and whatever else the test raised
@@ -888,26 +1107,60 @@ def end_child(pid: int, channel: Channel | None) -> None:
     with contextlib.suppress(OSError):
         os.kill(pid, signal.SIGKILL)
     if channel is not None:
-        channel.sock.close()
-        if channel.exit_sock is not None:
-            channel.exit_sock.close()
+        for sock in (channel.sock, channel.exit_sock, channel.stderr):
+            if sock is not None:
+                sock.close()
+
+
+class OutputLimit(Exception):
+    """A program wrote more than its output limit."""
+
+
+STDERR_TAIL = 300
+"""Characters of a failed program's stderr kept for its outcome's detail."""
+RETURN_BUDGET = 768 * 1024
+"""Bytes of outputs (compressed) an exec may send back for a checker on the host: the exec's
+stdout is capped (1 MiB on every backend)."""
 
 
 def run_stdio(job: Record, t_end: socket.socket, report: Reporter) -> None:
-    """Each input runs the candidate as a whole program in a fresh process."""
+    """Each input runs the candidate as a whole program in a fresh process. Its output
+    crosses to the host as a digest of its tokens (``compare``: ``tokens`` or
+    ``tokens_nocase``), or itself, compressed, for a checker there (``output``)."""
+    compare = job.get("compare", "tokens")
+    budget = [RETURN_BUDGET]
     for index, stdin_text in enumerate(job["inputs"]):
 
         def run(box: list[Channel], data: bytes = stdin_text.encode()) -> Record:
-            out = collect(box[0], data, job.get("output_cap", 1 << 20))
-            digest = output_digest(out.decode("utf-8", "replace"))
-            return {"status": "exited", "digest": digest, "exit": ended(box[0])}
+            channel = box[0]
+            out, err = collect(channel, data, job.get("output_cap", 1 << 20))
+            exit_code, rss = ended(channel)
+            record: Record = {"status": "exited", "exit": exit_code, "rss": rss}
+            if exit_code != 0 and err:
+                record["stderr"] = err
+            text = out.decode("utf-8", "replace")
+            if compare != "output":
+                record["digest"] = output_digest(text, compare == "tokens")
+                return record
+            import zlib
 
-        report.emit({"test": index, **judge(run, t_end, job["timeout"])})
+            packed = base64.b64encode(zlib.compress(out, 6)).decode()
+            if len(packed) > budget[0]:
+                raise OutputLimit(
+                    "its output is over what an exec can send back to the host's checker"
+                )
+            budget[0] -= len(packed)
+            record["output"] = packed
+            return record
+
+        found = judge(run, t_end, job["timeout"], job.get("wall"))
+        report.emit({"test": index, **found}, keep=("output",))
 
 
-def ended(channel: Channel) -> int | None:
-    """The program's exit status (``-N``: killed by signal N), once its process has ended
-    (its threads joined, within its time limit); None if the zygote could not say."""
+def ended(channel: Channel) -> tuple[int | None, int | None]:
+    """The program's exit status (``-N``: killed by signal N) and peak memory (KiB), once its
+    process has ended (its threads joined, within its time limit); None if the zygote could
+    not say."""
     if channel.exit_sock is None:
         raise RemoteError("the candidate's process came without a channel for its exit status")
     sent = b""
@@ -919,21 +1172,24 @@ def ended(channel: Channel) -> int | None:
             chunk = b""
         if not chunk:
             try:
-                return int(sent)
+                status, rss = (int(n) for n in sent.split())
             except ValueError:
-                return None
-        sent = (sent + chunk)[:4]
+                return None, None
+            return status, rss
+        sent = (sent + chunk)[:48]
 
 
-def collect(channel: Channel, data: bytes, cap: int) -> bytes:
-    """Feed the program its stdin and read its stdout (up to ``cap`` bytes) until it ends."""
-    sock = channel.sock
+def collect(channel: Channel, data: bytes, cap: int) -> tuple[bytes, str]:
+    """Feed the program its stdin and read its stdout (past ``cap`` bytes: :class:`OutputLimit`)
+    until it ends, and the tail of its stderr."""
+    sock, err = channel.sock, channel.stderr
     sock.setblocking(False)
-    out = bytearray()
+    out, said = bytearray(), bytearray()
     if not data:
         sock.shutdown(socket.SHUT_WR)
+    readers = [sock] if err is None else [sock, err]
     while True:
-        ready = channel.clock.wait([sock], [sock] if data else [])
+        ready = channel.clock.wait(readers, [sock] if data else [])
         if sock in ready and data:
             try:
                 data = data[sock.send(data[:65536]) :]
@@ -944,6 +1200,17 @@ def collect(channel: Channel, data: bytes, cap: int) -> bytes:
             if not data:
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_WR)
+        if err is not None and err in ready:
+            try:
+                chunk = err.recv(65536)
+            except OSError:
+                chunk = b""
+            if chunk:
+                said = (said + chunk)[-4 * STDERR_TAIL :]
+            else:
+                readers = [sock]
+        if sock not in ready:
+            continue
         try:
             chunk = sock.recv(65536)
         except BlockingIOError:
@@ -951,32 +1218,53 @@ def collect(channel: Channel, data: bytes, cap: int) -> bytes:
         except OSError:
             chunk = b""
         if not chunk:
-            return bytes(out)
-        out += chunk[: cap - len(out)]
+            tail = said.decode("utf-8", "replace").strip()
+            return bytes(out), tail[-STDERR_TAIL:]
+        out += chunk
+        if len(out) > cap:
+            raise OutputLimit(f"wrote more than {cap} bytes of output")
 
 
 def main() -> None:
     key_memory = read_key()
     first = read_frame(0)
     code, setup = first["code"], first.get("setup", "")
-    kind = first.get("kind")
+    program = first.get("program") if first.get("kind") == "stdio" else None
+    if program is not None and program.get("dir"):
+        for place in ("dir", "cache"):  # absolute: the zygote works in the run's directory
+            program[place] = os.path.abspath(program[place])
+        os.makedirs(program["dir"], exist_ok=True)
     make_undumpable()
-    zygote_pid, t_end = start_zygote(code, setup, program=kind == "stdio")
+    zygote_pid, t_end = start_zygote(code, setup, program)
     # Only now, in T alone: T forks nothing else.
     report = Reporter(bytes.fromhex(key_memory[:].decode()))
     key_memory.close()
     job = read_frame(0)  # only now: the zygote never had the tests in its memory
-    loaded = load(t_end, zygote_pid, job["timeout"] * 2)
-    if "load_error" in loaded:
-        report.emit({"load_error": loaded["load_error"], "timeout": bool(loaded.get("timeout"))})
-    elif job["kind"] == "asserts":
-        run_asserts(job, t_end, loaded["loaded"], setup, report)
-    elif job["kind"] == "calls":
-        run_calls(job, t_end, report)
-    else:
-        run_stdio(job, t_end, report)
-    with contextlib.suppress(OSError):
-        os.kill(zygote_pid, signal.SIGKILL)
+    try:
+        limits = (program or {}).get("compile_limits")
+        build_wall = limits["wall"] + PCH_WALL if limits else None
+        loaded = load(t_end, zygote_pid, job["timeout"] * 2, build_wall)
+        if "load_error" in loaded:
+            report.emit(
+                {
+                    "load_error": loaded["load_error"],
+                    "timeout": bool(loaded.get("timeout")),
+                    "build": loaded.get("build", ""),
+                }
+            )
+        elif job["kind"] == "asserts":
+            run_asserts(job, t_end, loaded["loaded"], setup, report)
+        elif job["kind"] == "calls":
+            run_calls(job, t_end, report)
+        else:
+            run_stdio(job, t_end, report)
+    finally:
+        with contextlib.suppress(OSError):
+            os.kill(zygote_pid, signal.SIGKILL)
+        if program is not None and program.get("dir"):
+            import shutil
+
+            shutil.rmtree(program["dir"], ignore_errors=True)
     report.emit({"done": True})
 
 

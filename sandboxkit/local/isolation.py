@@ -201,7 +201,11 @@ def _system_binds(python: str) -> list[str]:
             args += ["--symlink", os.readlink(top), top]
         elif os.path.isdir(top):
             args += ["--ro-bind", top, top]
-    for name in ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "alternatives"):
+    # The dynamic loader's files, the toolchains' links, and the JDK's configuration (Debian
+    # keeps it in /etc; without it no JVM starts): nothing of the host's own.
+    names = ["ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "alternatives"]
+    names += sorted(p.name for p in Path("/etc").glob("java-*") if p.is_dir())
+    for name in names:
         path = f"/etc/{name}"
         if os.path.exists(path):
             args += ["--ro-bind", path, path]

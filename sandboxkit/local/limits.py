@@ -26,7 +26,8 @@ class Limits:
     each process (RLIMIT_AS)."""
     processes: int = 128
     """Processes and threads (pids cgroup where one is available, else RLIMIT_NPROC)."""
-    file_size_mb: int = 64
+    file_size_mb: int = 256
+    """Per file: room for a precompiled C++ header (about 100 MB for bits/stdc++.h)."""
     disk_mb: int = 512
     """/workspace and /tmp of a sandbox together (a tmpfs of its own, where the host can mount
     one; elsewhere only ``file_size_mb`` holds)."""

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..harness import RUNNER_SOURCE
+from ..harness.records import RUNNER_SOURCE
 from ..protocol import KILLED_RETURNCODE, ExecResult
 from . import forkserver
 from .supervisor import Confinement, Spawned, spawn

@@ -1,0 +1,116 @@
+"""What every harness shares: the request for one sandbox run, and reading the trusted
+runner's sealed records out of its result."""
+
+from __future__ import annotations
+
+import hmac
+import json
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..outcomes import Outcome, OutcomeKind
+from ..protocol import ExecResult
+from . import runner
+
+PYTHON = "python3"
+RUNNER_SOURCE = Path(runner.__file__).read_text()
+START_SLACK = 15.0
+"""Seconds added to every run's deadline for interpreter start-up on a loaded machine."""
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    argv: list[str]
+    stdin: bytes
+    timeout: float
+    key: bytes = b""
+    """The key the runner seals its records with (fresh per request; none without a runner)."""
+
+
+class Harness(Protocol):
+    def request(self, code: str) -> RunRequest: ...
+
+    def judge(self, result: ExecResult, request: RunRequest) -> Outcome:
+        """The outcome of ``result``, the run of ``request``."""
+
+
+def frames(*objects: object) -> bytes:
+    return b"".join(runner.frame(o) for o in objects)
+
+
+def runner_request(
+    first: dict[str, Any], job: dict[str, Any], tests: int, *, extra: float = 0.0
+) -> RunRequest:
+    """The runner's run of ``job``; ``extra`` seconds on top of the tests' time (a compile)."""
+    per_test = float(job.get("wall") or float(job["timeout"]) * runner.WALL_FACTOR)
+    key = secrets.token_bytes(runner.KEY_BYTES)
+    return RunRequest(
+        argv=[PYTHON, "-I", "-c", RUNNER_SOURCE],
+        stdin=key.hex().encode() + b"\n" + frames(first, job),
+        timeout=per_test * (tests + 2) + START_SLACK + extra,
+        key=key,
+    )
+
+
+@dataclass
+class Records:
+    load_error: str | None = None
+    load_timeout: bool = False
+    build: str = ""
+    """Why a program could not be built: ``compile`` (its code) or ``toolchain`` (the
+    sandbox's)."""
+    tests: dict[int, dict[str, Any]] = field(default_factory=dict)
+    done: bool = False
+    foreign: bool = False
+    """Whether a whole line was not the runner's."""
+
+
+def read_records(result: ExecResult, request: RunRequest) -> Records:
+    """The runner's records: lines sealed with the request's key (whatever else reached the
+    stream is ignored)."""
+    found = Records()
+    lines = result.stdout.splitlines()
+    for i, sealed in enumerate(lines):
+        mac, _, line = sealed.partition(" ")
+        if not hmac.compare_digest(mac, runner.seal(request.key, line)):
+            found.foreign = found.foreign or not (result.truncated and i == len(lines) - 1)
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(record, dict):
+            continue
+        if "load_error" in record:
+            found.load_error = str(record["load_error"])
+            found.load_timeout = bool(record.get("timeout"))
+            found.build = str(record.get("build") or "")
+        elif isinstance(record.get("test"), int):
+            found.tests[record["test"]] = record
+        elif record.get("done") is True:
+            found.done = True
+    return found
+
+
+def last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:500] if lines else ""
+
+
+def unfinished(result: ExecResult, records: Records, total: int) -> Outcome | None:
+    """The outcome when the runner never got to judge: load failures and killed runs."""
+    if records.load_error is not None:
+        kind = OutcomeKind.TIMEOUT if records.load_timeout else OutcomeKind.ERROR
+        return Outcome(kind, 0, total, records.load_error, result.duration)
+    if result.truncated and not records.done and not records.foreign:
+        # Only the runner wrote, and its records did not all fit: not the candidate's doing.
+        detail = "the test runner's records went past the exec's output cap"
+        return Outcome(OutcomeKind.INFRA, 0, total, detail, result.duration)
+    if not records.done and not records.tests:
+        if result.timed_out:
+            return Outcome(OutcomeKind.TIMEOUT, 0, total, "timed out", result.duration)
+        detail = last_line(result.stderr) or f"the test runner exited with {result.returncode}"
+        return Outcome(OutcomeKind.ERROR, 0, total, detail, result.duration)
+    return None

@@ -1,0 +1,219 @@
+"""Contest judging: a whole program per test, fed the test's input, judged on its output.
+
+The runner in the sandbox builds the program once (Python: compiled in its zygote; another
+language: its compiler run once), runs it per test in a fresh process under the test's limits,
+and reports how each run ended: its exit status, peak memory, the tail of its stderr, and its
+output as a digest of its tokens, or, for a checker on the host, the output itself. Expected
+outputs never enter the sandbox; verdicts are decided here.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import secrets
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from ..contest.languages import Language, language_for
+from ..outcomes import Outcome, OutcomeKind, Verdict
+from ..protocol import ExecResult
+from . import runner
+from .records import RunRequest, read_records, runner_request, unfinished
+
+CACHE_KEY = secrets.token_bytes(16)
+"""Seals what the runner caches in a sandbox (a precompiled header) for this process's
+runs: a cache entry a candidate rewrote no longer matches its seal, and is rebuilt."""
+RUNS_DIR = ".sandboxkit"
+"""In the sandbox's working directory: each run's directory, and the cache."""
+OUT_OF_MEMORY = (
+    "bad_alloc",
+    "MemoryError",
+    "OutOfMemoryError",
+    "out of memory",
+    "memory allocation of",
+    "Cannot allocate memory",
+)
+"""What runtimes print when an allocation fails (C++, Python, Java, Go and Node, Rust)."""
+MEMORY_NEAR = 0.9
+"""A failed run whose peak memory came this close to its limit ran out of memory."""
+
+
+class Checker(Protocol):
+    """Decides a test from the program's output and the expected answer, on the host."""
+
+    digest_mode: Literal["tokens", "tokens_nocase"] | None
+    """Set when comparing digests of tokens in the sandbox decides the same (no output
+    need come back); None to get the output itself."""
+
+    def check(self, input: str, output: str, answer: str) -> float:
+        """The test's score in [0, 1]; raises when the checker itself fails."""
+        ...
+
+
+@dataclass(frozen=True)
+class StdioTests:
+    """Competitive-programming tests: the code is a program reading stdin; each test passes
+    when it exits with status 0 within the limits and its output matches the expected one
+    token by token (or as ``checker`` decides), as on a contest judge (any other status,
+    ``sys.exit(3)`` or an uncaught exception, is a runtime error whatever it printed).
+
+    A Python program ends as ``python3`` ends a script: its non-daemon threads are joined (a
+    thread that never ends runs into the time limit), its ``atexit`` handlers run and its
+    streams are flushed. Every program's main thread may use a stack of
+    ``runner.STACK_BYTES``; ``memory_mb`` bounds what it allocates (``RLIMIT_DATA``)."""
+
+    cases: Sequence[tuple[str, str]]
+    """(input, expected output) pairs; expected outputs stay on the host."""
+    timeout: float = 5.0
+    """CPU seconds per test."""
+    output_cap: int = 1 << 20
+    """Bytes of output per test: beyond it, ``output_limit``."""
+    language: Language | str = "python"
+    memory_mb: int = 256
+    wall: float | None = None
+    """Wall-clock seconds per test (None: ``runner.WALL_FACTOR`` times ``timeout``)."""
+    checker: Checker | None = None
+    """None: tokens compared exactly."""
+    compile_timeout: float = 30.0
+    """Wall-clock seconds for the compile (its CPU time too)."""
+    compile_memory_mb: int = 2048
+
+    @property
+    def lang(self) -> Language:
+        if isinstance(self.language, Language):
+            return self.language
+        found = language_for(self.language)
+        if found is None:
+            raise ValueError(f"no language {self.language!r} in the table (register_language)")
+        return found
+
+    @property
+    def compare(self) -> str:
+        if self.checker is None:
+            return "tokens"
+        return self.checker.digest_mode or "output"
+
+    def request(self, code: str) -> RunRequest:
+        job = {
+            "kind": "stdio",
+            "timeout": self.timeout,
+            "wall": self.wall,
+            "inputs": [i for i, _ in self.cases],
+            "output_cap": self.output_cap,
+            "compare": self.compare,
+        }
+        run_dir = f"{RUNS_DIR}/run-{secrets.token_hex(8)}"
+        program: dict[str, Any] = {"memory": self.memory_mb << 20, "stack": runner.STACK_BYTES}
+        extra = 0.0
+        if self.lang.run:
+            stack_mb = runner.STACK_BYTES >> 20
+            program["native"] = self.lang.spec(code, memory_mb=self.memory_mb, stack_mb=stack_mb)
+            program.update(
+                dir=run_dir,
+                cache=f"{RUNS_DIR}/cache",
+                cache_key=CACHE_KEY.hex(),
+                compile_limits={
+                    "wall": self.compile_timeout,
+                    "cpu": self.compile_timeout,
+                    "memory": self.compile_memory_mb << 20,
+                },
+            )
+            extra = self.compile_timeout + (runner.PCH_WALL if self.lang.precompiled_header else 0)
+        first = {"code": code, "setup": "", "kind": "stdio", "program": program}
+        return runner_request(first, job, len(self.cases), extra=extra)
+
+    def judge(self, result: ExecResult, request: RunRequest) -> Outcome:
+        total = len(self.cases)
+        records = read_records(result, request)
+        if records.load_error is not None and records.build:
+            if records.build == "toolchain":
+                return Outcome(OutcomeKind.INFRA, 0, total, records.load_error, result.duration)
+            return Outcome(
+                OutcomeKind.ERROR,
+                0,
+                total,
+                records.load_error,
+                result.duration,
+                verdict=Verdict.COMPILE_ERROR,
+            )
+        early = unfinished(result, records, total)
+        if early is not None:
+            return early
+        scores: list[float] = []
+        verdicts: list[Verdict] = []
+        detail = ""
+        for i, (stdin, expected) in enumerate(self.cases):
+            record = records.tests.get(i, {"status": "missing"})
+            try:
+                verdict, score, said = self._verdict(record, stdin, expected, result)
+            except Exception as exc:  # the checker failed: says nothing about the program
+                said = f"test {i}: the checker failed: {type(exc).__name__}: {exc}"
+                return Outcome(OutcomeKind.INFRA, 0, total, said[:500], result.duration)
+            scores.append(score)
+            verdicts.append(verdict)
+            if verdict is not Verdict.ACCEPTED and not detail:
+                detail = f"test {i}: {verdict.value.replace('_', ' ')}" + (
+                    f" ({said})" if said else ""
+                )
+        passed = verdicts.count(Verdict.ACCEPTED)
+        first = next((v for v in verdicts if v is not Verdict.ACCEPTED), Verdict.ACCEPTED)
+        if passed == total:
+            kind = OutcomeKind.PASSED
+        elif verdicts.count(Verdict.TIME_LIMIT) == total:
+            kind = OutcomeKind.TIMEOUT
+        else:
+            kind = OutcomeKind.FAILED
+        return Outcome(kind, passed, total, detail, result.duration, tuple(scores), verdict=first)
+
+    def _verdict(
+        self, record: dict[str, Any], stdin: str, expected: str, result: ExecResult
+    ) -> tuple[Verdict, float, str]:
+        """One test's verdict, score and what to say about it."""
+        status = record.get("status")
+        if status == "timeout" or (status == "missing" and result.timed_out):
+            return Verdict.TIME_LIMIT, 0.0, str(record.get("detail", "timed out"))
+        if status == "output_limit":
+            return Verdict.OUTPUT_LIMIT, 0.0, str(record.get("detail", ""))
+        if status != "exited":
+            return Verdict.RUNTIME_ERROR, 0.0, str(record.get("detail", status))
+        code, stderr = record.get("exit"), str(record.get("stderr", ""))
+        if code != 0:
+            return self._failure(code, record.get("rss"), stderr)
+        if "output" in record:
+            assert self.checker is not None
+            output = _unpack(record["output"])
+            score = float(self.checker.check(stdin, output, expected))
+            if not 0.0 <= score <= 1.0 or math.isnan(score):
+                raise ValueError(f"it gave a score of {score}, not one in [0, 1]")
+        else:
+            case_sensitive = self.compare != "tokens_nocase"
+            matched = record.get("digest") == runner.output_digest(expected, case_sensitive)
+            score = 1.0 if matched else 0.0
+        if score == 1.0:
+            return Verdict.ACCEPTED, 1.0, ""
+        return (Verdict.PARTIAL if score > 0 else Verdict.WRONG_ANSWER), score, ""
+
+    def _failure(self, code: Any, rss: Any, stderr: str) -> tuple[Verdict, float, str]:
+        said = (
+            "no exit status"
+            if not isinstance(code, int)
+            else f"killed by signal {-code}"
+            if code < 0
+            else f"exit status {code}"
+        )
+        last = stderr.strip().splitlines()[-1][:200] if stderr.strip() else ""
+        if last:
+            said += f": {last}"
+        near = isinstance(rss, int) and rss * 1024 >= MEMORY_NEAR * (self.memory_mb << 20)
+        if near or any(marker in stderr for marker in OUT_OF_MEMORY):
+            return Verdict.MEMORY_LIMIT, 0.0, said
+        return Verdict.RUNTIME_ERROR, 0.0, said
+
+
+def _unpack(packed: Any) -> str:
+    """A program's output as the runner sent it (base64 of zlib), as text."""
+    data = zlib.decompress(base64.b64decode(str(packed)), bufsize=1 << 16)
+    return data.decode("utf-8", "replace")
