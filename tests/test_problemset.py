@@ -4,6 +4,7 @@ build script. (How a judge treats each solution is tested with the languages tha
 from __future__ import annotations
 
 import importlib
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -163,3 +164,33 @@ def test_the_build_script_rewrites_the_committed_problem_files_exactly(tmp_path:
     for name in PROBLEMS:
         committed = EXAMPLES / "contest" / "problems" / name / "problem.json"
         assert (tmp_path / name / "problem.json").read_bytes() == committed.read_bytes(), name
+
+
+@pytest.mark.slow
+def test_the_checker_program_accepts_any_valid_pair_and_rejects_the_rest(
+    ps: ModuleType, tmp_path: Path
+) -> None:
+    """pair_sum's checker, run by its protocol: the reference's pair, another valid pair, and
+    wrong or malformed outputs (exit 0 accepted, 1 wrong answer, 2 presentation error)."""
+    if shutil.which("g++") is None:
+        pytest.skip("no g++ to build the checker")
+    (problem,) = [p for p in ps.load_problems() if p.name == "pair_sum"]
+    checker = tmp_path / "checker"
+    subprocess.run(
+        ["g++", "-O2", "-std=gnu++17", str(problem.dir / "checker.cpp"), "-o", str(checker)],
+        check=True,
+        timeout=120,
+    )
+    test = problem.tests[3]
+    assert (test["input"], test["output"]) == ("5 8\n4 1 7 3 5\n", "2 3\n")
+    (tmp_path / "input").write_text(test["input"])
+    (tmp_path / "answer").write_text(test["output"])
+
+    def status(output: str) -> int:
+        (tmp_path / "output").write_text(output)
+        files = [str(tmp_path / name) for name in ("input", "output", "answer")]
+        return subprocess.run([str(checker), *files], capture_output=True, timeout=30).returncode
+
+    assert [status(o) for o in ("2 3\n", "5 4", "3 2\n")] == [0, 0, 0]
+    assert [status(o) for o in ("1 1\n", "1 2\n", "-1\n", "0 3\n")] == [1, 1, 1, 1]
+    assert [status(o) for o in ("", "2\n", "2 3 4\n", "two three\n")] == [2, 2, 2, 2]
