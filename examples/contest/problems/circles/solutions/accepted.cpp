@@ -1,0 +1,14 @@
+#include <bits/stdc++.h>
+using namespace std;
+
+int main() {
+    int n;
+    scanf("%d", &n);
+    double total = 0;
+    for (int i = 0; i < n; i++) {
+        double r;
+        scanf("%lf", &r);
+        total += M_PI * r * r;
+    }
+    printf("%.9f %.9f\n", total, total / n);
+}

@@ -1,0 +1,7 @@
+import math
+import sys
+
+data = sys.stdin.read().split()
+n = int(data[0])
+total = math.pi * sum(float(r) ** 2 for r in data[1 : 1 + n])
+print(total, total / n)

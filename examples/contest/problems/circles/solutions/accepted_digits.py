@@ -1,0 +1,8 @@
+# Nine significant digits, in exponent form where Python chooses it: within 10^-6 relative.
+import math
+import sys
+
+data = sys.stdin.read().split()
+n = int(data[0])
+total = math.pi * sum(float(r) ** 2 for r in data[1 : 1 + n])
+print(f"{total:.9g} {total / n:.9g}")
