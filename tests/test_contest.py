@@ -189,31 +189,18 @@ def test_a_row_without_a_column_of_tests_is_a_value_error(reward: RewardFunction
             "language 'cpp' is not supported yet (Python only)",
         ),
         (
-            {"input_output": json.dumps({"inputs": [[1]], "outputs": [[1]], "fn_name": "f"})},
-            "call-based problems (fn_name 'f') are not supported yet",
-        ),
-        (
-            {
-                "public_test_cases": json.dumps(
-                    [{"input": "1", "output": "1", "testtype": "functional"}]
-                ),
-                "metadata": json.dumps({"func_name": "solve"}),
-            },
-            "call-based problems (fn_name 'solve') are not supported yet",
-        ),
-        (
             {
                 "verification_info": {
-                    "language": "python",
+                    "language": "cpp",
                     "test_cases": [
                         {"input": [1], "output": [1], "type": "function_call", "fn_name": "g"}
                     ],
                 }
             },
-            "call-based problems (fn_name 'g') are not supported yet",
+            "language 'cpp' is not supported yet (Python only)",
         ),
     ],
-    ids=["C++", "APPS fn_name", "LiveCodeBench functional", "open-r1 function_call"],
+    ids=["C++", "C++ function_call"],
 )
 def test_what_is_not_supported_yet_gets_no_reward_and_says_why(
     reward: RewardFunction, row: dict[str, Any], why: str
