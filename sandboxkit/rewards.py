@@ -423,8 +423,10 @@ def stdio_tests_reward(
     def planner(i: int, prompt: Any, completion: Completion, columns: Any) -> Plan:
         row = {name: values[i] for name, values in columns.items() if isinstance(values, list)}
         problem = read_tests(row, fixed or detect_columns(list(row)))
+        unsupported = ""
         if problem.language and problem.language.lower().replace(" ", "") not in PYTHON_NAMES:
             unsupported = f"language {problem.language!r} is not supported yet (Python only)"
+        if unsupported:
             return Plan(
                 outcome=Outcome(
                     OutcomeKind.UNSUPPORTED, detail=f"stdio_tests_reward: {unsupported}"
@@ -439,7 +441,8 @@ def stdio_tests_reward(
             if problem.call_based
             else StdioTests(problem.cases, timeout=timeout)
         )
-        return plan(completion, ScoredStdioTests(judged, scoring, groups))
+        harness = ScoredStdioTests(judged, scoring, groups)
+        return plan(completion, harness)
 
     def mapping(outcome: Outcome) -> float:
         return outcome.score if outcome.score is not None else 0.0

@@ -265,3 +265,26 @@ def test_livecodebench_inputs_are_one_json_value_per_line() -> None:
         call_tests(
             parse_tests([{"input": "[1,", "output": "1", "testtype": "functional"}], fn_name="f")
         )
+
+
+@pytest.mark.parametrize(
+    ("code", "score"),
+    [
+        ("class Solution:\n    def f(self):\n        return 1\ndef f():\n    return 2", 1.0),
+        ("class Solution:\n    def g(self):\n        return 2\ndef f():\n    return 1", 1.0),
+        ("Solution = lambda: None\ndef f():\n    return 1", 1.0),
+    ],
+    ids=["the method before a function", "a class without it", "not a class"],
+)
+def test_a_solution_class_is_called_when_it_has_the_method(
+    reward: RewardFunction, code: str, score: float
+) -> None:
+    assert _score(reward, _apps("f", [[]], [[1]]), [code]) == [score]
+
+
+def test_code_cannot_stand_in_for_the_call_shim(reward: RewardFunction) -> None:
+    """The shim is appended after the code, so the code's own definition of its name is
+    replaced; code that swallows the shim into an unclosed string does not load."""
+    right_for_the_shim = "def __sandboxkit_call__(*args):\n    return 1\ndef f():\n    return 0"
+    swallowing = 'def f():\n    return 0\n__sandboxkit_call__ = lambda: 1\nrest = """'
+    assert _score(reward, _apps("f", [[]], [[1]]), [right_for_the_shim, swallowing]) == [0.0, 0.0]

@@ -46,9 +46,9 @@ PRELUDE = (
 """Put before the candidate's code: LeetCode-style starter code (``def f(self, nums:
 List[int])``) uses these names without importing them, as LeetCode's own environment and
 LiveCodeBench's and APPS's judges provide them."""
-_SHIM = '''
+_SHIM = """
 def {entry}(*args):
-    """sandboxkit: call the function under test; tuples come back as lists."""
+    # sandboxkit: call the function under test; tuples come back as lists.
     target = globals().get("Solution")
     if isinstance(target, type) and hasattr(target, {name!r}):
         found = getattr(target(), {name!r})
@@ -65,7 +65,7 @@ def {entry}(*args):
         return value
 
     return lists(found(*args))
-'''
+"""
 """Appended to the candidate's code. It runs in the candidate's process with nothing the
 candidate lacks (no key, no expected value), and its result crosses to the host like any
 other, so it cannot be used to cheat: whatever the code does to it (redefining its name,
@@ -76,9 +76,10 @@ _INTEGER = re.compile(r"-?[0-9]+")
 
 @dataclass(frozen=True)
 class CallTests:
-    """Call ``fn_name`` (a top-level function, else a method of a fresh ``Solution()``, as
-    LeetCode poses it) on each test's arguments; a test passes when the result strictly
-    equals one of its accepted results. Each test is scored on its own (``test_scores``), as
+    """Call ``fn_name`` on each test's arguments: a method of a fresh ``Solution()`` where the
+    code defines that class with it (LeetCode's form, as APPS's and LiveCodeBench's judges
+    call it), else a top-level function. A test passes when the result strictly equals one of
+    its accepted results. Each test is scored on its own (``test_scores``), as
     :class:`~sandboxkit.harness.StdioTests` does, so contest scoring applies."""
 
     fn_name: str
@@ -88,6 +89,7 @@ class CallTests:
     timeout: float = 5.0
 
     def request(self, code: str) -> RunRequest:
+        # FunctionTests' runner job, calling the shim; its expected values are not needed here
         tests = FunctionTests(ENTRY, self.args, (), self.timeout)
         return tests.request(PRELUDE + code + _SHIM.format(entry=ENTRY, name=self.fn_name))
 
@@ -145,7 +147,7 @@ def _decode(index: int, arguments: Any, result: Any) -> tuple[tuple[Any, ...], t
     """One call's arguments and accepted results, from either dataset's shape."""
     if isinstance(arguments, str):  # LiveCodeBench: JSON texts
         try:
-            args = tuple(json.loads(line) for line in arguments.splitlines() if line.strip())
+            args = tuple(json.loads(line) for line in arguments.split("\n") if line.strip())
             expected = json.loads(result) if isinstance(result, str) else result
         except ValueError as exc:
             raise ValueError(
@@ -159,8 +161,8 @@ def _decode(index: int, arguments: Any, result: Any) -> tuple[tuple[Any, ...], t
             f"one value per line (LiveCodeBench); got {type(arguments).__name__}"
         )
     forms = [result, *([result[0]] if isinstance(result, list) and len(result) == 1 else [])]
-    accepted = [*forms, *(_integer_keys(f) for f in forms if _integer_keys(f) is not f)]
-    return tuple(_integer_keys(a) for a in arguments), tuple(accepted)
+    forms += [keyed for form in forms if (keyed := _integer_keys(form)) is not form]
+    return tuple(_integer_keys(a) for a in arguments), tuple(forms)
 
 
 def _integer_keys(value: Any) -> Any:
