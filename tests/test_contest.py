@@ -239,7 +239,7 @@ def test_taco_lists_of_lines_become_texts_with_one_line_each() -> None:
 
 
 def test_call_based_tests_are_kept_as_the_dataset_holds_them() -> None:
-    """For the function-test machinery to come: arguments and results not flattened to text."""
+    """Arguments and results not flattened to text: ``contest.calls`` decodes them."""
     tests = parse_tests({"inputs": [[[1, 2], 3]], "outputs": [[True]], "fn_name": "f"})
     assert tests.cases == () and tests.calls == (([[1, 2], 3], [True]),)
     assert tests.call_based and tests.fn_name == "f"

@@ -288,3 +288,14 @@ def test_code_cannot_stand_in_for_the_call_shim(reward: RewardFunction) -> None:
     right_for_the_shim = "def __sandboxkit_call__(*args):\n    return 1\ndef f():\n    return 0"
     swallowing = 'def f():\n    return 0\n__sandboxkit_call__ = lambda: 1\nrest = """'
     assert _score(reward, _apps("f", [[]], [[1]]), [right_for_the_shim, swallowing]) == [0.0, 0.0]
+
+
+def test_long_results_compare_as_strictly_as_short_ones(reward: RewardFunction) -> None:
+    """A long result crosses to the host as a digest of its encoding: the same rules hold."""
+    row = _apps("f", [[300]], [[list(range(300))]])
+    codes = [
+        "def f(n):\n    return tuple(range(n))",
+        "def f(n):\n    return [*range(n - 1), 0]",
+        "def f(n):\n    return [float(i) for i in range(n)]",
+    ]
+    assert _score(reward, row, codes) == [1.0, 0.0, 0.0]
