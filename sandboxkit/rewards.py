@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from .contest.calls import call_tests
 from .contest.formats import detect_columns, read_tests
 from .contest.scoring import SCORINGS, ScoredStdioTests, Scoring, parse_subtasks
 from .errors import CircuitOpenError
@@ -411,8 +412,10 @@ def stdio_tests_reward(
     or nothing, or ``"subtasks"`` (IOI: the points of each group whose tests all pass, from
     ``subtasks_column``, as a share of all points). ``timeout`` is per test.
 
-    Python only for now: a row in another language, or a call-based one, gets ``None`` (an
-    ``unsupported`` outcome naming why): it says nothing about the code."""
+    A call-based row (APPS ``fn_name``, LiveCodeBench ``functional``) calls the function
+    instead, comparing results on the host (:mod:`sandboxkit.contest.calls`). Python only for
+    now: a row in another language gets ``None`` (an ``unsupported`` outcome naming why): it
+    says nothing about the code."""
     if scoring not in SCORINGS:
         raise ValueError(f"scoring must be one of {', '.join(SCORINGS)}; got {scoring!r}")
     fixed = (tests_column,) if isinstance(tests_column, str) else tests_column
@@ -423,22 +426,22 @@ def stdio_tests_reward(
         unsupported = ""
         if problem.language and problem.language.lower().replace(" ", "") not in PYTHON_NAMES:
             unsupported = f"language {problem.language!r} is not supported yet (Python only)"
-        elif problem.call_based:
-            unsupported = f"call-based problems (fn_name {problem.fn_name!r}) are not supported yet"
         if unsupported:
             return Plan(
                 outcome=Outcome(
                     OutcomeKind.UNSUPPORTED, detail=f"stdio_tests_reward: {unsupported}"
                 )
             )
-        if not problem.cases:
+        tests = len(problem.calls or problem.cases)
+        if not tests:
             raise ValueError(f"stdio_tests_reward: row {i} has no test cases")
-        groups = (
-            parse_subtasks(row[subtasks_column], len(problem.cases))
-            if scoring == "subtasks"
-            else ()
+        groups = parse_subtasks(row[subtasks_column], tests) if scoring == "subtasks" else ()
+        judged = (
+            call_tests(problem, timeout=timeout)
+            if problem.call_based
+            else StdioTests(problem.cases, timeout=timeout)
         )
-        harness = ScoredStdioTests(StdioTests(problem.cases, timeout=timeout), scoring, groups)
+        harness = ScoredStdioTests(judged, scoring, groups)
         return plan(completion, harness)
 
     def mapping(outcome: Outcome) -> float:

@@ -189,31 +189,18 @@ def test_a_row_without_a_column_of_tests_is_a_value_error(reward: RewardFunction
             "language 'cpp' is not supported yet (Python only)",
         ),
         (
-            {"input_output": json.dumps({"inputs": [[1]], "outputs": [[1]], "fn_name": "f"})},
-            "call-based problems (fn_name 'f') are not supported yet",
-        ),
-        (
-            {
-                "public_test_cases": json.dumps(
-                    [{"input": "1", "output": "1", "testtype": "functional"}]
-                ),
-                "metadata": json.dumps({"func_name": "solve"}),
-            },
-            "call-based problems (fn_name 'solve') are not supported yet",
-        ),
-        (
             {
                 "verification_info": {
-                    "language": "python",
+                    "language": "cpp",
                     "test_cases": [
                         {"input": [1], "output": [1], "type": "function_call", "fn_name": "g"}
                     ],
                 }
             },
-            "call-based problems (fn_name 'g') are not supported yet",
+            "language 'cpp' is not supported yet (Python only)",
         ),
     ],
-    ids=["C++", "APPS fn_name", "LiveCodeBench functional", "open-r1 function_call"],
+    ids=["C++", "C++ function_call"],
 )
 def test_what_is_not_supported_yet_gets_no_reward_and_says_why(
     reward: RewardFunction, row: dict[str, Any], why: str
@@ -252,7 +239,7 @@ def test_taco_lists_of_lines_become_texts_with_one_line_each() -> None:
 
 
 def test_call_based_tests_are_kept_as_the_dataset_holds_them() -> None:
-    """For the function-test machinery to come: arguments and results not flattened to text."""
+    """Arguments and results not flattened to text: ``contest.calls`` decodes them."""
     tests = parse_tests({"inputs": [[[1, 2], 3]], "outputs": [[True]], "fn_name": "f"})
     assert tests.cases == () and tests.calls == (([[1, 2], 3], [True]),)
     assert tests.call_based and tests.fn_name == "f"

@@ -3,5 +3,6 @@ APPS/TACO, LiveCodeBench and IOI data pose them.
 
 ``formats`` reads a dataset row's test cases in the shapes those datasets use; ``scoring``
 turns the per-test results of a :class:`~sandboxkit.harness.StdioTests` run into a score
-(fraction, all-or-nothing, IOI subtasks).
+(fraction, all-or-nothing, IOI subtasks); ``calls`` judges call-based problems (a function
+called on each test's arguments) through the function-test machinery.
 """

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from ..harness import RunRequest, StdioTests
+from ..harness import Harness, RunRequest
 from ..outcomes import Outcome, OutcomeKind
 from ..protocol import ExecResult
 
@@ -62,9 +62,11 @@ def score(outcome: Outcome, scoring: Scoring, subtasks: Sequence[Subtask] = ()) 
 
 @dataclass(frozen=True)
 class ScoredStdioTests:
-    """:class:`StdioTests` whose outcome carries its ``score`` under a scoring rule."""
+    """A harness judging tests one by one (:class:`~sandboxkit.harness.StdioTests`,
+    :class:`~sandboxkit.contest.calls.CallTests`) whose outcome carries its ``score`` under a
+    scoring rule."""
 
-    tests: StdioTests
+    tests: Harness
     scoring: Scoring = "fraction"
     subtasks: tuple[Subtask, ...] = ()
 
