@@ -27,7 +27,7 @@ import stat
 import subprocess
 import tempfile
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -210,6 +210,9 @@ COMPILERS: Mapping[str, tuple[str, ...]] = {
 }
 """How a checker program in each language compiles (the source file and ``-o`` follow)."""
 COMPILE_TIMEOUT = 120.0
+CHECKS_AT_ONCE = 2 * (os.cpu_count() or 1)
+"""Checker programs running at once; more wait (more do not finish sooner, and each holds its
+test's files on the sandbox's disk)."""
 ACCEPTED, WRONG_ANSWER, PRESENTATION_ERROR, FAIL, DIRT, POINTS, UNEXPECTED_EOF = 0, 1, 2, 3, 4, 7, 8
 _WRONG = frozenset({WRONG_ANSWER, PRESENTATION_ERROR, DIRT, UNEXPECTED_EOF})
 """testlib's exit statuses that reject the output (4 and 8 are its kinds of format error)."""
@@ -273,6 +276,11 @@ def compile_checker(source: str, language: str = "cpp", cache_dir: Path | None =
     return binary
 
 
+def _failed(future: asyncio.Future[Any]) -> bool:
+    """Whether ``future`` ended without a result (to be made again)."""
+    return future.done() and (future.cancelled() or future.exception() is not None)
+
+
 @dataclass
 class _Box:
     """The local sandbox every checker program of this process runs in: each binary installed
@@ -283,15 +291,14 @@ class _Box:
     installed: dict[str, asyncio.Future[None]] = field(default_factory=dict)
     free: list[str] = field(default_factory=list)
     slots: int = 0
+    running: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(CHECKS_AT_ONCE))
 
     async def install(self, key: str, binary: bytes) -> str:
-        if key not in self.installed:
-            self.installed[key] = asyncio.ensure_future(self._install(key, binary))
-        try:
-            await asyncio.shield(self.installed[key])
-        except BaseException:
-            self.installed.pop(key, None)
-            raise
+        """The checker's path in the sandbox, written there on its first check."""
+        future = self.installed.get(key)
+        if future is None or _failed(future):
+            future = self.installed[key] = asyncio.ensure_future(self._install(key, binary))
+        await asyncio.shield(future)
         return f"/workspace/bin/{key}"
 
     async def _install(self, key: str, binary: bytes) -> None:
@@ -300,16 +307,18 @@ class _Box:
         if not done.ok:
             raise CheckerError(f"could not install the checker: {done.stderr.strip()}")
 
-    @contextlib.contextmanager
-    def slot(self) -> Iterator[str]:
-        if self.free:
-            name = self.free.pop()
-        else:
-            name, self.slots = f"slot-{self.slots}", self.slots + 1
-        try:
-            yield name
-        finally:
-            self.free.append(name)
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[str]:
+        """A directory for one check, once fewer than ``CHECKS_AT_ONCE`` are running."""
+        async with self.running:
+            if self.free:
+                name = self.free.pop()
+            else:
+                name, self.slots = f"slot-{self.slots}", self.slots + 1
+            try:
+                yield name
+            finally:
+                self.free.append(name)
 
 
 class _CheckerSandbox:
@@ -321,18 +330,14 @@ class _CheckerSandbox:
         self.pid = 0
 
     async def get(self) -> _Box:
-        if self.made is None or self.pid != os.getpid() or self._failed(self.made):
+        if self.made is None or self.pid != os.getpid() or _failed(self.made):
             self.made, self.pid = asyncio.ensure_future(self._make()), os.getpid()
         return await asyncio.shield(self.made)
 
     def forget(self, box: _Box) -> None:
         made = self.made
-        if made is not None and made.done() and not self._failed(made) and made.result() is box:
+        if made is not None and made.done() and not _failed(made) and made.result() is box:
             self.made = None
-
-    @staticmethod
-    def _failed(future: asyncio.Future[_Box]) -> bool:
-        return future.done() and (future.cancelled() or future.exception() is not None)
 
     @staticmethod
     async def _make() -> _Box:
@@ -345,12 +350,14 @@ _checker_sandbox = _CheckerSandbox()
 
 class ProgramChecker:
     """A testlib-style checker program: run per test as ``checker input output answer`` with
-    the three as files, in a local sandbox of its own (as hostile as the output it reads can
-    make it). Exit 0 accepts; 1 (wrong answer), 2 (presentation error) and testlib's 4 and 8
-    reject; 7 gives partial credit, the score in [0, 1] as the first token of its stdout (or,
-    testlib's ``quitp``, after ``points`` on its stderr); 3 (``_fail``), any other status, a
-    crash or running past ``timeout`` seconds is a :class:`CheckerError`.
+    the three as files. Exit 0 accepts; 1 (wrong answer), 2 (presentation error) and
+    testlib's 4 and 8 reject; 7 gives partial credit, the score in [0, 1] as the first token
+    of its stdout (or, testlib's ``quitp``, after ``points`` on its stderr); 3 (``_fail``),
+    any other status, a crash or running past ``timeout`` seconds is a :class:`CheckerError`.
 
+    It runs in a local sandbox (the ``subprocess`` backend, whatever the reward's backend),
+    since the output it reads is hostile. One sandbox per process serves every checker
+    program: a check is one exec there (~5 ms); a fresh sandbox per check would cost ~20 ms.
     Compiled on the host (``g++ -O2 -std=gnu++17``; ``language="c"``: gcc) once per source,
     shared by every instance through ``cache_dir`` (see :func:`compile_checker`)."""
 
@@ -397,7 +404,7 @@ class ProgramChecker:
         box = await _checker_sandbox.get()
         try:
             checker = await box.install(key, binary)
-            with box.slot() as slot:
+            async with box.slot() as slot:
                 # Fixed names: nothing of the output reaches the checker's argv.
                 for name, data in (("input", input), ("output", output), ("answer", answer)):
                     await box.sandbox.awrite_file(f"{slot}/{name}", output_bytes(data))
