@@ -21,6 +21,7 @@ from sandboxkit.contest.checkers import (
     ProgramChecker,
     PythonChecker,
     TokenChecker,
+    _checker_sandbox,
     acheck,
     checker_from_spec,
     compile_checker,
@@ -434,6 +435,23 @@ def test_hostile_outputs_reach_the_checker_only_as_its_output_file(cache: Path) 
 
 
 @needs_gxx
+def test_no_answer_stays_in_the_checker_sandbox_after_its_check(cache: Path) -> None:
+    """Where a weaker isolation tier lets sandboxes of one uid read each other's files, no
+    answer waits there for a candidate to find."""
+    checker = ProgramChecker(EXACT_CHECKER, cache_dir=cache)
+
+    async def many() -> list[float]:
+        return list(await asyncio.gather(*(checker.acheck("", "42", "42") for _ in range(8))))
+
+    assert run_sync(many()) == [1.0] * 8
+    box = run_sync(_checker_sandbox.get())
+    assert box.slots >= 2
+    for slot in range(box.slots):
+        for name in ("input", "output", "answer"):
+            assert box.sandbox.read_file(f"slot-{slot}/{name}") == b""
+
+
+@needs_gxx
 def test_a_checker_program_runs_confined(
     cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -455,7 +473,8 @@ def test_a_checker_program_runs_confined(
 
 @needs_gxx
 def test_checks_from_async_code_and_from_sandboxkits_own_loop(cache: Path) -> None:
-    """``acheck`` serves a harness judging on the event loop, where ``check`` cannot run."""
+    """``acheck`` serves a harness judging on the event loop, where ``check`` cannot run (a
+    sync judge sent to a thread from there can)."""
     program = ProgramChecker(SUM_CHECKER, cache_dir=cache)
 
     async def both() -> list[float]:
@@ -470,6 +489,7 @@ def test_checks_from_async_code_and_from_sandboxkits_own_loop(cache: Path) -> No
 
     assert asyncio.run(both()) == [1.0, 0.0, 1.0, 0.0]
     assert run_sync(both()) == [1.0, 0.0, 1.0, 0.0]
+    assert run_sync(asyncio.to_thread(program.check, "5", "2 3", "")) == 1.0  # a sync judge
     with pytest.raises(RuntimeError, match="await the async twin"):
         run_sync(_check_on_the_loop(program))
 

@@ -406,11 +406,12 @@ class ProgramChecker:
             checker = await box.install(key, binary)
             async with box.slot() as slot:
                 # Fixed names: nothing of the output reaches the checker's argv.
-                for name, data in (("input", input), ("output", output), ("answer", answer)):
+                files = {"input": input, "output": output, "answer": answer}
+                for name, data in files.items():
                     await box.sandbox.awrite_file(f"{slot}/{name}", output_bytes(data))
-                result = await box.sandbox.aexec(
-                    [checker, "input", "output", "answer"], cwd=slot, timeout=self.timeout
-                )
+                result = await box.sandbox.aexec([checker, *files], cwd=slot, timeout=self.timeout)
+                for name in files:  # no answer is left on disk (nor a megabyte of output)
+                    await box.sandbox.awrite_file(f"{slot}/{name}", b"")
         except SandboxError:
             _checker_sandbox.forget(box)
             raise
