@@ -7,6 +7,7 @@ never be stopped by a completion.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Sequence
@@ -98,4 +99,5 @@ async def run_plan(pool: SandboxPool, plan: Plan, *, deadline: float | None = No
     except SandboxError as exc:  # SandboxNotFound after the pool gave up on replacing it
         detail = f"{type(exc).__name__}: {exc}"
         return Outcome(OutcomeKind.INFRA, detail=detail, duration=time.monotonic() - started)
-    return harness.judge(result, request)
+    # In a thread: a checker may run a program of its own (through this loop) to judge.
+    return await asyncio.to_thread(harness.judge, result, request)

@@ -32,8 +32,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..harness import FunctionTests, RunRequest, _records, _returned, _unfinished, runner
-from ..outcomes import Outcome, OutcomeKind
+from ..harness import FunctionTests, RunRequest, returned, runner
+from ..harness.records import read_records, tests_kind, unfinished
+from ..outcomes import Outcome
 from ..protocol import ExecResult
 from .formats import ContestTests
 
@@ -95,8 +96,8 @@ class CallTests:
 
     def judge(self, result: ExecResult, request: RunRequest) -> Outcome:
         total = len(self.args)
-        records = _records(result, request)
-        early = _unfinished(result, records, total)
+        records = read_records(result, request)
+        early = unfinished(result, records, total)
         if early is not None:
             return early
         scores: list[float] = []
@@ -107,7 +108,7 @@ class CallTests:
             ok = False
             if status == "returned":
                 try:
-                    ok = any(_returned(record, expected) for expected in accepted)
+                    ok = any(returned(record, expected) for expected in accepted)
                 except runner.CodecError as exc:
                     detail = detail or f"test {i}: {exc}"
                 if not ok:
@@ -117,12 +118,7 @@ class CallTests:
                 detail = detail or f"test {i}: {record.get('detail', status)}"
             scores.append(1.0 if ok else 0.0)
         passed = scores.count(1.0)
-        if passed == total:
-            kind = OutcomeKind.PASSED
-        elif passed == 0 and timeouts == total:
-            kind = OutcomeKind.TIMEOUT
-        else:
-            kind = OutcomeKind.FAILED
+        kind = tests_kind(passed, timeouts, total)
         return Outcome(kind, passed, total, detail, result.duration, tuple(scores))
 
 

@@ -144,7 +144,7 @@ def _namedtuple_type(value: Any) -> tuple[str, tuple[str, ...]] | None:
     return None
 
 
-def _returned(record: dict[str, Any], expected: Any) -> bool:
+def returned(record: dict[str, Any], expected: Any) -> bool:
     """Whether a call's record holds the expected value: compared as itself, or (a long value)
     by digest, which strict comparison would also accept only if ``expected`` equals itself
     through the codec (no NaN in it, say)."""
@@ -191,7 +191,7 @@ class FunctionTests:
                 return Outcome(OutcomeKind.TIMEOUT, passed, total, said, result.duration)
             if status == "returned":
                 try:
-                    ok = _returned(record, expected)
+                    ok = returned(record, expected)
                 except runner.CodecError as exc:
                     ok, detail = False, detail or str(exc)
                 passed += ok

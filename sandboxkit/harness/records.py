@@ -114,3 +114,11 @@ def unfinished(result: ExecResult, records: Records, total: int) -> Outcome | No
         detail = last_line(result.stderr) or f"the test runner exited with {result.returncode}"
         return Outcome(OutcomeKind.ERROR, 0, total, detail, result.duration)
     return None
+
+
+def tests_kind(passed: int, timeouts: int, total: int) -> OutcomeKind:
+    """A run judged test by test: passed when all tests pass, a timeout when all ran out of
+    time, else failed."""
+    if passed == total:
+        return OutcomeKind.PASSED
+    return OutcomeKind.TIMEOUT if timeouts == total else OutcomeKind.FAILED

@@ -909,12 +909,29 @@ def _decimal_digits(text: str) -> str:
     return str(number.normalize(decimal.Context(prec=decimal.MAX_PREC)))
 
 
-def output_digest(text: str, case_sensitive: bool = True) -> str:
-    """A digest of a program's output token by token (whitespace of any kind and amount
-    between tokens is one separator, as a contest judge's default checker reads it):
-    stdin/stdout tests compare these."""
-    tokens = (text if case_sensitive else text.lower()).split()
-    return blake2b(json.dumps(tokens).encode()).hexdigest()
+def output_bytes(text: str | bytes) -> bytes:
+    """``text`` as the bytes a program wrote: what a decoder kept with ``surrogateescape``
+    comes back byte for byte; any other lone surrogate as its own UTF-8 form."""
+    if isinstance(text, bytes):
+        return text
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass")
+
+
+def split_tokens(text: str | bytes, case_sensitive: bool = True) -> list[bytes]:
+    """The tokens of ``text`` (ASCII letters lowered unless ``case_sensitive``)."""
+    data = output_bytes(text)
+    return (data if case_sensitive else data.lower()).split()
+
+
+def tokens_digest(text: str | bytes, case_sensitive: bool = True) -> str:
+    """A digest of ``text``'s tokens: two outputs have the same one exactly when the token
+    checker accepts one for the other. Standard library only, so the in-sandbox runner can
+    share this definition (tokens hold no whitespace, so joining them with a space is
+    unambiguous)."""
+    return blake2b(b" ".join(split_tokens(text, case_sensitive))).hexdigest()
 
 
 def make_undumpable() -> None:
@@ -1138,9 +1155,8 @@ def run_stdio(job: Record, t_end: socket.socket, report: Reporter) -> None:
             record: Record = {"status": "exited", "exit": exit_code, "rss": rss}
             if exit_code != 0 and err:
                 record["stderr"] = err
-            text = out.decode("utf-8", "replace")
             if compare != "output":
-                record["digest"] = output_digest(text, compare == "tokens")
+                record["digest"] = tokens_digest(out, compare == "tokens")
                 return record
             import zlib
 

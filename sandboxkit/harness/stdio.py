@@ -15,13 +15,16 @@ import secrets
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any
 
 from ..contest.languages import Language, language_for
 from ..outcomes import Outcome, OutcomeKind, Verdict
 from ..protocol import ExecResult
 from . import runner
-from .records import RunRequest, read_records, runner_request, unfinished
+from .records import RunRequest, read_records, runner_request, tests_kind, unfinished
+
+if TYPE_CHECKING:
+    from ..contest.checkers import Checker
 
 CACHE_KEY = secrets.token_bytes(16)
 """Seals what the runner caches in a sandbox (a precompiled header) for this process's
@@ -39,18 +42,6 @@ OUT_OF_MEMORY = (
 """What runtimes print when an allocation fails (C++, Python, Java, Go and Node, Rust)."""
 MEMORY_NEAR = 0.9
 """A failed run whose peak memory came this close to its limit ran out of memory."""
-
-
-class Checker(Protocol):
-    """Decides a test from the program's output and the expected answer, on the host."""
-
-    digest_mode: Literal["tokens", "tokens_nocase"] | None
-    """Set when comparing digests of tokens in the sandbox decides the same (no output
-    need come back); None to get the output itself."""
-
-    def check(self, input: str, output: str, answer: str) -> float:
-        """The test's score in [0, 1]; raises when the checker itself fails."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -160,12 +151,7 @@ class StdioTests:
                 )
         passed = verdicts.count(Verdict.ACCEPTED)
         first = next((v for v in verdicts if v is not Verdict.ACCEPTED), Verdict.ACCEPTED)
-        if passed == total:
-            kind = OutcomeKind.PASSED
-        elif verdicts.count(Verdict.TIME_LIMIT) == total:
-            kind = OutcomeKind.TIMEOUT
-        else:
-            kind = OutcomeKind.FAILED
+        kind = tests_kind(passed, verdicts.count(Verdict.TIME_LIMIT), total)
         return Outcome(kind, passed, total, detail, result.duration, tuple(scores), verdict=first)
 
     def _verdict(
@@ -190,7 +176,7 @@ class StdioTests:
                 raise ValueError(f"it gave a score of {score}, not one in [0, 1]")
         else:
             case_sensitive = self.compare != "tokens_nocase"
-            matched = record.get("digest") == runner.output_digest(expected, case_sensitive)
+            matched = record.get("digest") == runner.tokens_digest(expected, case_sensitive)
             score = 1.0 if matched else 0.0
         if score == 1.0:
             return Verdict.ACCEPTED, 1.0, ""
@@ -216,4 +202,4 @@ class StdioTests:
 def _unpack(packed: Any) -> str:
     """A program's output as the runner sent it (base64 of zlib), as text."""
     data = zlib.decompress(base64.b64decode(str(packed)), bufsize=1 << 16)
-    return data.decode("utf-8", "replace")
+    return data.decode("utf-8", "surrogateescape")
