@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .client import Sandbox
+from .contest.languages import Language
 from .errors import INFRASTRUCTURE_ERRORS, DeadlineExceededError, SandboxError
 from .harness import Harness
 from .outcomes import Outcome, OutcomeKind
@@ -51,6 +52,7 @@ def plan(
     banned_attributes: Sequence[str] = (),
     banned_modules: Sequence[str] = (),
     max_bytes: int = DEFAULT_MAX_BYTES,
+    language: Language | None = None,
 ) -> Plan:
     """Sanitize a completion; problems become outcomes without touching a sandbox.
 
@@ -64,6 +66,7 @@ def plan(
         attributes=tuple(banned_attributes),
         modules=tuple(banned_modules),
         max_bytes=max_bytes,
+        language=language,
     )
     if cleaned.problem is not None:
         kind = _PROBLEM_OUTCOMES[cleaned.problem.kind]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import json
 import logging
 import statistics
 import time
@@ -21,17 +22,19 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .contest.calls import call_tests
+from .contest.checkers import Checker, checker_from_spec
 from .contest.formats import detect_columns, read_tests
+from .contest.languages import Language, language_for, languages
 from .contest.scoring import SCORINGS, ScoredStdioTests, Scoring, parse_subtasks
 from .errors import CircuitOpenError
 from .evaluation import Plan, plan, run_plan
-from .harness import AssertTests, ExecHarness, FunctionTask, StdioTests
+from .harness import AssertTests, ExecHarness, FunctionTask, Harness, StdioTests
 from .keywords import check_keywords, keyword_only
-from .outcomes import Outcome, OutcomeKind
+from .outcomes import Outcome, OutcomeKind, Verdict
 from .pool import PoolStats, SandboxPool
 from .portal import run_sync
 from .registry import BackendLike, sandbox_keywords_for
-from .sanitize import Completion, completion_text
+from .sanitize import Completion, block_tags, completion_text
 
 Planner = Callable[[int, Any, Completion, Mapping[str, Sequence[Any]]], Plan]
 """(row index, prompt, completion, dataset columns) -> what to run for that row."""
@@ -50,6 +53,8 @@ class BatchStats:
     latency_p50: float = 0.0
     latency_p95: float = 0.0
     pool: PoolStats | None = None
+    verdicts: Counter[str] = field(default_factory=Counter)
+    """Contest verdicts (``accepted``, ``wrong_answer``, ...) of the outcomes that have one."""
 
     def rate(self, kind: OutcomeKind) -> float:
         return self.outcomes[kind.value] / self.total if self.total else 0.0
@@ -217,6 +222,7 @@ class RewardFunction:
         return BatchStats(
             outcomes=Counter(o.kind.value for o in outcomes),
             total=len(outcomes),
+            verdicts=Counter(o.verdict.value for o in outcomes if o.verdict is not None),
             latency_p50=_percentile(ran, 50),
             latency_p95=_percentile(ran, 95),
             pool=self._pool.stats if self._pool is not None else None,
@@ -235,6 +241,10 @@ class RewardFunction:
             f"{prefix}/latency_p50": stats.latency_p50,
             f"{prefix}/latency_p95": stats.latency_p95,
         }
+        judged = sum(stats.verdicts.values())
+        if judged:  # a contest reward: each verdict's share of the judged programs
+            for verdict in Verdict:
+                values[f"{prefix}/{verdict.value}_rate"] = stats.verdicts[verdict.value] / judged
         if stats.pool is not None:
             values[f"{prefix}/pool_size"] = float(stats.pool.size)
             values[f"{prefix}/sandboxes_created"] = float(stats.pool.created)
@@ -392,8 +402,18 @@ def function_tests_reward(
     return RewardFunction("function_tests_reward", planner, mapping, backend=backend, **options)
 
 
-PYTHON_NAMES = frozenset({"python", "python3", "py", "py3", "pypy", "pypy3"})
-"""How datasets name Python (open-r1's ``language``), compared lower-case without spaces."""
+def _row_language(named: str | None, fixed: str | None, completion: Completion) -> Language | str:
+    """The language a row's program is judged in: the row's own (open-r1's ``language``),
+    else the reward's ``language``, else that of the completion's last fenced block the
+    table knows, else Python. A name the table lacks comes back as that name."""
+    wanted = named or fixed
+    if wanted:
+        return language_for(wanted) or wanted
+    for tag in reversed(block_tags(completion)):
+        found = language_for(tag)
+        if found is not None:
+            return found
+    return language_for("python") or "python"
 
 
 def stdio_tests_reward(
@@ -403,30 +423,48 @@ def stdio_tests_reward(
     scoring: Scoring = "fraction",
     subtasks_column: str = "subtasks",
     timeout: float = 5.0,
+    language: str | None = None,
+    memory_mb: int = 256,
+    checker: Checker | None = None,
+    checker_column: str = "checker",
+    time_limit_column: str = "time_limit",
+    memory_limit_column: str = "memory_limit",
     **options: Any,
 ) -> RewardFunction:
     """Contest problems: the program reads each test's input on stdin; its stdout must match
-    the expected output up to whitespace. Tests are read from the row's ``tests_column`` (one
-    column or several, combined; None: found among the row's columns) in the shapes of
-    :mod:`sandboxkit.contest.formats`. ``scoring``: ``"fraction"`` of tests passed, ``"all"``
-    or nothing, or ``"subtasks"`` (IOI: the points of each group whose tests all pass, from
-    ``subtasks_column``, as a share of all points). ``timeout`` is per test.
+    the expected output token by token (or as a checker decides). Tests are read from the
+    row's ``tests_column`` (one column or several, combined; None: found among the row's
+    columns) in the shapes of :mod:`sandboxkit.contest.formats`. ``scoring``: ``"fraction"``
+    of tests passed, ``"all"`` or nothing, or ``"subtasks"`` (IOI: the points of each group
+    whose tests all pass, from ``subtasks_column``, as a share of all points).
+
+    Limits per test: ``timeout`` CPU seconds and ``memory_mb``, or the row's
+    ``time_limit_column`` (seconds) and ``memory_limit_column`` (MB) where it has them, as
+    open-r1's Codeforces rows do. The language (:mod:`sandboxkit.contest.languages`) is the
+    row's, else ``language``, else the completion's code block's tag, else Python; one the
+    table lacks gets ``None`` (an ``unsupported`` outcome naming it). The output is judged by
+    ``checker``, else the row's ``checker_column`` spec
+    (:func:`~sandboxkit.contest.checkers.checker_from_spec`), else token by token.
 
     A call-based row (APPS ``fn_name``, LiveCodeBench ``functional``) calls the function
-    instead, comparing results on the host (:mod:`sandboxkit.contest.calls`). Python only for
-    now: a row in another language gets ``None`` (an ``unsupported`` outcome naming why): it
-    says nothing about the code."""
+    instead, comparing results on the host (:mod:`sandboxkit.contest.calls`; Python only)."""
     if scoring not in SCORINGS:
         raise ValueError(f"scoring must be one of {', '.join(SCORINGS)}; got {scoring!r}")
+    if language is not None and language_for(language) is None:
+        known = ", ".join(lang.name for lang in languages())
+        raise ValueError(f"no language {language!r} in the table; known: {known}")
     fixed = (tests_column,) if isinstance(tests_column, str) else tests_column
 
     def planner(i: int, prompt: Any, completion: Completion, columns: Any) -> Plan:
         row = {name: values[i] for name, values in columns.items() if isinstance(values, list)}
         problem = read_tests(row, fixed or detect_columns(list(row)))
+        lang = _row_language(problem.language, language, completion)
         unsupported = ""
-        if problem.language and problem.language.lower().replace(" ", "") not in PYTHON_NAMES:
-            unsupported = f"language {problem.language!r} is not supported yet (Python only)"
-        if unsupported:
+        if not isinstance(lang, Language):
+            unsupported = f"language {lang!r} is not in the table (register_language)"
+        elif problem.call_based and lang.name != "python":
+            unsupported = f"call-based problems run in Python only, not {lang.title}"
+        if unsupported or not isinstance(lang, Language):
             return Plan(
                 outcome=Outcome(
                     OutcomeKind.UNSUPPORTED, detail=f"stdio_tests_reward: {unsupported}"
@@ -436,18 +474,35 @@ def stdio_tests_reward(
         if not tests:
             raise ValueError(f"stdio_tests_reward: row {i} has no test cases")
         groups = parse_subtasks(row[subtasks_column], tests) if scoring == "subtasks" else ()
-        judged = (
-            call_tests(problem, timeout=timeout)
-            if problem.call_based
-            else StdioTests(problem.cases, timeout=timeout)
-        )
-        harness = ScoredStdioTests(judged, scoring, groups)
-        return plan(completion, harness)
+        limit = row.get(time_limit_column)
+        seconds = float(limit) if isinstance(limit, (int, float)) and limit > 0 else timeout
+        if problem.call_based:
+            judged: Harness = call_tests(problem, timeout=seconds)
+        else:
+            memory = row.get(memory_limit_column)
+            if not isinstance(memory, (int, float)) or memory <= 0:
+                memory = memory_mb
+            spec = row.get(checker_column)
+            judged = StdioTests(
+                problem.cases,
+                timeout=seconds,
+                language=lang,
+                memory_mb=int(memory)
+                if isinstance(memory, (int, float)) and memory > 0
+                else memory_mb,
+                checker=checker or (checker_from_spec(_json(spec)) if spec else None),
+            )
+        return plan(completion, ScoredStdioTests(judged, scoring, groups), language=lang)
 
     def mapping(outcome: Outcome) -> float:
         return outcome.score if outcome.score is not None else 0.0
 
     return RewardFunction("stdio_tests_reward", planner, mapping, backend=backend, **options)
+
+
+def _json(value: Any) -> Any:
+    """A column's value, decoded when it is JSON text."""
+    return json.loads(value) if isinstance(value, (str, bytes)) else value
 
 
 _FACTORY_KEYWORDS = {

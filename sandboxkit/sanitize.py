@@ -20,7 +20,10 @@ import textwrap
 import unicodedata
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+
+if TYPE_CHECKING:
+    from .contest.languages import Language
 
 Completion: TypeAlias = "str | Sequence[Mapping[str, Any]]"
 """What TRL passes a reward function: text, or chat messages (``{"role", "content"}``)."""
@@ -125,7 +128,11 @@ def completion_text(completion: Completion) -> str:
 
 
 def extract_code(
-    completion: Completion, *, block: Literal["first", "last"] = "last", prompt: str | None = None
+    completion: Completion,
+    *,
+    block: Literal["first", "last"] = "last",
+    prompt: str | None = None,
+    language: Language | None = None,
 ) -> str:
     """The program in a completion.
 
@@ -135,8 +142,14 @@ def extract_code(
     unterminated final fence (the model hit its token limit) counts as a block. Without fences
     the whole text is the code. With ``prompt``, the completion instead continues a function
     the prompt starts (HumanEval style): the result is ``prompt`` + :func:`function_body`.
+    A ``language`` other than Python takes the blocks tagged with one of its names instead.
     """
-    return "".join(_program(completion, block, prompt))
+    return "".join(_program(completion, block, prompt, language))
+
+
+def block_tags(completion: Completion) -> list[str]:
+    """The language tags of a completion's fenced blocks, lower case, in order ("" untagged)."""
+    return [tag for tag, _ in _fenced_blocks(_clean(completion_text(completion)))]
 
 
 def function_body(completion: Completion) -> str:
@@ -248,6 +261,7 @@ def sanitize(
     modules: Collection[str] = (),
     substrings: Collection[str] = (),
     max_bytes: int = DEFAULT_MAX_BYTES,
+    language: Language | None = None,
 ) -> Sanitized:
     """Extract the program (see :func:`extract_code`) and report its first problem.
 
@@ -255,9 +269,10 @@ def sanitize(
     (:func:`banned_substrings`), then ``names``/``attributes``/``modules`` (:func:`find_banned`).
     With ``prompt`` only the model's part is held to the bans: a docstring saying "sorted(" is
     the task author's. Syntax is judged by this interpreter's grammar, which may be older than
-    the sandbox's.
+    the sandbox's. A program in another ``language`` is taken from a block tagged with one of
+    its names; its compiler judges it, and the checks after NUL bytes are Python's only.
     """
-    prefix, model = _program(completion, block, prompt)
+    prefix, model = _program(completion, block, prompt, language)
     code = prefix + model
     if not model:
         return Sanitized(code, Problem(ProblemKind.EMPTY, "the completion contains no code"))
@@ -265,6 +280,10 @@ def sanitize(
     if size > max_bytes:
         reason = f"the code is {size} bytes, over the limit of {max_bytes}"
         return Sanitized(code, Problem(ProblemKind.TOO_LARGE, reason))
+    if language is not None and language.name != "python":
+        if "\0" in code:
+            return Sanitized(code, Problem(ProblemKind.NUL_BYTES, "the code contains NUL bytes"))
+        return Sanitized(code, None)
     problems = find_banned(code, names=names, attributes=attributes, modules=modules)
     if problems and problems[0].kind is not ProblemKind.BANNED:
         return Sanitized(code, problems[0])
@@ -280,7 +299,10 @@ def sanitize(
 
 
 def _program(
-    completion: Completion, block: Literal["first", "last"], prompt: str | None
+    completion: Completion,
+    block: Literal["first", "last"],
+    prompt: str | None,
+    language: Language | None = None,
 ) -> tuple[str, str]:
     """``(prefix, model_code)``: the prompt's part (body mode only) and the model's part."""
     if block not in ("first", "last"):
@@ -295,7 +317,11 @@ def _program(
     blocks = _fenced_blocks(text)
     if not blocks:
         return "", _tidy(text)
-    chosen = [code for tag, code in blocks if _PYTHON_TAG.fullmatch(tag)]
+    if language is None or language.name == "python":
+        chosen = [code for tag, code in blocks if _PYTHON_TAG.fullmatch(tag)]
+    else:
+        tags = {language.name, *language.names}
+        chosen = [code for tag, code in blocks if tag in tags]
     chosen = chosen or [code for tag, code in blocks if not tag]
     if not chosen:
         return "", ""

@@ -185,8 +185,13 @@ def test_a_row_without_a_column_of_tests_is_a_value_error(reward: RewardFunction
     ("row", "why"),
     [
         (
-            {"verification_info": {"language": "cpp", "test_cases": [{"input": "", "output": ""}]}},
-            "language 'cpp' is not supported yet (Python only)",
+            {
+                "verification_info": {
+                    "language": "kotlin",
+                    "test_cases": [{"input": "", "output": ""}],
+                }
+            },
+            "language 'kotlin' is not in the table (register_language)",
         ),
         (
             {
@@ -197,10 +202,10 @@ def test_a_row_without_a_column_of_tests_is_a_value_error(reward: RewardFunction
                     ],
                 }
             },
-            "language 'cpp' is not supported yet (Python only)",
+            "call-based problems run in Python only, not C++17",
         ),
     ],
-    ids=["C++", "C++ function_call"],
+    ids=["Kotlin", "C++ function_call"],
 )
 def test_what_is_not_supported_yet_gets_no_reward_and_says_why(
     reward: RewardFunction, row: dict[str, Any], why: str
@@ -220,7 +225,9 @@ def test_what_is_not_supported_yet_gets_no_reward_and_says_why(
 def test_a_batch_of_rows_it_cannot_run_yet_does_not_stop_training(reward: RewardFunction) -> None:
     """Unsupported rows are a property of the dataset, not a failing provider: a batch made of
     them gives no reward and no ``CircuitOpenError``, and the metrics count them apart."""
-    row = {"verification_info": {"language": "cpp", "test_cases": [{"input": "", "output": ""}]}}
+    row = {
+        "verification_info": {"language": "kotlin", "test_cases": [{"input": "", "output": ""}]}
+    }
     logged: dict[str, float] = {}
     scores = reward(
         prompts=["p"] * 6,
