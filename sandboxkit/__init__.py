@@ -39,6 +39,7 @@ from .session import Session
 from .wait import await_first, spawn, wait, wait_async
 
 if TYPE_CHECKING:
+    from .contest.languages import Language, register_language
     from .evaluation import Plan, plan, run_plan
     from .harness import (
         AssertTests,
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
         RunRequest,
         StdioTests,
     )
-    from .outcomes import Outcome, OutcomeKind
+    from .outcomes import Outcome, OutcomeKind, Verdict
     from .rewards import (
         AsyncRewardFunction,
         BatchStats,
@@ -76,7 +77,8 @@ _LAZY = {
         ),
         ".harness",
     ),
-    **dict.fromkeys(("Outcome", "OutcomeKind"), ".outcomes"),
+    **dict.fromkeys(("Outcome", "OutcomeKind", "Verdict"), ".outcomes"),
+    **dict.fromkeys(("Language", "register_language"), ".contest.languages"),
     **dict.fromkeys(
         (
             "AsyncRewardFunction",
@@ -123,6 +125,7 @@ __all__ = [
     "FunctionTests",
     "Harness",
     "IsolationUnavailableError",
+    "Language",
     "Outcome",
     "OutcomeKind",
     "Plan",
@@ -147,6 +150,7 @@ __all__ = [
     "StdioTests",
     "TransientBackendError",
     "UnknownBackendError",
+    "Verdict",
     "__version__",
     "assert_tests_reward",
     "available_backends",
@@ -155,6 +159,7 @@ __all__ = [
     "function_tests_reward",
     "get_backend",
     "plan",
+    "register_language",
     "run_plan",
     "spawn",
     "stdio_tests_reward",

@@ -225,9 +225,7 @@ def test_what_is_not_supported_yet_gets_no_reward_and_says_why(
 def test_a_batch_of_rows_it_cannot_run_yet_does_not_stop_training(reward: RewardFunction) -> None:
     """Unsupported rows are a property of the dataset, not a failing provider: a batch made of
     them gives no reward and no ``CircuitOpenError``, and the metrics count them apart."""
-    row = {
-        "verification_info": {"language": "kotlin", "test_cases": [{"input": "", "output": ""}]}
-    }
+    row = {"verification_info": {"language": "kotlin", "test_cases": [{"input": "", "output": ""}]}}
     logged: dict[str, float] = {}
     scores = reward(
         prompts=["p"] * 6,
