@@ -18,8 +18,11 @@ candidate never runs in the process that judges it.
   send is data that T checks: the names Z reports bind only where a test refers to them (a
   test's builtins and its own names stay its own), modules only from the standard library.
   A whole program ends in C as ``python3`` ends a script (threads joined, ``atexit``, flush);
-  Z, its parent, sends T its exit status over a socket C never holds, and T records the
-  test only then, so a thread that never ends runs into the time limit.
+  Z, its parent, sends T its exit status and peak memory over a socket C never holds, and T
+  records the test only then, so a thread that never ends runs into the time limit.
+- A program in another language: Z writes it into a directory of this run's own, runs its
+  compiler once (under the compile limits), and each C execs the result under the test's
+  limits (``RLIMIT_DATA`` for memory, a large stack), so nothing of Z's memory reaches it.
 - Every record T writes is sealed with the key (keyed BLAKE2b): whatever else reaches the
   exec's stdout, a process the candidate started included, is ignored by the host. Records
   are small (long values and outputs cross as digests), so they stay far below an output cap.
@@ -44,6 +47,7 @@ import os
 import select
 import signal
 import socket
+import stat
 import sys
 import time
 import types
@@ -793,33 +797,50 @@ def precompiled(native: Record, program: Record, env: Env) -> str:
 
     def mark(path: str) -> str:
         info = os.stat(path, follow_symlinks=False)
+        if not stat.S_ISREG(info.st_mode):  # a link or anything else planted there
+            return ""
         stamp = f"{info.st_dev}:{info.st_ino}:{info.st_mode}:{info.st_size}:{info.st_ctime_ns}"
         return blake2b(stamp.encode(), key=key, digest_size=16).hexdigest()
 
     def sealed() -> bool:
         try:
             with open(target + ".seal") as seal_file:
-                return hmac_equal(seal_file.read(), mark(target))
+                found = mark(target)
+                return bool(found) and hmac_equal(seal_file.read(), found)
         except OSError:
             return False
 
     if not sealed():
+        import shutil
+        import tempfile
+
+        fresh = ""
         try:
             os.makedirs(os.path.dirname(target), exist_ok=True)
-            wrapper = os.path.join(cache, "header.h")
+            # Built in a directory no one could have prepared, then moved into place.
+            fresh = tempfile.mkdtemp(dir=cache)
+            wrapper = os.path.join(fresh, "header.h")
             with open(wrapper, "w") as wrapper_file:
                 wrapper_file.write(f"#include <{header}>\n")
-            partial = f"{target}.{os.getpid()}"
+            built = os.path.join(fresh, "header.gch")
             limits = dict(program["compile_limits"], wall=PCH_WALL, cpu=PCH_WALL)
-            build_argv = [argv[0], *flags, "-x", "c++-header", wrapper, "-o", partial]
-            status, _ = run_tool(build_argv, env, limits)
+            status, _ = run_tool(
+                [argv[0], *flags, "-x", "c++-header", wrapper, "-o", built], env, limits
+            )
             if status != 0:
                 return ""
-            os.replace(partial, target)
-            with open(target + ".seal", "w") as seal_file:
-                seal_file.write(mark(target))
+            os.replace(built, target)
+            seal = mark(target)
+            if not seal:
+                return ""
+            with open(os.path.join(fresh, "seal"), "w") as seal_file:
+                seal_file.write(seal)
+            os.replace(os.path.join(fresh, "seal"), target + ".seal")
         except OSError:
             return ""
+        finally:
+            if fresh:
+                shutil.rmtree(fresh, ignore_errors=True)
     # The compile takes it through a directory of this run's own, which holds nothing else.
     own = os.path.join(program["dir"], ".pch")
     os.makedirs(os.path.join(own, os.path.dirname(header)), exist_ok=True)
