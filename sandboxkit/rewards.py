@@ -425,6 +425,10 @@ def stdio_tests_reward(
     timeout: float = 5.0,
     language: str | None = None,
     memory_mb: int = 256,
+    wall: float | None = None,
+    output_limit: int = 1 << 20,
+    compile_timeout: float = 30.0,
+    compile_memory_mb: int = 2048,
     checker: Checker | None = None,
     checker_column: str = "checker",
     time_limit_column: str = "time_limit",
@@ -440,9 +444,12 @@ def stdio_tests_reward(
 
     Limits per test: ``timeout`` CPU seconds and ``memory_mb``, or the row's
     ``time_limit_column`` (seconds) and ``memory_limit_column`` (MB) where it has them, as
-    open-r1's Codeforces rows do. The language (:mod:`sandboxkit.contest.languages`) is the
-    row's, else ``language``, else the completion's code block's tag, else Python; one the
-    table lacks gets ``None`` (an ``unsupported`` outcome naming it). The output is judged by
+    open-r1's Codeforces rows do; ``wall`` seconds (None: five times the CPU limit) and
+    ``output_limit`` bytes; the compile's own ``compile_timeout`` and ``compile_memory_mb``.
+
+    The language (:mod:`sandboxkit.contest.languages`) is the row's, else ``language``, else
+    the completion's code block's tag, else Python; one the table lacks gets ``None`` (an
+    ``unsupported`` outcome naming it). The output is judged by
     ``checker``, else the row's ``checker_column`` spec
     (:func:`~sandboxkit.contest.checkers.checker_from_spec`), else token by token.
 
