@@ -374,6 +374,9 @@ def build_parser() -> argparse.ArgumentParser:
         "stdio_tests_reward",
     )
     evaluate.add_argument("--timeout", type=_positive, default=5.0, help="seconds per test")
+    evaluate.add_argument(
+        "--language", help="stdio: the programs' language where a row names none (cpp17, java...)"
+    )
     evaluate.add_argument("--pool-size", type=int, default=4, help="sandboxes at once")
     evaluate.add_argument(
         "--retries", type=int, default=3, help="tries again after a provider failure"

@@ -15,7 +15,9 @@ Fields per row (``--reward``):
   builtin's name such as ``"sorted"`` or a ``"lambda xs: ..."``), optionally
   ``banned_patterns`` and ``seed``. Rows with the same ``func_name`` share one task.
 - ``stdio``: the row's other fields are its dataset columns, holding the tests in one of the
-  shapes of :mod:`sandboxkit.contest.formats` (and ``subtasks``, for that scoring).
+  shapes of :mod:`sandboxkit.contest.formats` (and ``subtasks``, ``language``, ``checker``,
+  ``time_limit``, ``memory_limit`` where the row has them); ``--language`` names the language
+  of rows that do not.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from tqdm import tqdm
 
 from .errors import SandboxError
 from .harness import FunctionTask
-from .outcomes import Outcome, OutcomeKind
+from .outcomes import Outcome, OutcomeKind, Verdict
 from .portal import run_sync
 from .rewards import (
     RewardFunction,
@@ -177,6 +179,13 @@ def summary(reward: RewardFunction, outcomes: Sequence[Outcome]) -> str:
     for kind in OutcomeKind:
         share = counts[kind] / len(outcomes) if outcomes else 0.0
         lines.append(f"{kind.value:<8} {counts[kind]:>5}  {share:6.1%}")
+    verdicts = Counter(o.verdict for o in outcomes if o.verdict is not None)
+    if verdicts:  # contest judging: how the judged programs ended
+        judged = sum(verdicts.values())
+        lines += ["", "verdict        count  share"]
+        for verdict in Verdict:
+            share = verdicts[verdict] / judged
+            lines.append(f"{verdict.value:<14} {verdicts[verdict]:>5}  {share:6.1%}")
     return "\n".join(lines)
 
 
@@ -187,6 +196,7 @@ def write_results(path: Path, reward: RewardFunction, outcomes: Sequence[Outcome
                 "index": index,
                 "reward": reward.reward(outcome),
                 "outcome": outcome.kind.value,
+                "verdict": outcome.verdict.value if outcome.verdict is not None else None,
                 "passed": outcome.passed,
                 "total": outcome.total,
                 "detail": outcome.detail,
@@ -207,6 +217,8 @@ def run_eval(args: argparse.Namespace, tags: Sequence[str]) -> int:
         "tags": list(tags),
         "image": args.image,
     }
+    if args.reward == "stdio" and args.language:
+        options["language"] = args.language
     try:
         records = read_jsonl(path)
     except OSError as exc:

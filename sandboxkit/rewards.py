@@ -431,6 +431,7 @@ def stdio_tests_reward(
     compile_memory_mb: int = 2048,
     checker: Checker | None = None,
     checker_column: str = "checker",
+    language_column: str = "language",
     time_limit_column: str = "time_limit",
     memory_limit_column: str = "memory_limit",
     **options: Any,
@@ -447,7 +448,8 @@ def stdio_tests_reward(
     open-r1's Codeforces rows do; ``wall`` seconds (None: five times the CPU limit) and
     ``output_limit`` bytes; the compile's own ``compile_timeout`` and ``compile_memory_mb``.
 
-    The language (:mod:`sandboxkit.contest.languages`) is the row's, else ``language``, else
+    The language (:mod:`sandboxkit.contest.languages`) is the row's (open-r1's
+    ``verification_info`` names it, or the ``language_column``), else ``language``, else
     the completion's code block's tag, else Python; one the table lacks gets ``None`` (an
     ``unsupported`` outcome naming it). The output is judged by
     ``checker``, else the row's ``checker_column`` spec
@@ -465,7 +467,8 @@ def stdio_tests_reward(
     def planner(i: int, prompt: Any, completion: Completion, columns: Any) -> Plan:
         row = {name: values[i] for name, values in columns.items() if isinstance(values, list)}
         problem = read_tests(row, fixed or detect_columns(list(row)))
-        lang = _row_language(problem.language, language, completion)
+        named = problem.language or row.get(language_column)
+        lang = _row_language(str(named) if named else None, language, completion)
         unsupported = ""
         if not isinstance(lang, Language):
             unsupported = f"language {lang!r} is not in the table (register_language)"

@@ -551,8 +551,16 @@ def _jsonl(path: Path, rows: list[dict[str, object]]) -> Path:
 def _summary(stdout: str) -> tuple[float, dict[str, int]]:
     mean = re.search(r"^mean reward: (-?[\d.]+) ", stdout, re.M)
     assert mean is not None, stdout
-    counts = dict(re.findall(r"^(\w+) +(\d+) +[\d.]+%$", stdout, re.M))
+    outcomes, _, _ = stdout.partition("\nverdict ")
+    counts = dict(re.findall(r"^(\w+) +(\d+) +[\d.]+%$", outcomes, re.M))
     return float(mean[1]), {kind: int(n) for kind, n in counts.items()}
+
+
+def _verdicts(stdout: str) -> dict[str, int]:
+    """The contest verdicts' counts in an eval summary (those above zero)."""
+    _, _, verdicts = stdout.partition("\nverdict ")
+    counts = dict(re.findall(r"^(\w+) +(\d+) +[\d.]+%$", verdicts, re.M))
+    return {verdict: int(n) for verdict, n in counts.items() if int(n)}
 
 
 ADD = "def add(a, b):\n    return a + b\n"
@@ -649,6 +657,47 @@ def test_eval_stdio_reads_the_contest_dataset_shapes(
         pytest.approx((1 + 0.5 + 1) / 3, abs=1e-4),
         {**NO_OUTCOMES, "passed": 2, "failed": 1},
     )
+    assert _verdicts(done.stdout) == {"accepted": 2, "wrong_answer": 1}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
+def test_eval_stdio_judges_the_language_named_and_writes_verdicts(
+    tmp_path: Path, local_env: dict[str, str]
+) -> None:
+    """``--language`` names the language of rows that name none; a row's ``language`` column
+    and a fenced block's tag are read too; ``--output`` carries each verdict."""
+    tests = {"public_tests": {"input": ["1 2\n", "10 -3\n"], "output": ["3", "7"]}}
+    add_c = '#include <stdio.h>\nint main(){long a,b;scanf("%ld %ld",&a,&b);printf("%ld\\n",a+b);}'
+    rows = [
+        {**tests, "completion": add_c},
+        {**tests, "completion": add_c.replace("a+b)", "a-b)")},
+        {**tests, "completion": "int main( {"},
+        {**tests, "language": "python", "completion": "print(sum(map(int, input().split())))"},
+    ]
+    data = _jsonl(tmp_path / "c.jsonl", rows)
+    out = tmp_path / "results.jsonl"
+    done = cli(
+        "eval",
+        "--reward",
+        "stdio",
+        "--language",
+        "c",
+        str(data),
+        "--output",
+        str(out),
+        env=local_env,
+    )
+    assert done.returncode == 0, done.stderr
+    assert _verdicts(done.stdout) == {"accepted": 2, "wrong_answer": 1, "compile_error": 1}
+    results = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["verdict"] for r in results] == [
+        "accepted",
+        "wrong_answer",
+        "compile_error",
+        "accepted",
+    ]
+    assert results[2]["detail"].startswith("compile error: ")
 
 
 def test_eval_exec(tmp_path: Path, local_env: dict[str, str]) -> None:
