@@ -4,6 +4,7 @@ rule, with real programs in local sandboxes: right, partly right, crashing and s
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterator
 from typing import Any
 
@@ -253,3 +254,40 @@ def test_call_based_tests_are_kept_as_the_dataset_holds_them() -> None:
 def test_inputs_and_outputs_of_different_lengths_are_a_value_error() -> None:
     with pytest.raises(ValueError, match="input_output: 2 inputs but 1 outputs"):
         parse_tests({"inputs": ["1", "2"], "outputs": ["1"]})
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
+def test_the_language_is_the_rows_else_the_code_blocks_and_verdicts_are_logged(
+    reward: RewardFunction,
+) -> None:
+    """A row naming no language is judged in its completion's block's language (C++ here, a
+    Python block in the same batch as Python); each verdict's share is a batch metric."""
+    row = SHAPES["CodeContests public/private/generated"]
+    add = "#include <bits/stdc++.h>\nint main(){long long a,b;std::cin>>a>>b;std::cout<<a+b;}"
+    completions = [
+        f"```cpp\n{add}\n```",
+        f"```c++\n{add.replace('a+b', 'a*b')}\n```",
+        "```cpp\nint main() { undefined; }\n```",
+        f"```python\n{PROGRAMS['right']}\n```",
+    ]
+    logged: dict[str, float] = {}
+    seen: dict[str, list[str]] = {}
+    scores = reward(
+        prompts=["p"] * 4,
+        completions=completions,
+        log_metric=logged.__setitem__,
+        log_extra=seen.__setitem__,
+        **{name: [value] * 4 for name, value in row.items()},
+    )
+    assert scores[0] == 1.0 and scores[1] is not None and scores[1] < 1.0, seen
+    assert scores[2] == 0.0 and scores[3] == 1.0, seen
+    assert seen["stdio_tests_reward_outcome"][2].startswith("error 0/4: compile error: main.cpp:1")
+    assert logged["stdio_tests_reward/accepted_rate"] == 0.5
+    assert logged["stdio_tests_reward/compile_error_rate"] == 0.25
+    assert logged["stdio_tests_reward/wrong_answer_rate"] == 0.25
+
+
+def test_a_language_the_table_lacks_is_a_value_error_up_front() -> None:
+    with pytest.raises(ValueError, match="no language 'cobol' in the table; known: python, c, "):
+        stdio_tests_reward("subprocess", language="cobol")

@@ -8,12 +8,14 @@ from typing import Any
 
 import pytest
 
+from sandboxkit.contest.languages import language_for
 from sandboxkit.sanitize import (
     DEFAULT_MAX_BYTES,
     Problem,
     ProblemKind,
     Sanitized,
     banned_substrings,
+    block_tags,
     completion_text,
     extract_code,
     find_banned,
@@ -701,3 +703,21 @@ def test_problem_kinds_are_strings() -> None:
         "banned",
     }
     assert ProblemKind("banned") is ProblemKind.BANNED
+
+
+def test_a_program_in_another_language_comes_from_a_block_tagged_with_its_names() -> None:
+    """A C++ problem takes the ```cpp (or ```c++) block, never a Python one; its syntax is
+    its compiler's to judge, so Python's checks do not run on it."""
+    cpp = language_for("cpp17")
+    assert cpp is not None
+    reply = (
+        "Idea first:\n```python\nprint(1)\n```\nIn C++:\n```c++\nint main() { return 0; }\n```\n"
+    )
+    assert extract_code(reply, language=cpp) == "int main() { return 0; }"
+    assert extract_code(reply) == "print(1)"
+    assert extract_code("```python\nprint(1)\n```", language=cpp) == ""
+    cleaned = sanitize("```cpp\nint main() { return 0 }\n```", language=cpp)
+    assert cleaned.problem is None and cleaned.code == "int main() { return 0 }"
+    nul = sanitize("```cpp\nint main() {}\0\n```", language=cpp)
+    assert nul.problem is not None and nul.problem.kind is ProblemKind.NUL_BYTES
+    assert block_tags(reply) == ["python", "c++"]
