@@ -16,6 +16,7 @@ import tempfile
 import textwrap
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -31,6 +32,7 @@ pytest_plugins = [
 CONFORMANCE_BACKENDS = ["subprocess", "daytona", "aviato"]
 EMULATOR_ENVS = {"daytona": "daytona_env", "aviato": "aviato_env"}
 """Backends served by an emulator, and the fixture that starts it and points the env at it."""
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 @pytest.fixture(params=CONFORMANCE_BACKENDS)
@@ -39,6 +41,15 @@ def backend_client(request: pytest.FixtureRequest) -> Iterator[SandboxClient]:
         request.getfixturevalue(EMULATOR_ENVS[request.param])
     with get_backend(request.param) as client:
         yield client
+
+
+@pytest.fixture(scope="session")
+def problemset() -> Iterator[ModuleType]:
+    """``examples/contest/problemset.py`` (our contest problems), imported as the examples
+    import it."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(EXAMPLES))
+        yield importlib.import_module("contest.problemset")
 
 
 @pytest.fixture

@@ -3,11 +3,9 @@ build script. (How a judge treats each solution is tested with the languages tha
 
 from __future__ import annotations
 
-import importlib
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -29,12 +27,9 @@ PROBLEMS = [
 ALL_LANGUAGES = {"python", "cpp17", "c", "java", "rust", "go", "javascript"}
 
 
-@pytest.fixture(scope="module")
-def ps() -> Iterator[ModuleType]:
-    """``examples/contest/problemset.py``, imported as the examples import it."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.syspath_prepend(str(EXAMPLES))
-        yield importlib.import_module("contest.problemset")
+@pytest.fixture
+def ps(problemset: ModuleType) -> ModuleType:
+    return problemset
 
 
 def test_the_set_loads_every_problem_with_tests_and_limits(ps: ModuleType) -> None:
@@ -138,6 +133,7 @@ def test_a_row_reads_back_through_the_contest_formats(ps: ModuleType) -> None:
         assert tests.cases == tuple((t["input"], t["output"]) for t in p.tests)
         assert row["prompt"].startswith(p.statement)
         assert "Write a solution in C++17" in row["prompt"] and "```cpp" in row["prompt"]
+        assert (row["time_limit"], row["memory_limit"]) == (p.time_limit, p.memory_limit_mb)
         assert row.get("subtasks") == p.subtasks
         assert ("checker" in row) == (p.checker is not None)
 

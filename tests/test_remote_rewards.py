@@ -1,22 +1,29 @@
 """The reward functions on the remote backends, through the real SDKs and the emulators: the
-same rewards as on the local backend, and a flaky provider that costs rewards (``None``) but
-never a crash or a sandbox."""
+same rewards as on the local backend (contest judging in every kind of language included), and
+a flaky provider that costs rewards (``None``) but never a crash or a sandbox."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 import pytest
 
-from sandboxkit.harness import FunctionTask
+from sandboxkit import CircuitOpenError, SandboxClient
+from sandboxkit.contest import languages
+from sandboxkit.contest.languages import Language, register_language
+from sandboxkit.harness import FunctionTask, StdioTests
+from sandboxkit.harness.stdio import RUNS_DIR
+from sandboxkit.portal import run_sync
 from sandboxkit.rewards import (
     RewardFunction,
     assert_tests_reward,
     exec_reward,
     function_tests_reward,
+    stdio_tests_reward,
 )
 from sandboxkit.testing.faults import Faults
 from sandboxkit.testing.remote import REMOTE_BACKENDS, Emulator, client_for, start_emulator
@@ -129,6 +136,198 @@ def test_same_rewards_as_the_local_backend(
     with client_for(remote_provider, remote_emulator.url) as client:
         assert CASES[case].run(client) == local_rewards[case]
     assert remote_emulator.live_sandboxes() == 0
+
+
+# -- contest judging ----------------------------------------------------------------------------
+
+CONTEST = {
+    ("aplusb", "accepted.cpp"): 7,
+    ("aplusb", "wrong.cpp"): 2,
+    ("aplusb", "compile_error.cpp"): 0,
+    ("aplusb", "accepted.java"): 7,
+    ("aplusb", "accepted.go"): 7,
+    ("aplusb", "wrong.js"): 4,
+    ("aplusb", "accepted.py"): 7,
+    ("aplusb", "crash.py"): 0,
+    ("smallest_sums", "accepted.js"): 7,
+    ("smallest_sums", "slow.cpp"): 6,
+    ("smallest_sums", "memory.cpp"): 0,
+    ("palindromes", "wrong.py"): 2,
+    ("pair_sum", "accepted.py"): 8,
+    ("circles", "accepted_digits.py"): 8,
+}
+"""Solutions from ``examples/contest`` (problem, file) and how many of the problem's tests
+each passes: a compiled language, a JVM, Go, Node and Python's zygote, every verdict but the
+output limit, inputs of 1.4 MB (past what Daytona's wrapper carries inline: uploaded), a checker
+program compiled in the sandbox, float and case-insensitive checkers."""
+
+
+@dataclass(frozen=True)
+class ContestBatch:
+    """One row per solution of :data:`CONTEST`, as a dataset of ``as_row`` rows (with the
+    problem's own limits); each completion is its solution in a fenced block."""
+
+    prompts: list[str]
+    completions: list[str]
+    columns: dict[str, list[Any]]
+    expected: list[tuple[float, str]]
+    """Each solution's score and what a judge must make of it (its file's name says)."""
+
+    def judge(self, backend: Any) -> list[tuple[float | None, str]]:
+        """Each completion's reward and verdict (or outcome kind, where there is none)."""
+        reward = stdio_tests_reward(backend, pool_size=3)
+        _ = reward.pool  # made on this thread, as a call makes it
+        try:
+            outcomes = run_sync(reward.aoutcomes(self.prompts, self.completions, **self.columns))
+        finally:
+            reward.close()
+        return [(reward.reward(o), (o.verdict or o.kind).value) for o in outcomes]
+
+
+@pytest.fixture(scope="module")
+def contest(problemset: ModuleType) -> ContestBatch:
+    problems = {p.name: p for p in problemset.load_problems()}
+    rows, completions, expected = [], [], []
+    for (name, variant), passed in CONTEST.items():
+        problem = problems[name]
+        language, source = problemset.solutions(problem)[variant]
+        rows.append(problemset.as_row(problem, language))
+        completions.append(f"```{problemset.PROMPT_NAMES[language][1]}\n{source}```")
+        expected.append((passed / len(problem.tests), problemset.expected_verdict(variant)))
+    names = sorted({k for row in rows for k in row} - {"prompt"})
+    columns = {k: [row.get(k) for row in rows] for k in names}
+    return ContestBatch([row["prompt"] for row in rows], completions, columns, expected)
+
+
+@pytest.fixture(scope="module")
+def local_contest(contest: ContestBatch) -> list[tuple[float | None, str]]:
+    return contest.judge("subprocess")
+
+
+@pytest.mark.slow
+def test_local_contest_rewards_and_verdicts_are_the_reference(
+    contest: ContestBatch, local_contest: list[tuple[float | None, str]]
+) -> None:
+    assert local_contest == contest.expected
+
+
+@pytest.fixture
+def wrapped_emulator(remote_provider: str) -> Iterator[Emulator]:
+    """An emulator that runs every command inside its backend's own exec wrapper, as the
+    provider does (Daytona's shell script: stdin from a file uploaded first, output through
+    ``head -c``), not Python directly."""
+    with start_emulator(remote_provider, direct_python=False) as emu:
+        yield emu
+
+
+@pytest.mark.slow
+def test_contest_rewards_and_verdicts_are_the_local_ones(
+    remote_provider: str,
+    wrapped_emulator: Emulator,
+    contest: ContestBatch,
+    local_contest: list[tuple[float | None, str]],
+) -> None:
+    with client_for(remote_provider, wrapped_emulator.url) as client:
+        assert contest.judge(client) == local_contest
+    assert wrapped_emulator.live_sandboxes() == 0
+
+
+@pytest.mark.slow
+def test_a_remote_sandbox_precompiles_the_cpp_header_once(
+    remote_provider: str, remote_emulator: Emulator, problemset: ModuleType
+) -> None:
+    """The header is built on a sandbox's first C++ compile and kept, sealed, for the next
+    completions there: the remote working directory holds between execs."""
+    (problem,) = [p for p in problemset.load_problems() if p.name == "aplusb"]
+    harness = StdioTests([(t["input"], t["output"]) for t in problem.tests], language="cpp17")
+    source = problemset.solutions(problem)["accepted.cpp"][1]
+    stat = f"stat -c '%i %Z' {RUNS_DIR}/cache/pch-*/bits/stdc++.h.gch*"
+    seen = []
+    with client_for(remote_provider, remote_emulator.url) as client, client.sandbox() as sb:
+        for _ in range(2):
+            request = harness.request(source)
+            result = sb.exec(request.argv, stdin=request.stdin, timeout=request.timeout)
+            assert harness.judge(result, request).verdict == "accepted"
+            seen.append(sb.exec(["sh", "-c", stat], timeout=60).stdout.split("\n"))
+    header, seal, end = seen[0]
+    assert header and seal and not end
+    assert seen[1] == seen[0]  # the same files, not rebuilt
+
+
+@pytest.fixture
+def missing_toolchains(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two languages no sandbox here has the tools of (a compiled one and an interpreted one),
+    registered for this test only."""
+    monkeypatch.setattr(languages, "_LANGUAGES", dict(languages._LANGUAGES))
+    monkeypatch.setattr(languages, "_NAMES", dict(languages._NAMES))
+    register_language(
+        Language(
+            "nolang",
+            "NoLang",
+            ("nl",),
+            "main.nl",
+            ("nolangc", "-O2", "-o", "main", "main.nl"),
+            ("./main",),
+            "nolangc",
+            "apt install nolang-compiler",
+        )
+    )
+    register_language(
+        Language(
+            "noscript",
+            "NoScript",
+            ("ns",),
+            "main.ns",
+            (),
+            ("nsrun", "main.ns"),
+            "nsrun",
+            "apt install noscript",
+        )
+    )
+
+
+ADD_ROW = {"input_output": {"inputs": ["1 2\n", "5 7\n"], "outputs": ["3\n", "12\n"]}}
+MISSING = {
+    "```nl\nprint a + b\n```": (
+        "the sandbox has no nolangc for NoLang (install it in the image: "
+        "apt install nolang-compiler)"
+    ),
+    "```ns\nprint a + b\n```": (
+        "the sandbox has no nsrun for NoScript (install it in the image: apt install noscript)"
+    ),
+}
+
+
+@pytest.mark.slow
+def test_a_toolchain_the_sandbox_lacks_is_an_infra_outcome_naming_it(
+    missing_toolchains: None, backend_client: SandboxClient
+) -> None:
+    """Never a 0.0 that would teach the model its code is wrong: no reward, and a message
+    that says what the image lacks and how to install it, on every backend."""
+    python = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
+    completions = [*MISSING, python]
+    seen: dict[str, list[str]] = {}
+    logged: dict[str, float] = {}
+    reward = stdio_tests_reward(backend_client, pool_size=2)
+    try:
+        scores = reward(
+            ["p"] * 3,
+            completions,
+            log_extra=seen.__setitem__,
+            log_metric=logged.__setitem__,
+            **{k: [v] * 3 for k, v in ADD_ROW.items()},
+        )
+        assert scores == [None, None, 1.0]
+        assert seen["stdio_tests_reward_outcome"] == [
+            *(f"infra 0/2: {said}" for said in MISSING.values()),
+            "passed 2/2",
+        ]
+        assert logged["stdio_tests_reward/infra_error_rate"] == pytest.approx(2 / 3)
+        # A batch mostly made of them stops training with that message.
+        with pytest.raises(CircuitOpenError, match=r"4 of 5 .*install it in the image: apt"):
+            reward(["p"] * 5, [*MISSING, *completions], **{k: [v] * 5 for k, v in ADD_ROW.items()})
+    finally:
+        reward.close()
 
 
 # -- a flaky provider ---------------------------------------------------------------------------

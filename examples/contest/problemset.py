@@ -110,8 +110,10 @@ def expected_verdict(variant: str) -> str:
 
 def as_row(problem: Problem, language: str) -> dict[str, Any]:
     """``problem`` as a dataset row in open-r1's shape, asking for a solution in ``language``
-    (one of ``LANGUAGES``' values); a ``subtasks`` column when it has subtasks, a ``checker``
-    one when it has a checker (a program checker's source inline, under ``"source"``)."""
+    (one of ``LANGUAGES``' values), with its limits as open-r1's Codeforces rows carry them
+    (``time_limit`` in seconds, ``memory_limit`` in MB); a ``subtasks`` column when it has
+    subtasks, a ``checker`` one when it has a checker (a program checker's source inline,
+    under ``"source"``)."""
     shown, tag = PROMPT_NAMES[language]
     row: dict[str, Any] = {
         "prompt": (
@@ -125,6 +127,8 @@ def as_row(problem: Problem, language: str) -> dict[str, Any]:
                 for t in problem.tests
             ],
         },
+        "time_limit": problem.time_limit,
+        "memory_limit": problem.memory_limit_mb,
     }
     if problem.subtasks is not None:
         row["subtasks"] = problem.subtasks
