@@ -122,9 +122,26 @@ def test_daytona_port_writes_metrics_plot_and_model(tmp_path: Path) -> None:
     assert (out / "model" / "config.json").exists()
 
 
+def test_contest_example_judges_a_tiny_models_cpp_and_python(tmp_path: Path) -> None:
+    """The tiny model writes garbage: every program fails, but the step runs end to end, the
+    C++ ones as compile errors, and the verdicts' shares reach TRL's log."""
+    pytest.importorskip("trl", reason=NEEDS_EXAMPLES)
+    result = run_example("contest_grpo.py", "--tiny", "--output-dir", "out", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert "Languages:    C++17, Python 3\n" in result.stdout
+    assert re.search(r"^Training complete: 1 step, mean reward 0\.00$", result.stdout, re.M)
+    assert re.search(r"^Sandboxes left under job=[0-9a-f]{8}: 0$", result.stdout, re.M)
+    found = re.search(r"^Verdicts at the last step: (.+)$", result.stdout, re.M)
+    assert found is not None, result.stdout
+    shares = dict(part.split(" ") for part in found.group(1).split(", "))
+    assert "compile_error" in shares and "accepted" not in shares, shares
+    assert sum(int(share.rstrip("%")) for share in shares.values()) in (99, 100, 101)
+
+
 @pytest.mark.parametrize(
     ("script", "message"),
     [
+        ("contest_grpo.py", "Training needs an NVIDIA GPU"),
         ("unsloth_integration.py", "Unsloth needs an NVIDIA GPU"),
         ("daytona_trl/train_grpo.py", "Training with vLLM needs an NVIDIA GPU"),
     ],
