@@ -10,12 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from sandboxkit.contest.languages import languages
 from sandboxkit.registry import BackendEntry
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 BENCHMARKS_PAGE = REPO / "benchmarks" / "README.md"
 PLUGINS_PAGE = REPO / "docs" / "plugins.md"
+CONTEST_PAGE = REPO / "docs" / "contest.md"
 PAGES = [README, BENCHMARKS_PAGE, REPO / "examples" / "README.md", *(REPO / "docs").glob("*.md")]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 RESULTS_BLOCK = re.compile(r"(<!-- results/[\w.-]+\.json -->\n).*?(<!-- end results -->)", re.S)
@@ -87,3 +89,15 @@ def test_the_plugin_page_describes_every_field_of_a_registry_entry() -> None:
     first_cells = [row.split("|")[1] for row in table.splitlines()[2:]]
     described = sorted(name for cell in first_cells for name in re.findall(r"`(\w+)`", cell))
     assert described == sorted(f.name for f in dataclasses.fields(BackendEntry))
+
+
+def test_the_contest_page_lists_every_language_with_its_names_and_install() -> None:
+    rows = {
+        line.split("|")[1].strip(" `"): line
+        for line in CONTEST_PAGE.read_text().splitlines()
+        if line.startswith("| `")
+    }
+    for language in languages():
+        row = rows[language.name]
+        assert all(f"`{name}`" in row for name in language.names), (language.name, row)
+        assert f"`{language.install or language.toolchain}`" in row, language.name
