@@ -135,7 +135,8 @@ def test_contest_example_judges_a_tiny_models_cpp_and_python(tmp_path: Path) -> 
     assert found is not None, result.stdout
     shares = dict(part.split(" ") for part in found.group(1).split(", "))
     assert "compile_error" in shares and "accepted" not in shares, shares
-    assert sum(int(share.rstrip("%")) for share in shares.values()) in (99, 100, 101)
+    total = sum(int(share.rstrip("%")) for share in shares.values())
+    assert abs(total - 100) <= len(shares), shares  # each share rounded to a percent
 
 
 @pytest.mark.parametrize(
