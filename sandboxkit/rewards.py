@@ -18,7 +18,7 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from .contest.calls import call_tests
@@ -502,7 +502,11 @@ def stdio_tests_reward(
                 else memory_mb,
                 checker=checker or (checker_from_spec(_json(spec)) if spec else None),
             )
-        return plan(completion, ScoredStdioTests(judged, scoring, groups), language=lang)
+        planned = plan(completion, ScoredStdioTests(judged, scoring, groups), language=lang)
+        if planned.outcome is not None and planned.outcome.kind is OutcomeKind.ERROR:
+            # Python's syntax, checked here before any sandbox: its compile error.
+            return Plan(outcome=replace(planned.outcome, verdict=Verdict.COMPILE_ERROR))
+        return planned
 
     def mapping(outcome: Outcome) -> float:
         return outcome.score if outcome.score is not None else 0.0

@@ -291,3 +291,16 @@ def test_the_language_is_the_rows_else_the_code_blocks_and_verdicts_are_logged(
 def test_a_language_the_table_lacks_is_a_value_error_up_front() -> None:
     with pytest.raises(ValueError, match="no language 'cobol' in the table; known: python, c, "):
         stdio_tests_reward("subprocess", language="cobol")
+
+
+def test_a_python_program_that_does_not_parse_is_a_compile_error(reward: RewardFunction) -> None:
+    logged: dict[str, float] = {}
+    row = SHAPES["CodeContests public/private/generated"]
+    scores = reward(
+        prompts=["p"],
+        completions=["```python\ndef main(:\n```"],
+        log_metric=logged.__setitem__,
+        **{name: [value] for name, value in row.items()},
+    )
+    assert scores == [0.0]
+    assert logged["stdio_tests_reward/compile_error_rate"] == 1.0

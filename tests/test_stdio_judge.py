@@ -7,7 +7,9 @@ count the same, and its exit status must be the one ``python3`` gives it.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -39,7 +41,7 @@ def sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
         yield sb
 
 
-def judge(sb: Sandbox, code: str, cases: list[tuple[str, str]] = CASES, **kw: float) -> Outcome:
+def judge(sb: Sandbox, code: str, cases: list[tuple[str, str]] = CASES, **kw: Any) -> Outcome:
     harness = StdioTests(cases, **kw)
     request = harness.request(code)
     result = sb.exec(request.argv, stdin=request.stdin, timeout=request.timeout)
@@ -118,3 +120,28 @@ def test_exit_status_is_the_programs_and_non_zero_is_a_runtime_error(sandbox: Sa
     for ending in passing:
         outcome = judge(sandbox, right + ending + "\n")
         assert outcome.kind is OutcomeKind.PASSED, (ending, outcome)
+
+
+def _listing(sb: Sandbox) -> list[str]:
+    found = sb.exec(["sh", "-c", "cd .sandboxkit 2>/dev/null && find . | sort"]).stdout
+    return found.split()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
+def test_a_compiled_runs_directory_goes_and_one_left_by_a_killed_run_too(
+    sandbox: Sandbox,
+) -> None:
+    """A run's directory (source, binary) is removed when it ends; one whose runner was killed
+    (no one holds its lock) is removed by the next run; a program without the precompiled
+    header's include never builds it."""
+    sandbox.exec(["mkdir", "-p", ".sandboxkit/run-dead"])
+    sandbox.write_file(".sandboxkit/run-dead/.lock", "")
+    sandbox.write_file(".sandboxkit/run-dead/main", "left behind")
+    code = '#include <stdio.h>\nint main(){long n;scanf("%ld",&n);printf("%ld\\n",n*(n+1)/2);}'
+    outcome = judge(sandbox, code, language="c")
+    assert outcome.verdict is Verdict.ACCEPTED, outcome
+    assert _listing(sandbox) == ["."]
+    cpp = '#include <cstdio>\nint main(){long n;scanf("%ld",&n);printf("%ld\\n",n*(n+1)/2);}'
+    assert judge(sandbox, cpp, language="cpp17").verdict is Verdict.ACCEPTED
+    assert _listing(sandbox) == ["."]  # no cache: nothing included bits/stdc++.h

@@ -708,6 +708,7 @@ class BuildError(Exception):
 def build(native: Record, code: str, program: Record) -> tuple[list[str], Env]:
     """Z, for a language other than Python: write the source into this run's directory,
     compile it once, and return the command and environment every test runs."""
+    import re
     import shutil
 
     work = program["dir"]
@@ -727,7 +728,10 @@ def build(native: Record, code: str, program: Record) -> tuple[list[str], Env]:
     argv = list(native["compile"])
     if argv:
         limits = program["compile_limits"]
-        if native.get("pch"):
+        header = native.get("pch")
+        # Only a program that includes the header first-hand can use it: others (and
+        # garbage) do not pay for building it.
+        if header and re.search(r"#\s*include\s*<" + re.escape(header) + ">", code):
             include = precompiled(native, program, env)
             if include:
                 argv[1:1] = ["-I", include]
@@ -1262,6 +1266,33 @@ def collect(channel: Channel, data: bytes, cap: int) -> tuple[bytes, str]:
             raise OutputLimit(f"wrote more than {cap} bytes of output")
 
 
+def hold_run(directory: str) -> None:
+    """Lock this run's directory for as long as the runner lives (the lock goes with it,
+    however it ends), and remove the directories of runs whose runner is gone without
+    removing them (killed at the exec's timeout)."""
+    import fcntl
+    import shutil
+
+    lock = os.open(os.path.join(directory, ".lock"), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    fcntl.flock(lock, fcntl.LOCK_EX)  # kept open: this process's until it ends
+    parent = os.path.dirname(directory)
+    for name in os.listdir(parent):
+        other = os.path.join(parent, name)
+        if not name.startswith("run-") or other == directory:
+            continue
+        try:
+            held = os.open(os.path.join(other, ".lock"), os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except OSError:
+            continue  # not started yet, or not a run's: left alone
+        try:
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # its runner is alive
+        finally:
+            os.close(held)
+        shutil.rmtree(other, ignore_errors=True)
+
+
 def main() -> None:
     key_memory = read_key()
     first = read_frame(0)
@@ -1271,6 +1302,7 @@ def main() -> None:
         for place in ("dir", "cache"):  # absolute: the zygote works in the run's directory
             program[place] = os.path.abspath(program[place])
         os.makedirs(program["dir"], exist_ok=True)
+        hold_run(program["dir"])
     make_undumpable()
     zygote_pid, t_end = start_zygote(code, setup, program)
     # Only now, in T alone: T forks nothing else.
