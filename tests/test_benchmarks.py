@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -98,3 +99,41 @@ def test_rate_limit_benchmark_prints_both_rows(tmp_path: Path) -> None:
     written = json.loads((tmp_path / "rate_limits.json").read_text())
     assert [r["method"] for r in written["rows"]] == ["fixed concurrency", "adaptive budget"]
     assert written["rows"][1]["refused"] == int(adaptive[4])
+
+
+@pytest.mark.slow
+def test_contest_smoke_run_judges_every_completion_right_both_ways(tmp_path: Path) -> None:
+    """The naive pattern and the pooled reward both accept the accepted solutions (a speed
+    comparison of methods that disagree would mean nothing), and the compile rows are there."""
+    out = tmp_path / "contest.json"
+    argv = [sys.executable, "benchmarks/run.py", "--smoke", "--only", "contest"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [*argv, "--json", str(out)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "### Contest judging (local backend)" in done.stdout
+    report = json.loads(out.read_text())
+    assert report["local"] == [] and report["remote"] == []
+    rows = report["contest"]
+    workloads = {row["workload"] for row in rows}
+    assert "aplusb python, 10 tests" in workloads and "aplusb python, 10 small tests" in workloads
+    cpp = shutil.which("g++") is not None
+    assert ("aplusb cpp17, 10 tests" in workloads) == cpp
+    for workload in workloads:
+        methods = {row["method"] for row in rows if row["workload"] == workload}
+        assert methods == {"naive, sequential", "sandboxkit stdio_tests_reward, pool 2"}
+    for row in rows:
+        assert row.keys() >= ROW_KEYS
+        assert row["mean_reward"] == 1.0, row
+        assert row["wall_s"] > 0 and row["vs_naive"] is not None
+    hows = [c["how"] for c in report["compile"]]
+    assert len(hows) == (4 if cpp else 0)
+    assert all(c["median_s"] > 0 for c in report["compile"])
+    assert report["targets"] == []  # judged on a full run's batch only
