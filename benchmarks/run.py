@@ -598,10 +598,12 @@ def run_local(sizes: Sizes, pool_size: int, report: Report, log: Callable[[str],
     _vs_naive(report.local)
 
 
-def run_contest(sizes: Sizes, pool_size: int, report: Report, log: Callable[[str], None]) -> None:
+def run_contest(
+    sizes: Sizes, pool_sizes: Sequence[int], report: Report, log: Callable[[str], None]
+) -> None:
     """Contest judging on the local backend, for each language whose toolchain a sandbox has:
-    the naive pattern (sequential, and on ``pool_size`` threads) against the pooled reward;
-    then the compile times."""
+    the naive pattern (sequential, and on as many threads as the largest pool) against the
+    pooled reward at each of ``pool_sizes``; then the compile times."""
     with local_client() as client:
         with client.sandbox() as sb:
             missing = {lang.name: lang.line for lang in probe_languages(sb, 30) if lang.missing}
@@ -612,11 +614,12 @@ def run_contest(sizes: Sizes, pool_size: int, report: Report, log: Callable[[str
                 report.skipped.append(f"{w.name}: {missing[language]}")
                 continue
             log(f"contest / {w.name} ({w.size})")
+            pools = sorted({min(size, w.size) for size in pool_sizes})
             rows = [naive("contest", client, None, w, threads=1, limit=sizes.contest_naive_max)]
             if sizes.contest_threads_max:
                 limit = sizes.contest_threads_max
-                rows.append(naive("contest", client, None, w, threads=pool_size, limit=limit))
-            rows.append(pooled("contest", client, None, w, pool_size))
+                rows.append(naive("contest", client, None, w, threads=pools[-1], limit=limit))
+            rows += [pooled("contest", client, None, w, size) for size in pools]
             report.contest.extend(rows)
         if "cpp17" not in missing:
             log("contest / compile times")
@@ -937,7 +940,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="where to write the results")
     parser.add_argument("--local-pool-size", type=int, default=CORES * 2)
     parser.add_argument("--remote-pool-size", type=int, default=64)
-    parser.add_argument("--contest-pool-size", type=int, default=min(4, CORES * 2))
+    parser.add_argument(
+        "--contest-pool-size",
+        type=int,
+        action="append",
+        help=f"a pool size for the contest rows (repeatable; default {CORES} and {CORES * 2})",
+    )
     args = parser.parse_args(argv)
     sizes = SMOKE if args.smoke else QUICK if args.quick else FULL
     # The SDKs honour proxy variables: keep loopback traffic to the emulators off any proxy.
@@ -950,6 +958,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with local_client() as client:
         tier = client.backend_as(SubprocessBackend).isolation.tier.value
     path = args.json or RESULTS / f"{sizes.mode}.json"
+    contest_pools = args.contest_pool_size or [CORES, CORES * 2]
     report = Report(
         name=path.stem,
         mode=sizes.mode,
@@ -959,7 +968,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "only": args.only,
             "local_pool_size": args.local_pool_size,
             "remote_pool_size": args.remote_pool_size,
-            "contest_pool_size": args.contest_pool_size,
+            "contest_pool_sizes": contest_pools,
             "naive_threads": THREADS,
         },
     )
@@ -970,7 +979,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_overhead(sizes, args.remote_pool_size, report, log)
         run_remote(sizes, args.remote_pool_size, report, log)
     if args.only in (None, "contest"):
-        run_contest(sizes, args.contest_pool_size, report, log)
+        run_contest(sizes, contest_pools, report, log)
     evaluate_targets(report)
     report.machine["load_average_end"] = list(os.getloadavg())
     report.machine["suite_seconds"] = round(time.perf_counter() - started, 1)
