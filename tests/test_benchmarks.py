@@ -36,6 +36,16 @@ ROW_KEYS = {
 MACHINE_KEYS = {"cpu_count", "memory_gib", "python", "kernel", "isolation_tier", "date"}
 
 
+def run_script(*argv: str) -> subprocess.CompletedProcess[str]:
+    """``python benchmarks/<argv>`` as a user runs it from the repository; it must succeed."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, *argv], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
 def _remote_available() -> bool:
     return all(importlib.util.find_spec(m) for m in ("daytona", "cwsandbox", "aiohttp", "grpc"))
 
@@ -43,14 +53,10 @@ def _remote_available() -> bool:
 @pytest.mark.slow
 def test_smoke_run_writes_the_expected_json(tmp_path: Path) -> None:
     out = tmp_path / "smoke.json"
-    argv = [sys.executable, "benchmarks/run.py", "--smoke", "--json", str(out)]
+    argv = ["benchmarks/run.py", "--smoke", "--json", str(out)]
     if not _remote_available():
         argv += ["--only", "local"]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run(
-        argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_script(*argv)
     assert "### Local backend" in done.stdout
 
     report = json.loads(out.read_text())
@@ -77,14 +83,10 @@ def test_smoke_run_writes_the_expected_json(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_rate_limit_benchmark_prints_both_rows(tmp_path: Path) -> None:
-    argv = [sys.executable, "benchmarks/rate_limits.py", "--batch", "48", "--concurrency", "16"]
+    argv = ["benchmarks/rate_limits.py", "--batch", "48", "--concurrency", "16"]
     argv += ["--allowed", "2", "--latency-ms", "5", "--backoff", "0.02", "--retries", "8"]
     argv += ["--json", str(tmp_path / "rate_limits.json")]  # not over the committed results
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run(
-        argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_script(*argv)
     rows = {
         cells[0]: cells
         for line in done.stdout.splitlines()
@@ -106,18 +108,7 @@ def test_contest_smoke_run_judges_every_completion_right_both_ways(tmp_path: Pat
     """The naive pattern and the pooled reward both accept the accepted solutions (a speed
     comparison of methods that disagree would mean nothing), and the compile rows are there."""
     out = tmp_path / "contest.json"
-    argv = [sys.executable, "benchmarks/run.py", "--smoke", "--only", "contest"]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run(
-        [*argv, "--json", str(out)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_script("benchmarks/run.py", "--smoke", "--only", "contest", "--json", str(out))
     assert "### Contest judging (local backend)" in done.stdout
     report = json.loads(out.read_text())
     assert report["local"] == [] and report["remote"] == []

@@ -75,6 +75,15 @@ def local_env(local_root: Path) -> dict[str, str]:
     return clean_env(SANDBOXKIT_LOCAL_ROOT=str(local_root))
 
 
+@pytest.fixture
+def clean_process_env(monkeypatch: pytest.MonkeyPatch, local_env: dict[str, str]) -> None:
+    """This process's environment made ``local_env``, for ``run_doctor`` called in-process."""
+    for var in set(os.environ) - set(local_env):
+        monkeypatch.delenv(var)
+    for var, value in local_env.items():
+        monkeypatch.setenv(var, value)
+
+
 def test_help_names_every_subcommand() -> None:
     done = cli("--help")
     assert done.returncode == 0
@@ -229,13 +238,8 @@ def test_doctor_lists_the_languages_the_selected_backend_can_run(
 
 @pytest.mark.slow
 def test_doctor_shows_a_language_whose_toolchain_the_sandbox_lacks_with_its_install_hint(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], local_root: Path
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], clean_process_env: None
 ) -> None:
-    env = clean_env(SANDBOXKIT_LOCAL_ROOT=str(local_root))
-    for var in set(os.environ) - set(env):
-        monkeypatch.delenv(var)
-    for var, value in env.items():
-        monkeypatch.setenv(var, value)
     # A table of its own, so the language registered here leaves with the test.
     monkeypatch.setattr(contest_languages, "_LANGUAGES", dict(contest_languages._LANGUAGES))
     monkeypatch.setattr(contest_languages, "_NAMES", dict(contest_languages._NAMES))
@@ -303,14 +307,9 @@ def test_the_registry_names_what_the_backends_read(monkeypatch: pytest.MonkeyPat
 
 
 def test_doctor_reports_from_the_registry_entry(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], local_root: Path
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], clean_process_env: None
 ) -> None:
     """Change a backend's facts in its registry entry and doctor's report follows."""
-    env = clean_env(SANDBOXKIT_LOCAL_ROOT=str(local_root))
-    for var in set(os.environ) - set(env):
-        monkeypatch.delenv(var)
-    for var, value in env.items():
-        monkeypatch.setenv(var, value)
     entry = replace(
         BUILTIN_BACKENDS["daytona"],
         sdk="daytona-sdk-that-is-not-installed",
