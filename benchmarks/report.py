@@ -31,8 +31,8 @@ BLOCK = re.compile(r"(<!-- (results/[\w.-]+\.json) -->\n).*?(<!-- end results --
 def load(path: Path) -> Report:
     """A results file as ``run.py`` wrote it."""
     data = json.loads(path.read_text())
-    for section in ("local", "remote"):
-        data[section] = [Row(**row) for row in data[section]]
+    for section in ("local", "remote", "contest"):
+        data[section] = [Row(**row) for row in data.get(section, [])]
     return Report(**data)
 
 

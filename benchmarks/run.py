@@ -5,9 +5,13 @@ another: create, write, exec, stop), the same fanned out over a thread pool, san
 reward function with its pool, and, on the local backend, a bare ``subprocess.run`` of the
 sandbox's interpreter per completion (the floor of interpreter start-up). Remote backends run
 against their emulators, each in its own process, at several added latencies, next to the
-lower bound that perfect overlap would give. Prints markdown tables and writes JSON.
+lower bound that perfect overlap would give. Contest judging (``contest.py``) compares
+``stdio_tests_reward`` with a fresh sandbox and compile per completion, in Python and C++, and
+times a C++ compile with and without the precompiled header. Prints markdown tables and
+writes JSON.
 
-    PYTHONPATH=. python benchmarks/run.py [--quick | --smoke] [--only local|remote] [--json PATH]
+    PYTHONPATH=. python benchmarks/run.py [--quick | --smoke] [--only local|remote|contest]
+        [--json PATH]
 """
 
 from __future__ import annotations
@@ -35,15 +39,23 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import contest
 from memory_backend import LatencyOnlyBackend
 from workloads import Workload, mbpp, timeouts, trivial
 
 from sandboxkit import SandboxClient, SandboxPool, get_backend
 from sandboxkit.backends.subprocess import SubprocessBackend
+from sandboxkit.doctor import probe_languages
 from sandboxkit.emulators import load_emulator
 from sandboxkit.errors import BackendUnavailableError
 from sandboxkit.registry import backend_factory
-from sandboxkit.rewards import BatchStats, RewardFunction, assert_tests_reward, exec_reward
+from sandboxkit.rewards import (
+    BatchStats,
+    RewardFunction,
+    assert_tests_reward,
+    exec_reward,
+    stdio_tests_reward,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -80,6 +92,11 @@ class Sizes:
     overhead_batches: tuple[int, ...] = (512,)
     """Batches run on the latency-only backend (sandboxkit's own overhead, no execution)."""
     floor_runs: int = 3
+    contest_batch: int = 16
+    contest_naive_max: int = 8
+    contest_threads_max: int = 8
+    """The naive pattern on ``contest_pool_size`` threads runs on at most this many; 0 skips it."""
+    compile_runs: int = 3
 
 
 FULL = Sizes(
@@ -98,8 +115,46 @@ FULL = Sizes(
     500,
     (512, 2048),
 )
-QUICK = Sizes("quick", 24, 10, (4, 8), 8, 24, ("daytona",), (50,), 24, 4, 0, 50, 0)
-SMOKE = Sizes("smoke", 4, 4, (2, 2), 2, 4, ("daytona", "aviato"), (0,), 4, 2, 0, 0, 4, (8,), 1)
+QUICK = Sizes(
+    "quick",
+    24,
+    10,
+    (4, 8),
+    8,
+    24,
+    ("daytona",),
+    (50,),
+    24,
+    4,
+    0,
+    50,
+    0,
+    contest_batch=8,
+    contest_naive_max=2,
+    contest_threads_max=4,
+    compile_runs=1,
+)
+SMOKE = Sizes(
+    "smoke",
+    4,
+    4,
+    (2, 2),
+    2,
+    4,
+    ("daytona", "aviato"),
+    (0,),
+    4,
+    2,
+    0,
+    0,
+    4,
+    (8,),
+    1,
+    contest_batch=2,
+    contest_naive_max=1,
+    contest_threads_max=0,
+    compile_runs=1,
+)
 
 
 # -- measuring -------------------------------------------------------------------------------
@@ -237,14 +292,15 @@ def _naive_one(client: SandboxClient, program: str, timeout: float) -> tuple[flo
 
 
 def _fan_out(
-    fn: Callable[[str], tuple[float, float]], programs: Sequence[str], threads: int
+    fn: Callable[[int], tuple[float, float]], size: int, threads: int
 ) -> tuple[float, list[tuple[float, float]]]:
+    """``fn`` of each completion's index: (reward, seconds) each, and the wall time."""
     started = time.perf_counter()
     if threads <= 1:
-        results = [fn(p) for p in programs]
+        results = [fn(i) for i in range(size)]
     else:
         with ThreadPoolExecutor(threads) as executor:
-            results = list(executor.map(fn, programs))
+            results = list(executor.map(fn, range(size)))
     return time.perf_counter() - started, results
 
 
@@ -259,10 +315,15 @@ def naive(
 ) -> Row:
     """A fresh sandbox per completion, sequential (``threads=1``) or on a thread pool."""
     part = work.head(min(limit, work.size))
+
+    def one(i: int) -> tuple[float, float]:
+        if work.reward == "stdio":
+            info = part.columns["verification_info"][i]
+            return contest.naive_one(client, part.programs[i], info, work.timeout)
+        return _naive_one(client, part.programs[i], work.timeout)
+
     with PeakRss() as rss:
-        wall, results = _fan_out(
-            lambda p: _naive_one(client, p, work.timeout), part.programs, threads
-        )
+        wall, results = _fan_out(one, part.size, threads)
     method = "naive, sequential" if threads <= 1 else f"naive, {threads} threads"
     return _row(
         section,
@@ -284,11 +345,11 @@ def naive(
 def bare(work: Workload, python: str, threads: int, flags: Sequence[str] = ()) -> Row:
     """``subprocess.run([python, *flags, "-c", program])`` per completion: no sandbox at all."""
 
-    def one(program: str) -> tuple[float, float]:
+    def one(i: int) -> tuple[float, float]:
         started = time.perf_counter()
         try:
             done = subprocess.run(
-                [python, *flags, "-c", program],
+                [python, *flags, "-c", work.programs[i]],
                 capture_output=True,
                 timeout=work.timeout,
                 check=False,
@@ -299,7 +360,7 @@ def bare(work: Workload, python: str, threads: int, flags: Sequence[str] = ()) -
         return (1.0 if ok else 0.0), time.perf_counter() - started
 
     with PeakRss() as rss:
-        wall, results = _fan_out(one, work.programs, threads)
+        wall, results = _fan_out(one, work.size, threads)
     return _row(
         "local",
         None,
@@ -324,6 +385,8 @@ def reward_function(work: Workload, client: SandboxClient, pool_size: int) -> Re
     }
     if work.reward == "exec":
         return exec_reward(timeout=work.timeout, **options)
+    if work.reward == "stdio":
+        return stdio_tests_reward(timeout=work.timeout, **options)
     return assert_tests_reward(timeout=work.timeout, **options)
 
 
@@ -464,6 +527,10 @@ class Report:
     config: dict[str, Any]
     local: list[Row] = field(default_factory=list)
     remote: list[Row] = field(default_factory=list)
+    contest: list[Row] = field(default_factory=list)
+    compile: list[dict[str, Any]] = field(default_factory=list)
+    """Seconds to build and run a one-line C++ program, with and without the header
+    precompiled (``contest.compile_times``)."""
     pool_memory: list[dict[str, Any]] = field(default_factory=list)
     targets: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
@@ -529,6 +596,35 @@ def run_local(sizes: Sizes, pool_size: int, report: Report, log: Callable[[str],
                 # How much of the floor is site's start-up (.pth imports), not the program.
                 report.local.append(bare(w, python, pool_size, ["-S"]))
     _vs_naive(report.local)
+
+
+def run_contest(
+    sizes: Sizes, pool_sizes: Sequence[int], report: Report, log: Callable[[str], None]
+) -> None:
+    """Contest judging on the local backend, for each language whose toolchain a sandbox has:
+    the naive pattern (sequential, and on as many threads as the largest pool) against the
+    pooled reward at each of ``pool_sizes``; then the compile times."""
+    with local_client() as client:
+        with client.sandbox() as sb:
+            missing = {lang.name: lang.line for lang in probe_languages(sb, 30) if lang.missing}
+        for w in contest.workloads(sizes.contest_batch):
+            language = contest.language_of(w).name
+            if language in missing:
+                log(f"skipped the {w.name} rows: {missing[language]}")
+                report.skipped.append(f"{w.name}: {missing[language]}")
+                continue
+            log(f"contest / {w.name} ({w.size})")
+            pools = sorted({min(size, w.size) for size in pool_sizes})
+            rows = [naive("contest", client, None, w, threads=1, limit=sizes.contest_naive_max)]
+            if sizes.contest_threads_max:
+                limit = sizes.contest_threads_max
+                rows.append(naive("contest", client, None, w, threads=pools[-1], limit=limit))
+            rows += [pooled("contest", client, None, w, size) for size in pools]
+            report.contest.extend(rows)
+        if "cpp17" not in missing:
+            log("contest / compile times")
+            report.compile = contest.compile_times(client, sizes.compile_runs)
+    _vs_naive(report.contest)
 
 
 def _host_floor(
@@ -658,6 +754,11 @@ def pool_memory(client: SandboxClient, size: int) -> dict[str, Any]:
     }
 
 
+def full_contest(row: Row) -> bool:
+    """Contest targets are judged on a full run's batch (a quick one is a few compiles)."""
+    return row.batch >= FULL.contest_batch
+
+
 def evaluate_targets(report: Report) -> None:
     targets = report.targets
     for row in report.local:
@@ -683,6 +784,18 @@ def evaluate_targets(report: Report) -> None:
                     "measured": f"{row.wall_s:.2f} s = {ratio:.2f}x lower bound "
                     f"({row.lower_bound_s or 0:.2f} s), {row.vs_naive or 0:.0f}x naive",
                     "met": ok,
+                }
+            )
+    goals = contest.goals()
+    for row in report.contest:
+        goal = goals.get(row.workload)
+        if goal is not None and row.method.startswith("sandboxkit") and full_contest(row):
+            per_s, times = goal
+            targets.append(
+                {
+                    "target": f"{row.workload}: >= {per_s:g} completions/s, >= {times:g}x naive",
+                    "measured": f"{row.method}: {row.per_s:.1f}/s, {row.vs_naive or 0:.1f}x naive",
+                    "met": row.per_s >= per_s and (row.vs_naive or 0) >= times,
                 }
             )
     for mem in report.pool_memory:
@@ -717,23 +830,31 @@ def machine_line(m: dict[str, Any]) -> str:
     )
 
 
+def _local_table(title: str, rows: Sequence[Row]) -> list[str]:
+    out = [
+        "",
+        title,
+        "",
+        "| workload | method | batch | conc. | wall s | compl./s | p50 ms | p95 ms "
+        "| RSS Δ MB | sandboxes | mean reward | vs naive |",
+        "|---" * 12 + "|",
+    ]
+    for r in rows:
+        created = f"{r.sandboxes_created}" + (
+            f" (+{r.cold_sandboxes_created} cold)" if r.cold_sandboxes_created else ""
+        )
+        out.append(
+            f"| {r.workload} | {r.method} | {_batch(r)} | {r.concurrency} | {r.wall_s:.2f} "
+            f"| {r.per_s:.1f} | {r.p50_ms:.0f} | {r.p95_ms:.0f} | {r.rss_peak_delta_mb:.1f} "
+            f"| {created} | {r.mean_reward:.2f} | {_f(r.vs_naive, 1)} |"
+        )
+    return out
+
+
 def markdown(report: Report) -> str:
     out = [machine_line(report.machine)]
-    head = (
-        "| workload | method | batch | conc. | wall s | compl./s | p50 ms | p95 ms "
-        "| RSS Δ MB | sandboxes | mean reward | vs naive |"
-    )
     if report.local:
-        out += ["", "### Local backend", "", head, "|---" * 12 + "|"]
-        for r in report.local:
-            created = f"{r.sandboxes_created}" + (
-                f" (+{r.cold_sandboxes_created} cold)" if r.cold_sandboxes_created else ""
-            )
-            out.append(
-                f"| {r.workload} | {r.method} | {_batch(r)} | {r.concurrency} | {r.wall_s:.2f} "
-                f"| {r.per_s:.1f} | {r.p50_ms:.0f} | {r.p95_ms:.0f} | {r.rss_peak_delta_mb:.1f} "
-                f"| {created} | {r.mean_reward:.2f} | {_f(r.vs_naive, 1)} |"
-            )
+        out += _local_table("### Local backend", report.local)
     if report.remote:
         out += [
             "",
@@ -770,6 +891,21 @@ def markdown(report: Report) -> str:
                 f"| {p['rss_peak_delta_mb']:.1f} | {p['tracemalloc_peak_mb']:.1f} "
                 f"| {p['per_sandbox_kb']:.0f} |"
             )
+    if report.contest:
+        out += _local_table("### Contest judging (local backend)", report.contest)
+    if report.compile:
+        out += [
+            "",
+            f"### Build and run of `{contest.ONE_LINE.splitlines()[0]}` + `int main() {{}}`"
+            ", through the runner in one sandbox",
+            "",
+            "| how | runs | median s | min s |",
+            "|---|---|---|---|",
+        ]
+        out += [
+            f"| {c['how']} | {c['runs']} | {c['median_s']:.2f} | {c['min_s']:.2f} |"
+            for c in report.compile
+        ]
     if report.skipped:
         out += ["", "### Skipped", ""] + [f"- {line}" for line in report.skipped]
     if report.targets:
@@ -800,10 +936,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="small batches, under a minute")
     size.add_argument("--smoke", action="store_true", help="tiny batches, seconds (for tests)")
-    parser.add_argument("--only", choices=("local", "remote"), default=None)
+    parser.add_argument("--only", choices=("local", "remote", "contest"), default=None)
     parser.add_argument("--json", type=Path, default=None, help="where to write the results")
     parser.add_argument("--local-pool-size", type=int, default=CORES * 2)
     parser.add_argument("--remote-pool-size", type=int, default=64)
+    parser.add_argument(
+        "--contest-pool-size",
+        type=int,
+        action="append",
+        help=f"a pool size for the contest rows (repeatable; default {CORES} and {CORES * 2})",
+    )
     args = parser.parse_args(argv)
     sizes = SMOKE if args.smoke else QUICK if args.quick else FULL
     # The SDKs honour proxy variables: keep loopback traffic to the emulators off any proxy.
@@ -816,6 +958,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with local_client() as client:
         tier = client.backend_as(SubprocessBackend).isolation.tier.value
     path = args.json or RESULTS / f"{sizes.mode}.json"
+    contest_pools = args.contest_pool_size or [CORES, CORES * 2]
     report = Report(
         name=path.stem,
         mode=sizes.mode,
@@ -825,6 +968,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "only": args.only,
             "local_pool_size": args.local_pool_size,
             "remote_pool_size": args.remote_pool_size,
+            "contest_pool_sizes": contest_pools,
             "naive_threads": THREADS,
         },
     )
@@ -834,6 +978,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.only in (None, "remote"):
         run_overhead(sizes, args.remote_pool_size, report, log)
         run_remote(sizes, args.remote_pool_size, report, log)
+    if args.only in (None, "contest"):
+        run_contest(sizes, contest_pools, report, log)
     evaluate_targets(report)
     report.machine["load_average_end"] = list(os.getloadavg())
     report.machine["suite_seconds"] = round(time.perf_counter() - started, 1)

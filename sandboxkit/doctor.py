@@ -31,6 +31,7 @@ from . import __version__
 from .backends.subprocess import SubprocessBackend
 from .client import Sandbox, SandboxClient
 from .config import ISOLATION_VAR, setting
+from .contest.languages import Language, languages
 from .local import seccomp
 from .local.isolation import Tier, bwrap_binary
 from .portal import run_sync
@@ -55,11 +56,32 @@ class Check:
     fix: str = ""
 
 
+@dataclass(frozen=True)
+class LanguageCheck:
+    """Whether the backend's sandboxes have the commands a contest language needs."""
+
+    name: str
+    title: str
+    found: str
+    """Where the sandbox has the language's toolchain; "" when a command is missing."""
+    missing: str = ""
+    """The first command it lacks."""
+    install: str = ""
+
+    @property
+    def line(self) -> str:
+        if not self.missing:
+            return self.found
+        return f"missing: {self.install or 'install it'} (no {self.missing} in the sandbox)"
+
+
 @dataclass
 class BackendReport:
     name: str
     selected: bool = False
     checks: list[Check] = field(default_factory=list)
+    languages: list[LanguageCheck] = field(default_factory=list)
+    """The selected backend's, probed in a sandbox once its checks pass."""
 
     @property
     def ready(self) -> bool:
@@ -405,9 +427,64 @@ def _warm_path(client: SandboxClient, sandbox_id: str) -> Check:
     )
 
 
+def _commands(language: Language) -> list[str]:
+    """The commands a language's programs need on the sandbox's PATH: its toolchain, its
+    compiler, its runtime (a program it built, ``./main``, is no command)."""
+    named = (language.toolchain, *language.compile[:1], *language.run[:1])
+    return list(dict.fromkeys(c for c in named if c and "/" not in c))
+
+
+_WHICH = 'for c in "$@"; do printf "%s\\t%s\\n" "$c" "$(command -v "$c")"; done'
+
+
+def probe_languages(
+    sb: Sandbox, timeout: float, table: Sequence[Language] | None = None
+) -> list[LanguageCheck]:
+    """Which languages of ``table`` (all of them by default) programs in ``sb`` can be
+    judged in: one exec looks up every command they need, as the runner will look for them."""
+    table = languages() if table is None else table
+    needed = {lang.name: _commands(lang) for lang in table}
+    wanted = sorted({c for commands in needed.values() for c in commands})
+    result = sb.exec(["sh", "-c", _WHICH, "sh", *wanted], timeout=timeout)
+    if not result.ok:
+        raise RuntimeError(f"the lookup exited with {result.returncode}: {result.stderr[:200]}")
+    paths = dict(line.split("\t", 1) for line in result.stdout.splitlines() if "\t" in line)
+    checks = []
+    for lang in table:
+        commands = needed[lang.name]
+        absent = [c for c in commands if not paths.get(c)]
+        if absent:
+            checks.append(LanguageCheck(lang.name, lang.title, "", absent[0], lang.install))
+        else:
+            found = paths[commands[0]] if commands else "(needs no command)"
+            checks.append(LanguageCheck(lang.name, lang.title, found, install=lang.install))
+    return checks
+
+
+def check_languages(report: BackendReport, timeout: float) -> None:
+    """Probe the languages in a sandbox of ``report``'s backend, with a check line that sums
+    them up (a warning, never a failure: a backend without Go still judges Python)."""
+    try:
+        with get_backend(report.name) as client, client.sandbox(tags=[PROBE_TAG]) as sb:
+            report.languages = probe_languages(sb, timeout)
+    except Exception as exc:
+        report.checks.append(Check("languages", Status.WARN, f"not probed: {_error(exc)}"))
+        return
+    missing = [lang.name for lang in report.languages if lang.missing]
+    found = len(report.languages) - len(missing)
+    detail = f"{found} of {len(report.languages)} found in a sandbox"
+    if missing:
+        detail += f"; missing: {', '.join(missing)}"
+        fix = "install the missing toolchains in the sandbox's image (below)"
+        report.checks.append(Check("languages", Status.WARN, detail, fix))
+    else:
+        report.checks.append(Check("languages", Status.OK, detail))
+
+
 def diagnose(selected: BackendChoice, timeout: float) -> list[BackendReport]:
     """Reports for every built-in backend, every plugin, and the selected one; concurrently,
-    so unreachable endpoints cost one timeout, not one each."""
+    so unreachable endpoints cost one timeout, not one each. Then, when the selected backend
+    works, the contest languages its sandboxes can run."""
     choices = [resolve_backend(name) for name in backend_names()]
     if selected.name not in [c.name for c in choices]:
         choices.append(selected)
@@ -421,10 +498,14 @@ def diagnose(selected: BackendChoice, timeout: float) -> list[BackendReport]:
 
     with concurrent.futures.ThreadPoolExecutor(len(choices)) as executor:
         futures = [executor.submit(one, c) for c in choices]
-        return [
+        reports = [
             BackendReport(c.name, c.name == selected.name, f.result())
             for c, f in zip(choices, futures, strict=True)
         ]
+    chosen = next(r for r in reports if r.selected)
+    if chosen.ready:
+        check_languages(chosen, timeout)
+    return reports
 
 
 def format_report(reports: Sequence[BackendReport], selected: str, source: str) -> str:
@@ -441,6 +522,8 @@ def format_report(reports: Sequence[BackendReport], selected: str, source: str) 
             lines.append(f"  [{check.status.value:<4}] {check.name:<13} {check.detail}")
             if check.fix and check.status is not Status.OK:
                 lines.append(f"  {'':6} {'':13} fix: {check.fix}")
+        for lang in report.languages:
+            lines.append(f"  {'':6} {lang.name:<13} {lang.title:<21} {lang.line}")
     return "\n".join(lines)
 
 

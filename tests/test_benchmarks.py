@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +36,16 @@ ROW_KEYS = {
 MACHINE_KEYS = {"cpu_count", "memory_gib", "python", "kernel", "isolation_tier", "date"}
 
 
+def run_script(*argv: str) -> subprocess.CompletedProcess[str]:
+    """``python benchmarks/<argv>`` as a user runs it from the repository; it must succeed."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, *argv], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
 def _remote_available() -> bool:
     return all(importlib.util.find_spec(m) for m in ("daytona", "cwsandbox", "aiohttp", "grpc"))
 
@@ -42,14 +53,10 @@ def _remote_available() -> bool:
 @pytest.mark.slow
 def test_smoke_run_writes_the_expected_json(tmp_path: Path) -> None:
     out = tmp_path / "smoke.json"
-    argv = [sys.executable, "benchmarks/run.py", "--smoke", "--json", str(out)]
+    argv = ["benchmarks/run.py", "--smoke", "--json", str(out)]
     if not _remote_available():
         argv += ["--only", "local"]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run(
-        argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_script(*argv)
     assert "### Local backend" in done.stdout
 
     report = json.loads(out.read_text())
@@ -76,14 +83,10 @@ def test_smoke_run_writes_the_expected_json(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_rate_limit_benchmark_prints_both_rows(tmp_path: Path) -> None:
-    argv = [sys.executable, "benchmarks/rate_limits.py", "--batch", "48", "--concurrency", "16"]
+    argv = ["benchmarks/rate_limits.py", "--batch", "48", "--concurrency", "16"]
     argv += ["--allowed", "2", "--latency-ms", "5", "--backoff", "0.02", "--retries", "8"]
     argv += ["--json", str(tmp_path / "rate_limits.json")]  # not over the committed results
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run(
-        argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_script(*argv)
     rows = {
         cells[0]: cells
         for line in done.stdout.splitlines()
@@ -98,3 +101,30 @@ def test_rate_limit_benchmark_prints_both_rows(tmp_path: Path) -> None:
     written = json.loads((tmp_path / "rate_limits.json").read_text())
     assert [r["method"] for r in written["rows"]] == ["fixed concurrency", "adaptive budget"]
     assert written["rows"][1]["refused"] == int(adaptive[4])
+
+
+@pytest.mark.slow
+def test_contest_smoke_run_judges_every_completion_right_both_ways(tmp_path: Path) -> None:
+    """The naive pattern and the pooled reward both accept the accepted solutions (a speed
+    comparison of methods that disagree would mean nothing), and the compile rows are there."""
+    out = tmp_path / "contest.json"
+    done = run_script("benchmarks/run.py", "--smoke", "--only", "contest", "--json", str(out))
+    assert "### Contest judging (local backend)" in done.stdout
+    report = json.loads(out.read_text())
+    assert report["local"] == [] and report["remote"] == []
+    rows = report["contest"]
+    workloads = {row["workload"] for row in rows}
+    assert "aplusb python, 10 tests" in workloads and "aplusb python, 10 small tests" in workloads
+    cpp = shutil.which("g++") is not None
+    assert ("aplusb cpp17, 10 tests" in workloads) == cpp
+    for workload in workloads:
+        methods = {row["method"] for row in rows if row["workload"] == workload}
+        assert methods == {"naive, sequential", "sandboxkit stdio_tests_reward, pool 2"}
+    for row in rows:
+        assert row.keys() >= ROW_KEYS
+        assert row["mean_reward"] == 1.0, row
+        assert row["wall_s"] > 0 and row["vs_naive"] is not None
+    hows = [c["how"] for c in report["compile"]]
+    assert len(hows) == (4 if cpp else 0)
+    assert all(c["median_s"] > 0 for c in report["compile"])
+    assert report["targets"] == []  # judged on a full run's batch only

@@ -24,7 +24,9 @@ import pytest
 from sandboxkit import get_backend
 from sandboxkit.backends.subprocess import SubprocessBackend
 from sandboxkit.cli import parse_duration
-from sandboxkit.doctor import Status, _warm_path, run_doctor
+from sandboxkit.contest import languages as contest_languages
+from sandboxkit.contest.languages import Language, languages, register_language
+from sandboxkit.doctor import Status, _commands, _warm_path, run_doctor
 from sandboxkit.local import disk, seccomp
 from sandboxkit.local.isolation import namespaces_failure
 from sandboxkit.outcomes import OutcomeKind
@@ -71,6 +73,15 @@ def clean_env(**settings: str) -> dict[str, str]:
 def local_env(local_root: Path) -> dict[str, str]:
     """The local backend on a private root, so listings see only this test's sandboxes."""
     return clean_env(SANDBOXKIT_LOCAL_ROOT=str(local_root))
+
+
+@pytest.fixture
+def clean_process_env(monkeypatch: pytest.MonkeyPatch, local_env: dict[str, str]) -> None:
+    """This process's environment made ``local_env``, for ``run_doctor`` called in-process."""
+    for var in set(os.environ) - set(local_env):
+        monkeypatch.delenv(var)
+    for var, value in local_env.items():
+        monkeypatch.setenv(var, value)
 
 
 def test_help_names_every_subcommand() -> None:
@@ -186,10 +197,87 @@ def test_doctor_reaches_an_emulator_and_checks_the_key(aviato_env: object) -> No
     ok = cli("doctor", "--backend", "aviato", "--timeout", "10")
     assert ok.returncode == 0, ok.stdout
     assert re.search(r"\[ok  \] api +an authenticated list call answered", ok.stdout)
+    # The emulator runs commands on this machine: its sandboxes have this machine's python3.
+    assert re.search(r"^ {9}python +Python 3 +/\S+/python3$", ok.stdout, re.M)
     assert os.environ["CWSANDBOX_API_KEY"] not in ok.stdout + ok.stderr
     wrong = cli("doctor", "--backend", "aviato", env={**os.environ, "CWSANDBOX_API_KEY": "nope"})
     assert wrong.returncode == 1
     assert re.search(r"\[FAIL\] api +AuthenticationError", wrong.stdout)
+
+
+@pytest.mark.slow
+def test_doctor_lists_the_languages_the_selected_backend_can_run(
+    local_env: dict[str, str],
+) -> None:
+    """Each contest language gets a line: where the sandbox has its toolchain, or what to
+    install; the JSON report holds the same."""
+    done = cli("doctor", "--timeout", "5", env=local_env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    system = "/usr/local/bin:/usr/bin:/bin"  # what a local sandbox sees of this machine
+    for lang in languages():
+        commands = _commands(lang)
+        line = rf"^ {{9}}{lang.name} +{re.escape(lang.title)} +(.*)$"
+        shown = re.search(line, done.stdout, re.M)
+        assert shown is not None, lang.name
+        if all(shutil.which(c, path=system) for c in commands):
+            assert shown[1].startswith("/") and shown[1].endswith(f"/{commands[0]}")
+        else:
+            assert shown[1].startswith(f"missing: {lang.install}")
+    assert re.search(
+        r"^  \[(ok  |warn)\] languages +\d+ of \d+ found in a sandbox", done.stdout, re.M
+    )
+    assert re.search(r"^ {9}python +Python 3 +/\S+/python3$", done.stdout, re.M)
+
+    report = json.loads(cli("doctor", "--json", "--timeout", "5", env=local_env).stdout)
+    local = next(b for b in report["backends"] if b["name"] == "subprocess")
+    python = next(lang for lang in local["languages"] if lang["name"] == "python")
+    assert python["found"].endswith("/python3") and python["missing"] == ""
+    others = [b for b in report["backends"] if not b["selected"]]
+    assert all(b["languages"] == [] for b in others)  # probed for the selected one only
+
+
+@pytest.mark.slow
+def test_doctor_shows_a_language_whose_toolchain_the_sandbox_lacks_with_its_install_hint(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], clean_process_env: None
+) -> None:
+    # A table of its own, so the language registered here leaves with the test.
+    monkeypatch.setattr(contest_languages, "_LANGUAGES", dict(contest_languages._LANGUAGES))
+    monkeypatch.setattr(contest_languages, "_NAMES", dict(contest_languages._NAMES))
+    register_language(
+        Language(
+            "cobol",
+            "COBOL",
+            ("cob",),
+            "main.cob",
+            ("cobc-not-installed", "-x", "-o", "main", "main.cob"),
+            ("./main",),
+            "cobc-not-installed",
+            "apt install gnucobol",
+        )
+    )
+    assert run_doctor("subprocess", timeout=5, as_json=False) == 0  # a warning, not a failure
+    out = capsys.readouterr().out
+    assert re.search(
+        r"^ {9}cobol +COBOL +missing: apt install gnucobol \(no cobc-not-installed in the "
+        r"sandbox\)$",
+        out,
+        re.M,
+    )
+    assert re.search(
+        r"^  \[warn\] languages +\d+ of \d+ found in a sandbox; missing: .*cobol", out, re.M
+    )
+    assert re.search(r"^ {9}python +Python 3 +/\S+/python3$", out, re.M)
+
+    run_doctor("subprocess", timeout=5, as_json=True)
+    local = next(b for b in json.loads(capsys.readouterr().out)["backends"] if b["selected"])
+    cobol = next(lang for lang in local["languages"] if lang["name"] == "cobol")
+    assert cobol == {
+        "name": "cobol",
+        "title": "COBOL",
+        "found": "",
+        "missing": "cobc-not-installed",
+        "install": "apt install gnucobol",
+    }
 
 
 def test_the_registry_names_what_the_backends_read(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -219,14 +307,9 @@ def test_the_registry_names_what_the_backends_read(monkeypatch: pytest.MonkeyPat
 
 
 def test_doctor_reports_from_the_registry_entry(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], local_root: Path
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], clean_process_env: None
 ) -> None:
     """Change a backend's facts in its registry entry and doctor's report follows."""
-    env = clean_env(SANDBOXKIT_LOCAL_ROOT=str(local_root))
-    for var in set(os.environ) - set(env):
-        monkeypatch.delenv(var)
-    for var, value in env.items():
-        monkeypatch.setenv(var, value)
     entry = replace(
         BUILTIN_BACKENDS["daytona"],
         sdk="daytona-sdk-that-is-not-installed",

@@ -550,6 +550,10 @@ def zygote(ctl: socket.socket, code: str, setup: str, program: Record | None) ->
                 compiled = compile(code, "<candidate>", "exec")
             except (SyntaxError, ValueError) as exc:
                 raise BuildError("compile", f"compile error: {exception_line(exc)}") from None
+            # What run_program needs, imported once here rather than in every test's child:
+            # traceback's imports take a few ms, as much as the rest of a test's overhead.
+            import traceback  # noqa: F401
+
             ctl.sendall(frame({"loaded": {}}))
         else:
             exec(compile(code + "\n" + setup, "<candidate>", "exec"), namespace)
