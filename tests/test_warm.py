@@ -6,6 +6,7 @@ bwrap and a new interpreter per exec (cold); what the program can observe must m
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 from collections.abc import Callable, Iterator
@@ -287,6 +288,27 @@ def test_stdin_and_output_larger_than_a_pipe(
         # A program that never reads its stdin ends anyway.
         ignored = sb.exec(["python3", "-c", "print('done')"], stdin=data, timeout=60)
         assert (ignored.returncode, ignored.stdout) == (0, "done\n")
+
+
+def test_a_request_of_several_packets_runs_warm(
+    clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
+) -> None:
+    """Stdin of several of the socket's packets (contest inputs, the runner's tests) still runs
+    in the template; a request past what a pipe holds goes the cold way, with the same result."""
+    warm, _ = clients
+    backend = warm.backend_as(SubprocessBackend)
+    digest = "import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())"
+    with warm.sandbox() as sb:
+        for size, warm_path in ((900 * 1024, True), (1100 * 1024, False)):
+            data = bytes(range(251)) * (size // 251)
+            backend.last_cold_reason = None
+            result = sb.exec(["python3", "-c", digest], stdin=data, timeout=60)
+            assert result.stdout == hashlib.sha256(data).hexdigest() + "\n", (size, result)
+            assert (backend.last_cold_reason is None) is warm_path, backend.last_cold_reason
+        # The template still serves the next exec after both.
+        backend.last_cold_reason = None
+        assert sb.exec(["python3", "-c", "print(1)"]).stdout == "1\n"
+        assert backend.last_cold_reason is None
 
 
 def test_a_cancelled_exec_kills_its_command_and_keeps_the_template(

@@ -42,8 +42,10 @@ programs to compile now; ``argv[4]``: the seccomp program each command gets, in 
 nothing; ``argv[5]``, if given: a site ``sys.path`` to take instead of learning it): the
 template sends ``{"ready": true, "site_path", "learnt", "init"}`` (``init``: whether the tiny
 init is used) or ``{"ready": false, "reason"}``. A request is ``r`` + a JSON header
-``{"limits", "cap", "timeout"}`` + a newline + the job's length (4 bytes, little-endian) + the
-job ``{"argv", "cwd", "env"}`` as JSON + the stdin bytes; it is answered by packets ``o`` +
+``{"limits", "cap", "timeout", "size"}`` + a newline + the body: the job's length (4 bytes,
+little-endian) + the job ``{"argv", "cwd", "env"}`` as JSON + the stdin bytes, ``size`` bytes
+in all, of which what does not fit the first packet (``MAX_PACKET``) follows in packets of its
+own; it is answered by packets ``o`` +
 stdout bytes and ``e`` + stderr bytes (none when empty), then ``x`` + ``{"exit", "timed_out",
 "truncated", "duration", "retire"}`` (``retire``: the template ends now, see
 ``shared_memory_used``), or ``x`` + ``{"error"}`` when it could not start (the host runs it the
@@ -102,8 +104,11 @@ except Exception as e:
 OOM_SCORE_ADJ = 1000
 """Each command's: the first process the kernel kills when its sandbox's memory runs out (never
 the template; and sandboxes before the host's processes when the host's does)."""
-MAX_REQUEST = 128 * 1024
-"""Largest request (header and stdin) the host sends in one packet."""
+MAX_REQUEST = 1024 * 1024
+"""Largest request (header, job and stdin): a pipe must hold it whole (``pipe_holding``), and
+an unprivileged pipe holds at most ``/proc/sys/fs/pipe-max-size`` (1 MiB by default)."""
+MAX_PACKET = 128 * 1024
+"""A request longer than this comes in several packets (one must fit the socket's buffer)."""
 MAX_SCRIPT = 1024 * 1024
 """Larger scripts run in a fresh interpreter: the server reads a script before it forks."""
 CHUNK = 60 * 1024
@@ -801,7 +806,7 @@ def main() -> None:
     # exec (nor its own tests) in the memory it inherits from the server.
     received = mmap.mmap(-1, MAX_REQUEST, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     while True:
-        size = sock.recv_into(received)
+        size = sock.recv_into(received, MAX_PACKET)
         if not size:
             return
         if received[:1] != b"r":
@@ -809,6 +814,11 @@ def main() -> None:
         end = received.find(b"\n", 1, size)
         header = json.loads(received[1:end])
         with memoryview(received) as view:
+            while size - end - 1 < header.get("size", 0):  # the rest of a long request
+                more = sock.recv_into(view[size:], MAX_PACKET)
+                if not more:
+                    return
+                size += more
             try:
                 stdin_r = pipe_holding(view[end + 1 : size])
             except OSError as exc:

@@ -188,18 +188,14 @@ class WarmTemplate:
         timeout: float | None,
         stdin: bytes | None,
     ) -> ExecResult:
-        header = {"limits": self.rlimits, "cap": self.output_cap, "timeout": timeout}
         job = json.dumps({"argv": list(argv), "cwd": cwd, "env": env}).encode()
-        request = b"".join(
-            (
-                b"r",
-                json.dumps(header).encode(),
-                b"\n",
-                struct.pack("<I", len(job)),
-                job,
-                stdin or b"",
-            )
-        )
+        body = b"".join((struct.pack("<I", len(job)), job, stdin or b""))
+        header = {"limits": self.rlimits, "cap": self.output_cap, "timeout": timeout}
+        request = b"r" + json.dumps({**header, "size": len(body)}).encode() + b"\n" + body
+        packets = [
+            request[i : i + forkserver.MAX_PACKET]
+            for i in range(0, len(request), forkserver.MAX_PACKET)
+        ]
         if len(request) > MAX_REQUEST:
             raise ColdPath("request too large for the template")
         if self.busy:
@@ -209,15 +205,18 @@ class WarmTemplate:
         self.busy = True
         stuck_after = None if timeout is None else timeout + _STUCK_AFTER
         sent = False
+        started = False
         try:
-            await self.loop.sock_sendall(self.sock, request)
+            for packet in packets:
+                await self.loop.sock_sendall(self.sock, packet)
+                started = True
             sent = True
             answer, out, err = await asyncio.wait_for(self._answer(), stuck_after)
         except asyncio.CancelledError:
             if sent:
                 self._abandon()
-            else:
-                self._finish(failed=False)
+            else:  # part of a request would make the next one unreadable: a fresh template
+                self._finish(failed=started)
             raise
         except asyncio.TimeoutError:
             logger.warning("the sandbox's template stopped answering; killing it")
