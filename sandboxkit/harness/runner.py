@@ -728,7 +728,7 @@ def build(native: Record, code: str, program: Record) -> tuple[list[str], Env]:
             f" (install it in the image: {native['install']})",
         )
     with open(native["source"], "w", encoding="utf-8") as source:
-        source.write(code)
+        source.write(code + native.get("epilogue", ""))
     argv = list(native["compile"])
     if argv:
         limits = program["compile_limits"]

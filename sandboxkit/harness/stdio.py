@@ -40,6 +40,15 @@ OUT_OF_MEMORY = (
     "Cannot allocate memory",
 )
 """What runtimes print when an allocation fails (C++, Python, Java, Go and Node, Rust)."""
+STACK_OVERFLOW = (
+    "stack overflow",
+    "overflowed its stack",
+    "StackOverflowError",
+    "Maximum call stack size exceeded",
+    "RecursionError",
+)
+"""What runtimes print when the stack runs out (Rust, Go, Java, Node, Python): a runtime
+error, though the stack's pages may have brought peak memory near the limit."""
 MEMORY_NEAR = 0.9
 """A failed run whose peak memory came this close to its limit ran out of memory."""
 
@@ -193,6 +202,8 @@ class StdioTests:
         last = stderr.strip().splitlines()[-1][:200] if stderr.strip() else ""
         if last:
             said += f": {last}"
+        if any(marker in stderr for marker in STACK_OVERFLOW):
+            return Verdict.RUNTIME_ERROR, 0.0, said
         near = isinstance(rss, int) and rss * 1024 >= MEMORY_NEAR * (self.memory_mb << 20)
         if near or any(marker in stderr for marker in OUT_OF_MEMORY):
             return Verdict.MEMORY_LIMIT, 0.0, said
