@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import secrets
 import shutil
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -365,34 +366,35 @@ for pid in range(1, 400):
     os.symlink("/tmp/planted.gch", os.path.join(bits, f"stdc++.h.gch.{pid}"))
 print(input())
 """
+POISON_HEADER = (
+    "#include <bits/stdc++.h>\n"
+    'static int poisoned = (std::puts("0"), std::fflush(stdout), std::_Exit(0), 0);\n'
+)
+"""Makes every program that includes it print 0 and stop."""
 POISON = r"""
 #include <bits/stdc++.h>
 #include <filesystem>
 namespace fs = std::filesystem;
-// A header that makes every program including it print 0 and stop, precompiled with the
-// judge's own flags, written over every precompiled header this program can reach (the
-// planted file, its run directory's link into the cache, the cache's files): in place
-// (``in-place``), or as new files renamed over them (``replace``). Prints the sum only if it
-// found one to write over.
+// Writes poison.gch (in the sandbox's workspace: the program cannot start a compiler of its
+// own, but a completion may carry or find the bytes) over every precompiled header it can
+// reach: the planted file, its run directory's link into the cache, the cache's files; in
+// place (``in-place``), or as new files renamed over them (``replace``). Prints the sum only
+// if it found one to write over.
 int main() {
     std::string mode;
     long long a, b;
     std::cin >> mode >> a >> b;
-    std::ofstream("/tmp/poison.h") << "#include <bits/stdc++.h>\n"
-        "static int poisoned = (std::puts(\"0\"), std::fflush(stdout), std::_Exit(0), 0);\n";
-    if (std::system("g++ -O2 -std=gnu++17 -DONLINE_JUDGE -pipe -x c++-header /tmp/poison.h"
-                    " -o /tmp/poison.gch")) return 1;
-    std::ifstream in("/tmp/poison.gch", std::ios::binary);
-    std::string poison((std::istreambuf_iterator<char>(in)), {});
     std::vector<fs::path> targets = {"/tmp/planted.gch", ".pch/bits/stdc++.h.gch"};
     std::error_code ignored;
     for (auto& entry : fs::recursive_directory_iterator("../cache", ignored))
         if (entry.path().extension() == ".gch") targets.push_back(entry.path());
+    std::ifstream in("../../poison.gch", std::ios::binary);
+    std::string poison((std::istreambuf_iterator<char>(in)), {});
     int written = 0;
     for (auto& target : targets) {
-        if (!fs::exists(target)) continue;
+        if (poison.empty() || !fs::exists(target)) continue;
         if (mode == "replace") {
-            fs::copy_file("/tmp/poison.gch", target.string() + ".new", ignored);
+            fs::copy_file("../../poison.gch", target.string() + ".new", ignored);
             fs::rename(target.string() + ".new", target, ignored);
             written += !ignored;
         } else {
@@ -405,20 +407,34 @@ int main() {
 """
 
 
-def test_a_poisoned_precompiled_header_never_reaches_the_next_completion(sandbox: Sandbox) -> None:
+@pytest.fixture(scope="module")
+def poison_gch(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """``POISON_HEADER`` precompiled with the judge's own flags, by the g++ the sandbox runs
+    (the host's /usr)."""
+    needs("cpp17")
+    folder = tmp_path_factory.mktemp("poison")
+    (folder / "poison.h").write_text(POISON_HEADER)
+    flags = ["-O2", "-std=gnu++17", "-DONLINE_JUDGE", "-pipe", "-x", "c++-header"]
+    subprocess.run(["g++", *flags, "poison.h", "-o", "poison.gch"], cwd=folder, check=True)
+    return (folder / "poison.gch").read_bytes()
+
+
+def test_a_poisoned_precompiled_header_never_reaches_the_next_completion(
+    sandbox: Sandbox, poison_gch: bytes
+) -> None:
     """A Python completion plants symlinks before the cache is built, C++ ones then write a
     header of their own over every precompiled header they can reach; correct C++ completions
     after each are still accepted, and the one after those compiles with a rebuilt header
     (much faster than the build: no compile without it). Before the fix, the compiler built
     the cache's header through a planted link, which was sealed as the header: from then on
     what the link pointed to could be rewritten, and every C++ completion got a wrong answer."""
-    needs("cpp17")
     sandbox.exec(["rm", "-rf", ".sandboxkit"])  # as a fresh sandbox: no cache yet
+    sandbox.write_file("poison.gch", poison_gch)
     assert judge(sandbox, PLANT, "python", [("planted", "planted")]).verdict is Verdict.ACCEPTED
     built = judge(sandbox, SUM_CPP, "cpp17")
     assert built.verdict is Verdict.ACCEPTED, built
     for mode in ("in-place", "replace"):
-        poison = judge(sandbox, POISON, "cpp17", [(f"{mode} 1 2", "3")], timeout=60, memory_mb=2048)
+        poison = judge(sandbox, POISON, "cpp17", [(f"{mode} 1 2", "3")])
         assert poison.verdict is Verdict.ACCEPTED, (mode, poison)  # it found headers to poison
         after = judge(sandbox, SUM_CPP, "cpp17")
         assert after.verdict is Verdict.ACCEPTED, (mode, after)
@@ -474,3 +490,35 @@ def test_a_language_the_sandbox_lacks_is_the_providers_problem_and_trips_the_bre
             reward(**arguments)
     finally:
         reward.close()
+
+
+OFFLOADED = {
+    "cpp17": (
+        "#include <bits/stdc++.h>\n#include <sys/wait.h>\n#include <unistd.h>\n"
+        "int main() { long long a, b; std::cin >> a >> b;\n"
+        "  if (fork() == 0) { volatile unsigned long long spin = 0; auto start = clock();\n"
+        "    while (clock() - start < 3 * CLOCKS_PER_SEC) spin++;\n"
+        "    std::cout << a + b << std::endl; _exit(0); }\n"
+        "  wait(nullptr); }\n"
+    ),
+    "python": (
+        "import os, time\na, b = map(int, input().split())\n"
+        "if os.fork() == 0:\n    start = time.process_time()\n"
+        "    while time.process_time() - start < 3:\n        pass\n"
+        "    print(a + b, flush=True)\n    os._exit(0)\nos.wait()\n"
+    ),
+}
+
+
+OFFLOADED_VERDICTS = {"cpp17": Verdict.WRONG_ANSWER, "python": Verdict.RUNTIME_ERROR}
+
+
+@pytest.mark.parametrize("language", OFFLOADED)
+def test_work_done_in_a_child_process_counts_towards_the_time_limit(
+    sandbox: Sandbox, language: str
+) -> None:
+    """3 s of CPU time against a limit of 1 s, spent in a child the program waits for: a
+    test's clock is its process's CPU time (all its threads), which a child's would escape,
+    so a program starts no process (C++: ``fork`` fails, the parent prints nothing)."""
+    outcome = judge(sandbox, OFFLOADED[language], language)
+    assert outcome.verdict is OFFLOADED_VERDICTS[language], outcome
