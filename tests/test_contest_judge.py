@@ -84,8 +84,6 @@ def test_every_solution_in_a_language_gets_the_verdict_its_name_says(
     assert rows
     rewards, lines = judged(reward, batch(problemset, rows))
     expected = [problemset.expected_verdict(variant) for _, variant, _ in rows]
-    assert reward.last_batch is not None
-    assert reward.last_batch.verdicts == Counter(expected)
     for (problem, variant, _), verdict, got, line in zip(
         rows, expected, rewards, lines, strict=True
     ):
@@ -95,6 +93,8 @@ def test_every_solution_in_a_language_gets_the_verdict_its_name_says(
         else:
             assert got is not None and 0.0 <= got < 1.0, where
             assert verdict.replace("_", " ") in line, where
+    assert reward.last_batch is not None
+    assert reward.last_batch.verdicts == Counter(expected)
 
 
 def test_partial_solutions_earn_their_subtasks_points_and_no_more(problemset: ModuleType) -> None:
