@@ -522,3 +522,34 @@ def test_work_done_in_a_child_process_counts_towards_the_time_limit(
     so a program starts no process (C++: ``fork`` fails, the parent prints nothing)."""
     outcome = judge(sandbox, OFFLOADED[language], language)
     assert outcome.verdict is OFFLOADED_VERDICTS[language], outcome
+
+
+UNCOUNTED_MEMORY = {
+    "cpp17": (
+        "#include <bits/stdc++.h>\n#include <sys/mman.h>\n"
+        "int main() { long long a, b; std::cin >> a >> b; size_t size = 512UL << 20;\n"
+        "  char* p = (char*)mmap(nullptr, size, PROT_READ | PROT_WRITE,\n"
+        "                        MAP_SHARED | MAP_ANONYMOUS, -1, 0);\n"
+        "  if (p == MAP_FAILED) return 3;\n"
+        "  for (size_t i = 0; i < size; i += 4096) p[i] = 1;\n"
+        "  std::cout << a + b << std::endl; }\n"
+    ),
+    "python": (
+        "import mmap\na, b = map(int, input().split())\n"
+        "shared = mmap.mmap(-1, 512 << 20, flags=mmap.MAP_SHARED)\n"
+        "for i in range(0, len(shared), 4096):\n    shared[i] = 1\n"
+        "print(a + b)\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("language", UNCOUNTED_MEMORY)
+def test_memory_the_data_limit_does_not_count_is_still_a_memory_limit(
+    sandbox: Sandbox, language: str
+) -> None:
+    """512 MiB in a shared mapping (``RLIMIT_DATA`` counts private memory only) under a limit
+    of 256 MB, and a right answer: judged by its peak memory, as judges do, a memory limit
+    (it was accepted)."""
+    outcome = judge(sandbox, UNCOUNTED_MEMORY[language], language)
+    assert outcome.verdict is Verdict.MEMORY_LIMIT, outcome
+    assert "its peak memory was" in outcome.detail, outcome

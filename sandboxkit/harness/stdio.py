@@ -177,6 +177,10 @@ class StdioTests:
         code, stderr = record.get("exit"), str(record.get("stderr", ""))
         if code != 0:
             return self._failure(code, record.get("rss"), stderr)
+        rss = record.get("rss")
+        if self.lang.memory_rlimit and isinstance(rss, int) and rss << 10 > self.memory_mb << 20:
+            # RLIMIT_DATA leaves out the stack and shared mappings; judges go by peak memory.
+            return Verdict.MEMORY_LIMIT, 0.0, f"its peak memory was {rss >> 10} MiB"
         if "output" in record:
             assert self.checker is not None
             output = _unpack(record["output"])
