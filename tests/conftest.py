@@ -20,7 +20,7 @@ from types import ModuleType
 
 import pytest
 
-from sandboxkit import SandboxClient, get_backend
+from sandboxkit import Sandbox, SandboxClient, get_backend
 from sandboxkit.local import disk, files
 
 pytest_plugins = [
@@ -145,3 +145,13 @@ def install_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Installer
         return site
 
     return install
+
+
+@pytest.fixture(scope="module", params=["warm", "cold"])
+def sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
+    """A local sandbox per path, for a module's tests: warm, each exec is forked from the
+    template that received the request (it must not pass the tests on to the candidate);
+    cold, one bwrap per exec."""
+    client = get_backend("subprocess", warm=request.param == "warm")
+    with client.sandbox(tags=[f"test-{request.module.__name__}"]) as sb:
+        yield sb

@@ -7,12 +7,11 @@ runs around a program that prints nothing useful.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
 
-from sandboxkit import Sandbox, SandboxClient
+from sandboxkit import Sandbox
 from sandboxkit.harness import AssertTests, FunctionTask, FunctionTests, Harness, StdioTests
 from sandboxkit.outcomes import Outcome, OutcomeKind
 from sandboxkit.protocol import ExecResult
@@ -153,17 +152,6 @@ HARNESSES = {
         [(f"{a} {b}", str(e)) for (a, b), e in zip(ARGS, EXPECTED, strict=True)], timeout=5
     ),
 }
-
-
-@pytest.fixture(scope="module", params=["warm", "cold"])
-def sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
-    """One sandbox per path: warm, each exec is forked from the template that received the
-    request (it must not pass the tests on to the candidate); cold, one bwrap per exec."""
-    from sandboxkit import get_backend
-
-    client: SandboxClient = get_backend("subprocess", warm=request.param == "warm")
-    with client.sandbox(tags=["test-cheats"]) as sb:
-        yield sb
 
 
 def judge(sb: Sandbox, harness: Harness, code: str) -> Outcome:

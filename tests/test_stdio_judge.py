@@ -8,12 +8,11 @@ count the same, and its exit status must be the one ``python3`` gives it.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from sandboxkit import Sandbox, SandboxClient, get_backend
+from sandboxkit import Sandbox
 from sandboxkit.harness import StdioTests
 from sandboxkit.outcomes import Outcome, OutcomeKind, Verdict
 
@@ -31,14 +30,6 @@ THREADED = RECURSIVE + (
     "threading.stack_size(1 << 26)\n"
     "threading.Thread(target=main).start()\n"
 )
-
-
-@pytest.fixture(scope="module", params=["warm", "cold"])
-def sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
-    """Warm: each exec forked from the sandbox's template; cold: one bwrap per exec."""
-    client: SandboxClient = get_backend("subprocess", warm=request.param == "warm")
-    with client.sandbox(tags=["test-stdio-judge"]) as sb:
-        yield sb
 
 
 def judge(sb: Sandbox, code: str, cases: list[tuple[str, str]] = CASES, **kw: Any) -> Outcome:

@@ -48,6 +48,8 @@ class Language:
     class_pattern: str = ""
     """A regex whose first group names the file's stem (Java: the public class)."""
     env: Mapping[str, str] = field(default_factory=dict)
+    epilogue: str = ""
+    """Source appended to the program before it compiles (after it: its line numbers hold)."""
 
     @property
     def compiled(self) -> bool:
@@ -85,7 +87,31 @@ class Language:
             "pch": self.precompiled_header,
             "env": dict(self.env),
             "memory": memory_mb << 20 if self.memory_rlimit else 0,
+            "epilogue": self.epilogue,
         }
+
+
+THREAD_STACK_MB = 8
+GLIBC_THREAD_STACKS = f"""
+#include <pthread.h>
+#ifndef __cplusplus
+extern int pthread_getattr_default_np(pthread_attr_t *);
+extern int pthread_setattr_default_np(const pthread_attr_t *);
+#endif
+__attribute__((__constructor__)) static void sandboxkit_thread_stacks(void) {{
+    pthread_attr_t sandboxkit_attr;
+    if (pthread_getattr_default_np(&sandboxkit_attr) == 0) {{
+        pthread_attr_setstacksize(&sandboxkit_attr, (size_t){THREAD_STACK_MB} << 20);
+        pthread_setattr_default_np(&sandboxkit_attr);
+        pthread_attr_destroy(&sandboxkit_attr);
+    }}
+}}
+"""
+"""C and C++ programs' epilogue: glibc sizes every thread's stack as the main thread's stack
+limit (256 MiB for a program), and a thread's stack counts against ``RLIMIT_DATA``, so with
+it one ``std::thread`` would not start under a 256 MB limit; threads get what a usual Linux
+shell gives them (8 MiB) instead, the main thread keeps its large stack. Written to survive
+what contest code does to the preprocessor (``#define int long long``)."""
 
 
 def _gcc(compiler: str, standard: str) -> tuple[str, ...]:
@@ -131,6 +157,7 @@ for _entry in (
         ("./main",),
         "gcc",
         "apt install gcc",
+        epilogue=GLIBC_THREAD_STACKS,
     ),
     Language(
         "cpp17",
@@ -142,6 +169,7 @@ for _entry in (
         "g++",
         "apt install g++",
         precompiled_header="bits/stdc++.h",
+        epilogue=GLIBC_THREAD_STACKS,
     ),
     Language(
         "cpp20",
@@ -153,6 +181,7 @@ for _entry in (
         "g++",
         "apt install g++",
         precompiled_header="bits/stdc++.h",
+        epilogue=GLIBC_THREAD_STACKS,
     ),
     Language(
         "java",

@@ -631,14 +631,71 @@ def set_limit(which: int, wanted: int, *, lower: bool = True) -> None:
 
 
 def limit_program(program: Record) -> None:
-    """C, before the program: its stack (raised), and its memory (``RLIMIT_DATA``: private
-    writable memory, what a program allocates, not address space it reserves)."""
+    """C, before the program: its stack (raised), its memory (``RLIMIT_DATA``: private
+    writable memory, what a program allocates, not address space it reserves), and no
+    processes of its own."""
     import resource
 
     set_limit(resource.RLIMIT_STACK, program.get("stack") or STACK_BYTES, lower=False)
     memory = (program.get("native") or {}).get("memory", program.get("memory"))
     if memory:
         set_limit(resource.RLIMIT_DATA, int(memory))
+    forbid_processes()
+
+
+SECCOMP_CALLS = {"x86_64": (0xC000003E, 56, (57, 58)), "aarch64": (0xC00000B7, 220, ())}
+"""Per machine: its seccomp architecture, ``clone``'s number and those of ``fork`` and
+``vfork`` where it has them (``clone3`` is 435 on both)."""
+
+
+def forbid_processes() -> None:
+    """C, before a program: it may start threads, not processes, as on a contest judge: a
+    test's clock is its process's CPU time, which a child's work would escape. A seccomp
+    filter (inherited through ``execve``): ``fork``, ``vfork`` and ``clone`` without
+    ``CLONE_THREAD`` fail with ``EAGAIN``; ``clone3``, whose flags a filter cannot read,
+    with ``ENOSYS`` (the C library then calls ``clone``); a call of another ABI kills the
+    process. Where the machine or the kernel has no such filter, nothing changes."""
+    import ctypes
+    import errno
+    import struct
+
+    found = SECCOMP_CALLS.get(os.uname().machine)
+    if found is None:
+        return
+    arch, clone, forks = found
+    allow, kill = 0x7FFF0000, 0x80000000
+    eagain, enosys = 0x50000 | errno.EAGAIN, 0x50000 | errno.ENOSYS
+    load, equal, at_least, has_bits = 0x20, 0x15, 0x35, 0x45
+    # (opcode, operand, where it jumps if true, if false): a return value below, None the next
+    body = [
+        (load, 4, None, None),  # the call's ABI
+        (equal, arch, None, kill),
+        (load, 0, None, None),  # its number
+        (at_least, 0x40000000, kill, None),  # x32
+        (equal, 435, enosys, None),
+        *((equal, number, eagain, None) for number in forks),
+        (equal, clone, None, allow),
+        (load, 16, None, None),  # clone's flags (their low half)
+        (has_bits, 0x10000, allow, eagain),  # CLONE_THREAD
+    ]
+    returns = [allow, eagain, enosys, kill]
+
+    def jump(at: int, to: int | None) -> int:
+        return 0 if to is None else len(body) + returns.index(to) - at - 1
+
+    code = b"".join(
+        struct.pack("HBBI", op, jump(i, yes), jump(i, no), k)
+        for i, (op, k, yes, no) in enumerate(body)
+    ) + b"".join(struct.pack("HBBI", 0x06, 0, 0, value) for value in returns)
+    filters = ctypes.create_string_buffer(code)
+
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    program = Program(len(code) // 8, ctypes.addressof(filters))
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(38, 1, 0, 0, 0) == 0:  # PR_SET_NO_NEW_PRIVS, which a filter needs
+        libc.prctl(22, 2, ctypes.byref(program), 0, 0)  # PR_SET_SECCOMP, a filter
 
 
 def child_stdio(sock: socket.socket, err: socket.socket) -> None:
@@ -728,7 +785,7 @@ def build(native: Record, code: str, program: Record) -> tuple[list[str], Env]:
             f" (install it in the image: {native['install']})",
         )
     with open(native["source"], "w", encoding="utf-8") as source:
-        source.write(code)
+        source.write(code + native.get("epilogue", ""))
     argv = list(native["compile"])
     if argv:
         limits = program["compile_limits"]

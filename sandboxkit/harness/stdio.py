@@ -40,6 +40,15 @@ OUT_OF_MEMORY = (
     "Cannot allocate memory",
 )
 """What runtimes print when an allocation fails (C++, Python, Java, Go and Node, Rust)."""
+STACK_OVERFLOW = (
+    "stack overflow",
+    "overflowed its stack",
+    "StackOverflowError",
+    "Maximum call stack size exceeded",
+    "RecursionError",
+)
+"""What runtimes print when the stack runs out (Rust, Go, Java, Node, Python): a runtime
+error, though the stack's pages may have brought peak memory near the limit."""
 MEMORY_NEAR = 0.9
 """A failed run whose peak memory came this close to its limit ran out of memory."""
 
@@ -168,6 +177,10 @@ class StdioTests:
         code, stderr = record.get("exit"), str(record.get("stderr", ""))
         if code != 0:
             return self._failure(code, record.get("rss"), stderr)
+        rss = record.get("rss")
+        if self.lang.memory_rlimit and isinstance(rss, int) and rss << 10 > self.memory_mb << 20:
+            # RLIMIT_DATA leaves out the stack and shared mappings; judges go by peak memory.
+            return Verdict.MEMORY_LIMIT, 0.0, f"its peak memory was {rss >> 10} MiB"
         if "output" in record:
             assert self.checker is not None
             output = _unpack(record["output"])
@@ -193,6 +206,8 @@ class StdioTests:
         last = stderr.strip().splitlines()[-1][:200] if stderr.strip() else ""
         if last:
             said += f": {last}"
+        if any(marker in stderr for marker in STACK_OVERFLOW):
+            return Verdict.RUNTIME_ERROR, 0.0, said
         near = isinstance(rss, int) and rss * 1024 >= MEMORY_NEAR * (self.memory_mb << 20)
         if near or any(marker in stderr for marker in OUT_OF_MEMORY):
             return Verdict.MEMORY_LIMIT, 0.0, said

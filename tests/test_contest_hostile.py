@@ -1,0 +1,555 @@
+"""Hostile programs in every language meet the containment Python programs meet: each ends with
+the verdict a contest judge gives it, within its test's limits (never the exec's much longer
+timeout), and never with more passed tests than it earned; on the warm path (each exec forked
+from the sandbox's template) and the cold one (one bwrap per exec). A language the sandbox
+lacks is the provider's problem, said as such, never a 0.0 for the model's code."""
+
+from __future__ import annotations
+
+import re
+import secrets
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandboxkit import Sandbox
+from sandboxkit.contest import languages
+from sandboxkit.contest.languages import Language, language_for, register_language
+from sandboxkit.errors import CircuitOpenError
+from sandboxkit.harness import StdioTests
+from sandboxkit.outcomes import Outcome, OutcomeKind, Verdict
+from sandboxkit.rewards import stdio_tests_reward
+
+pytestmark = pytest.mark.slow
+
+SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
+BOUNDED = 60.0
+"""Seconds a hostile run may take: its tests' own limits (a few seconds each) and a compile,
+far below the exec's timeout (minutes, with the time a precompiled header may take)."""
+SUM = ("1 2", "3")
+SUM_CPP = (
+    "#include <bits/stdc++.h>\n"
+    "int main() { long long a, b; std::cin >> a >> b; std::cout << a + b << '\\n'; }\n"
+)
+
+
+def needs(language: str) -> None:
+    found = language_for(language)
+    assert found is not None
+    if shutil.which(found.toolchain, path=SANDBOX_PATH) is None:
+        pytest.skip(f"{found.toolchain} for {found.title} is not installed ({found.install})")
+
+
+def judge(
+    sb: Sandbox,
+    code: str,
+    language: str,
+    cases: list[tuple[str, str]] | None = None,
+    *,
+    timeout: float = 1.0,
+    memory_mb: int = 256,
+) -> Outcome:
+    """``code`` judged on ``cases`` (by default one sum)."""
+    needs(language)
+    harness = StdioTests(cases or [SUM], timeout, language=language, memory_mb=memory_mb)
+    request = harness.request(code)
+    result = sb.exec(request.argv, stdin=request.stdin, timeout=request.timeout)
+    return harness.judge(result, request)
+
+
+@dataclass(frozen=True)
+class Hostile:
+    language: str
+    code: str
+    verdicts: tuple[Verdict, ...]
+    """What a judge makes of it (two where either limit may come first)."""
+    said: str = ""
+    """Part of the outcome's detail: which limit, what the runtime said."""
+
+
+HOSTILE = {
+    "C++ fork bomb": Hostile(
+        "cpp17", "#include <unistd.h>\nint main() { for (;;) fork(); }\n", (Verdict.TIME_LIMIT,)
+    ),
+    "C++ stdout flood": Hostile(
+        "cpp17",
+        "#include <cstdio>\n"
+        "int main() { static char line[1 << 16]; for (char& c : line) c = 'y';\n"
+        "  for (;;) fwrite(line, 1, sizeof line, stdout); }\n",
+        (Verdict.OUTPUT_LIMIT,),
+        "wrote more than 1048576 bytes",
+    ),
+    "C++ allocating past its memory limit": Hostile(
+        "cpp17",
+        "#include <cstring>\n#include <vector>\n"
+        "int main() { std::vector<char*> kept;\n"
+        "  for (;;) { char* p = new char[1 << 20]; std::memset(p, 1, 1 << 20);\n"
+        "    kept.push_back(p); } }\n",
+        (Verdict.MEMORY_LIMIT,),
+        "bad_alloc",
+    ),
+    "C++ spinning in 16 threads": Hostile(
+        "cpp17",
+        "#include <thread>\n#include <vector>\n"
+        "int main() { std::vector<std::thread> spin;\n"
+        "  for (int i = 0; i < 16; i++)\n"
+        "    spin.emplace_back([] { volatile unsigned long n = 0; for (;;) n++; });\n"
+        "  for (auto& t : spin) t.join(); }\n",
+        (Verdict.TIME_LIMIT,),
+        "used more than 1s of CPU time",  # all threads' CPU time, before the wall-clock backstop
+    ),
+    "Java starting threads without end": Hostile(
+        "java",
+        "public class Main {\n"
+        "    public static void main(String[] args) {\n"
+        "        for (;;) new Thread(() -> {\n"
+        "            try { Thread.sleep(1 << 30); } catch (InterruptedException e) {}\n"
+        "        }).start();\n"
+        "    }\n"
+        "}\n",
+        (Verdict.TIME_LIMIT,),
+    ),
+    "JavaScript infinite loop": Hostile(
+        "javascript", "let n = 0;\nfor (;;) { n++; }\n", (Verdict.TIME_LIMIT,), "CPU time"
+    ),
+    "Go goroutine flood": Hostile(
+        "go",
+        "package main\n\nfunc main() {\n\tfor {\n\t\tgo func() { select {} }()\n\t}\n}\n",
+        (Verdict.TIME_LIMIT, Verdict.MEMORY_LIMIT),
+    ),
+    "Rust stack overflow": Hostile(
+        "rust",
+        "use std::io::Read;\n"
+        "fn down(depth: u64, trail: &mut Vec<u64>) -> u64 {\n"
+        "    let here = [depth; 16];\n"
+        "    trail.push(here[(depth % 16) as usize]);\n"
+        "    if trail.len() as u64 == u64::MAX { return 0; }\n"
+        "    let below = down(depth + 1, trail);\n"
+        "    below + here[(below % 16) as usize]\n"
+        "}\n"
+        "fn main() {\n"
+        "    let mut input = String::new();\n"
+        "    std::io::stdin().read_to_string(&mut input).unwrap();\n"
+        '    println!("{}", down(input.len() as u64, &mut Vec::new()));\n'
+        "}\n",
+        (Verdict.RUNTIME_ERROR,),  # its 256 MiB of stack do not make it a memory limit
+        "stack overflow",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_a_hostile_program_gets_its_verdict_within_its_limits(sandbox: Sandbox, name: str) -> None:
+    """And leaves nothing behind: what it started dies with its exec, so the sandbox judges
+    the next completion as before."""
+    hostile = HOSTILE[name]
+    outcome = judge(sandbox, hostile.code, hostile.language)
+    assert outcome.verdict in hostile.verdicts, outcome
+    assert outcome.passed == 0, outcome
+    assert hostile.said in outcome.detail, outcome
+    assert outcome.duration < BOUNDED, outcome
+    assert judge(sandbox, SUM_CPP, "cpp17").verdict is Verdict.ACCEPTED
+
+
+def test_threads_of_a_correct_program_start_under_the_memory_limit(sandbox: Sandbox) -> None:
+    """glibc gives a thread a stack as large as the main thread's limit (256 MiB for a
+    program), counted against the memory limit: without an epilogue lowering it, one
+    ``std::thread`` or ``pthread_create`` failed (a runtime error, a memory limit)."""
+    cpp = (
+        "#include <bits/stdc++.h>\nusing namespace std;\n#define int long long\n"
+        "signed main() { int a, b; cin >> a >> b; vector<thread> ts; vector<int> got(8);\n"
+        "  for (int i = 0; i < 8; i++) ts.emplace_back([&, i] { got[i] = a + b; });\n"
+        "  for (auto& t : ts) t.join(); cout << got[7] << endl; }\n"
+    )
+    c = (
+        "#include <pthread.h>\n#include <stdio.h>\nlong long a, b, sum;\n"
+        "void* add(void* unused) { sum = a + b; return 0; }\n"
+        'int main(void) { scanf("%lld %lld", &a, &b); pthread_t t;\n'
+        '  if (pthread_create(&t, 0, add, 0)) { perror("pthread_create"); return 1; }\n'
+        '  pthread_join(t, 0); printf("%lld\\n", sum); return 0; }\n'
+    )
+    for code, language in ((cpp, "cpp17"), (c, "c")):
+        outcome = judge(sandbox, code, language)
+        assert outcome.verdict is Verdict.ACCEPTED, (language, outcome)
+
+
+FIND_JUDGE = r"""
+#include <bits/stdc++.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/ptrace.h>
+#include <sys/stat.h>
+#include <unistd.h>
+using namespace std;
+string read_all(const string& path, size_t cap = 1 << 22) {
+    int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK);
+    if (fd < 0) return "";
+    string out; char buf[65536]; ssize_t n;
+    while (out.size() < cap && (n = read(fd, buf, sizeof buf)) > 0) out.append(buf, n);
+    close(fd);
+    return out;
+}
+long status_field(const string& status, const string& name) {
+    size_t at = status.find("\n" + name + ":");
+    return at == string::npos ? -1 : atol(status.c_str() + at + name.size() + 2);
+}
+// The judge: this program's grandparent (its parent is the zygote), found through /proc,
+// whose numbering may be an outer pid namespace's; ``inner`` is its pid as kill() names it.
+struct Judge { long outer = -1, inner = -1; };
+Judge find_judge() {
+    long zygote = status_field(read_all("/proc/self/status"), "PPid");
+    Judge judge;
+    judge.outer = status_field(read_all("/proc/" + to_string(zygote) + "/status"), "PPid");
+    string status = read_all("/proc/" + to_string(judge.outer) + "/status");
+    size_t at = status.find("NSpid:"), end = status.find('\n', at);
+    if (at != string::npos) judge.inner = atol(status.substr(status.rfind('\t', end) + 1).c_str());
+    return judge;
+}
+"""
+SNOOP = (
+    FIND_JUDGE
+    + r"""
+// Looks for an answer shaped "sk-answer-<32 hex>" in every process's environment, command
+// line, memory and open files it can read, or (``files``) in every file under / but the
+// system's (/usr, /proc, /sys, /dev) and its own descriptors and environment; prints it, or
+// "nothing". Exits with a bitmask of what it could open of its judge.
+string found;
+void scan(const string& data) {
+    size_t at = data.find("sk-answer-");
+    if (at != string::npos && found.empty()) found = data.substr(at, 42);
+}
+void walk(const string& dir, int depth) {
+    DIR* d = depth < 16 ? opendir(dir.c_str()) : nullptr;
+    while (dirent* e = d ? readdir(d) : nullptr) {
+        string name = e->d_name, path = (dir == "/" ? "" : dir) + "/" + name;
+        if (name == "." || name == ".." || path == "/proc" || path == "/sys" || path == "/usr"
+            || path == "/dev") continue;
+        struct stat st;
+        if (lstat(path.c_str(), &st)) continue;
+        if (S_ISDIR(st.st_mode)) walk(path, depth + 1);
+        else if (S_ISREG(st.st_mode) && st.st_size < (1 << 22)) scan(read_all(path));
+    }
+    if (d) closedir(d);
+}
+int main() {
+    string mode;
+    cin >> mode;
+    int opened = 0;
+    if (mode == "proc") {
+        Judge judge = find_judge();
+        if (judge.outer <= 0) return 64;
+        string t = "/proc/" + to_string(judge.outer);
+        if (open((t + "/mem").c_str(), O_RDONLY) >= 0) opened |= 1;
+        if (open((t + "/fd/1").c_str(), O_WRONLY) >= 0) opened |= 2;  // its sealed records' way out
+        if (!read_all(t + "/environ").empty()) opened |= 4;
+        if (ptrace(PTRACE_ATTACH, judge.inner, 0, 0) == 0) opened |= 8;
+        if (DIR* fds = opendir((t + "/fd").c_str())) { opened |= 16; closedir(fds); }
+        DIR* d = opendir("/proc");
+        while (dirent* e = d ? readdir(d) : nullptr) {
+            if (!isdigit(e->d_name[0])) continue;
+            string p = string("/proc/") + e->d_name;
+            scan(read_all(p + "/environ"));
+            scan(read_all(p + "/cmdline"));
+            istringstream maps(read_all(p + "/maps"));
+            int mem = open((p + "/mem").c_str(), O_RDONLY);
+            for (string line; mem >= 0 && getline(maps, line);) {
+                unsigned long lo, hi; char perm[5];
+                if (sscanf(line.c_str(), "%lx-%lx %4s", &lo, &hi, perm) != 3) continue;
+                if (perm[0] != 'r') continue;
+                string chunk(min(hi - lo, 1UL << 24), '\0');
+                ssize_t n = pread(mem, chunk.data(), chunk.size(), lo);
+                if (n > 0) { chunk.resize(n); scan(chunk); }
+            }
+            if (mem >= 0) close(mem);
+            DIR* fds = opendir((p + "/fd").c_str());
+            while (dirent* f = fds ? readdir(fds) : nullptr)
+                scan(read_all(p + "/fd/" + f->d_name, 1 << 16));
+            if (fds) closedir(fds);
+        }
+    } else {
+        walk("/", 0);
+        for (int fd = 3; fd < 1024; fd++) {
+            char buf[65536];
+            ssize_t n = pread(fd, buf, sizeof buf, 0);
+            if (n > 0) scan(string(buf, n));
+        }
+        for (char** e = environ; *e; e++) scan(*e);
+    }
+    cout << (found.empty() ? "nothing" : found) << endl;
+    return opened;
+}
+"""
+)
+
+
+@pytest.fixture
+def answer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A test's expected output, kept where a leaky sandbox would show it: a dataset file on
+    the host and the host's environment (the judge never sends it into the sandbox)."""
+    secret = "sk-answer-" + secrets.token_hex(16)
+    (tmp_path / "tests.json").write_text(f'[{{"input": "files", "output": "{secret}"}}]')
+    monkeypatch.setenv("SANDBOXKIT_TEST_ANSWER", secret)
+    return secret
+
+
+def test_reading_proc_finds_neither_the_answer_nor_a_way_into_the_judge(
+    sandbox: Sandbox, answer: str
+) -> None:
+    """Every process's environment, command line, memory and descriptors it can read, and
+    its judge's memory, stdout, environment and ptrace: it finds no answer (a wrong answer,
+    not accepted) and opens nothing of the judge (any of it would be a non-zero exit)."""
+    outcome = judge(sandbox, SNOOP, "cpp17", [("proc", answer)], timeout=10.0)
+    assert outcome.verdict is Verdict.WRONG_ANSWER, outcome
+
+
+def test_searching_files_and_descriptors_never_finds_the_answer(
+    sandbox: Sandbox, answer: str
+) -> None:
+    """The search does find an answer the sandbox holds (a file planted in its workspace: the
+    program is accepted), and never the one that stays on the host."""
+    sandbox.write_file("planted.txt", answer)
+    outcome = judge(sandbox, SNOOP, "cpp17", [("files", answer)], timeout=10.0)
+    assert outcome.verdict is Verdict.ACCEPTED, outcome
+    sandbox.exec(["rm", "planted.txt"])
+    outcome = judge(sandbox, SNOOP, "cpp17", [("files", answer)], timeout=10.0)
+    assert outcome.verdict is Verdict.WRONG_ANSWER, outcome
+
+
+KILLER = (
+    FIND_JUDGE
+    + r"""
+int main() {
+    long long a, b;
+    cin >> a >> b;
+    cout << a + b << endl;  // right every time, but past the first test it turns on its judge
+    if (a == 1) return 0;
+    Judge judge = find_judge();
+    if (judge.inner <= 0) return 64;
+    kill(judge.inner, SIGNAL);
+    kill(getppid(), SIGNAL);
+    if (SIGNAL == SIGKILL) kill(-1, SIGKILL);
+    return 0;
+}
+"""
+)
+
+
+@pytest.mark.parametrize("signal", ["SIGKILL", "SIGTERM"])
+def test_killing_the_judge_forges_no_pass(sandbox: Sandbox, signal: str) -> None:
+    """Tests it never got judged on are failed, not passed, not an infrastructure outcome (no
+    reward at all); the sandbox judges the next completion as before."""
+    cases = [("1 1", "2"), ("2 2", "4"), ("3 3", "6"), ("4 4", "8")]
+    outcome = judge(sandbox, KILLER.replace("SIGNAL", signal), "cpp17", cases)
+    assert outcome.kind is OutcomeKind.FAILED and outcome.passed == 1, outcome
+    assert outcome.verdict is Verdict.RUNTIME_ERROR, outcome
+    assert judge(sandbox, SUM_CPP, "cpp17").verdict is Verdict.ACCEPTED
+
+
+PLANT = r"""
+import json, os
+from hashlib import blake2b
+
+# Before any C++ compile in this sandbox: symlinks where the runner used to build its
+# precompiled header (``<target>.<pid>``), so that the compiler writes it through them into a
+# file this completion's successors can rewrite.
+flags = ["-O2", "-std=gnu++17", "-DONLINE_JUDGE", "-pipe"]
+name = blake2b(json.dumps(["g++", flags, "bits/stdc++.h"]).encode(), digest_size=8).hexdigest()
+bits = os.path.join(".sandboxkit", "cache", f"pch-{name}", "bits")
+os.makedirs(bits, exist_ok=True)
+for pid in range(1, 400):
+    os.symlink("/tmp/planted.gch", os.path.join(bits, f"stdc++.h.gch.{pid}"))
+print(input())
+"""
+POISON_HEADER = (
+    "#include <bits/stdc++.h>\n"
+    'static int poisoned = (std::puts("0"), std::fflush(stdout), std::_Exit(0), 0);\n'
+)
+"""Makes every program that includes it print 0 and stop."""
+POISON = r"""
+#include <bits/stdc++.h>
+#include <filesystem>
+namespace fs = std::filesystem;
+// Writes poison.gch (in the sandbox's workspace: the program cannot start a compiler of its
+// own, but a completion may carry or find the bytes) over every precompiled header it can
+// reach: the planted file, its run directory's link into the cache, the cache's files; in
+// place (``in-place``), or as new files renamed over them (``replace``). Prints the sum only
+// if it found one to write over.
+int main() {
+    std::string mode;
+    long long a, b;
+    std::cin >> mode >> a >> b;
+    std::vector<fs::path> targets = {"/tmp/planted.gch", ".pch/bits/stdc++.h.gch"};
+    std::error_code ignored;
+    for (auto& entry : fs::recursive_directory_iterator("../cache", ignored))
+        if (entry.path().extension() == ".gch") targets.push_back(entry.path());
+    std::ifstream in("../../poison.gch", std::ios::binary);
+    std::string poison((std::istreambuf_iterator<char>(in)), {});
+    int written = 0;
+    for (auto& target : targets) {
+        if (poison.empty() || !fs::exists(target)) continue;
+        if (mode == "replace") {
+            fs::copy_file("../../poison.gch", target.string() + ".new", ignored);
+            fs::rename(target.string() + ".new", target, ignored);
+            written += !ignored;
+        } else {
+            std::ofstream out(target, std::ios::binary | std::ios::trunc);
+            written += bool(out << poison);
+        }
+    }
+    std::cout << (written ? a + b : -1) << std::endl;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def poison_gch(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """``POISON_HEADER`` precompiled with the judge's own flags, by the g++ the sandbox runs
+    (the host's /usr)."""
+    needs("cpp17")
+    folder = tmp_path_factory.mktemp("poison")
+    (folder / "poison.h").write_text(POISON_HEADER)
+    flags = ["-O2", "-std=gnu++17", "-DONLINE_JUDGE", "-pipe", "-x", "c++-header"]
+    subprocess.run(["g++", *flags, "poison.h", "-o", "poison.gch"], cwd=folder, check=True)
+    return (folder / "poison.gch").read_bytes()
+
+
+def test_a_poisoned_precompiled_header_never_reaches_the_next_completion(
+    sandbox: Sandbox, poison_gch: bytes
+) -> None:
+    """A Python completion plants symlinks before the cache is built, C++ ones then write a
+    header of their own over every precompiled header they can reach; correct C++ completions
+    after each are still accepted, and the one after those compiles with a rebuilt header
+    (much faster than the build: no compile without it). Before the fix, the compiler built
+    the cache's header through a planted link, which was sealed as the header: from then on
+    what the link pointed to could be rewritten, and every C++ completion got a wrong answer."""
+    sandbox.exec(["rm", "-rf", ".sandboxkit"])  # as a fresh sandbox: no cache yet
+    sandbox.write_file("poison.gch", poison_gch)
+    assert judge(sandbox, PLANT, "python", [("planted", "planted")]).verdict is Verdict.ACCEPTED
+    built = judge(sandbox, SUM_CPP, "cpp17")
+    assert built.verdict is Verdict.ACCEPTED, built
+    for mode in ("in-place", "replace"):
+        poison = judge(sandbox, POISON, "cpp17", [(f"{mode} 1 2", "3")])
+        assert poison.verdict is Verdict.ACCEPTED, (mode, poison)  # it found headers to poison
+        after = judge(sandbox, SUM_CPP, "cpp17")
+        assert after.verdict is Verdict.ACCEPTED, (mode, after)
+    again = judge(sandbox, SUM_CPP, "cpp17")
+    assert again.verdict is Verdict.ACCEPTED, again
+    assert again.duration < built.duration / 2, (built, again)
+    listed = sandbox.exec(["find", ".sandboxkit/cache", "-name", "stdc++.h.gch", "-type", "f"])
+    assert listed.stdout.count("\n") == 1, listed  # a file of its own, not the planted link
+
+
+NONESUCH = Language(
+    "nonesuch",
+    "Nonesuch",
+    ("nsh",),
+    "main.nsh",
+    ("nonesuchc", "-o", "main", "main.nsh"),
+    ("./main",),
+    "nonesuchc",
+    "apt install nonesuch",
+)
+
+
+@pytest.fixture
+def nonesuch(monkeypatch: pytest.MonkeyPatch) -> Iterator[Language]:
+    """A language in the table (for this test only) whose compiler no sandbox has."""
+    monkeypatch.setattr(languages, "_LANGUAGES", dict(languages._LANGUAGES))
+    monkeypatch.setattr(languages, "_NAMES", dict(languages._NAMES))
+    register_language(NONESUCH)
+    yield NONESUCH
+
+
+def test_a_language_the_sandbox_lacks_is_the_providers_problem_and_trips_the_breaker(
+    nonesuch: Language,
+) -> None:
+    """Each completion's outcome is infrastructure (no reward: not a 0.0 teaching the model
+    its code is wrong), naming the compiler, the language and what to install; a batch of
+    them stops training with that message."""
+    reward = stdio_tests_reward("subprocess", pool_size=2)
+    tests = {"language": "nonesuch", "test_cases": [{"input": "1 2", "output": "3"}]}
+    arguments: dict[str, list[Any]] = {
+        "prompts": ["Add two numbers."] * 4,
+        "completions": ["```nsh\nprint(read() + read())\n```"] * 4,
+        "verification_info": [tests] * 4,
+    }
+    said = (
+        "the sandbox has no nonesuchc for Nonesuch (install it in the image: apt install nonesuch)"
+    )
+    try:
+        few = {name: values[:3] for name, values in arguments.items()}  # too few for the breaker
+        assert reward(**few) == [None] * 3
+        assert reward.last_batch is not None and reward.last_batch.outcomes == {"infra": 3}
+        with pytest.raises(CircuitOpenError, match=f"4 of 4 .*{re.escape(said)}"):
+            reward(**arguments)
+    finally:
+        reward.close()
+
+
+OFFLOADED = {
+    "cpp17": (
+        "#include <bits/stdc++.h>\n#include <sys/wait.h>\n#include <unistd.h>\n"
+        "int main() { long long a, b; std::cin >> a >> b;\n"
+        "  if (fork() == 0) { volatile unsigned long long spin = 0; auto start = clock();\n"
+        "    while (clock() - start < 3 * CLOCKS_PER_SEC) spin++;\n"
+        "    std::cout << a + b << std::endl; _exit(0); }\n"
+        "  wait(nullptr); }\n"
+    ),
+    "python": (
+        "import os, time\na, b = map(int, input().split())\n"
+        "if os.fork() == 0:\n    start = time.process_time()\n"
+        "    while time.process_time() - start < 3:\n        pass\n"
+        "    print(a + b, flush=True)\n    os._exit(0)\nos.wait()\n"
+    ),
+}
+
+
+OFFLOADED_VERDICTS = {"cpp17": Verdict.WRONG_ANSWER, "python": Verdict.RUNTIME_ERROR}
+
+
+@pytest.mark.parametrize("language", OFFLOADED)
+def test_work_done_in_a_child_process_counts_towards_the_time_limit(
+    sandbox: Sandbox, language: str
+) -> None:
+    """3 s of CPU time against a limit of 1 s, spent in a child the program waits for: a
+    test's clock is its process's CPU time (all its threads), which a child's would escape,
+    so a program starts no process (C++: ``fork`` fails, the parent prints nothing)."""
+    outcome = judge(sandbox, OFFLOADED[language], language)
+    assert outcome.verdict is OFFLOADED_VERDICTS[language], outcome
+
+
+UNCOUNTED_MEMORY = {
+    "cpp17": (
+        "#include <bits/stdc++.h>\n#include <sys/mman.h>\n"
+        "int main() { long long a, b; std::cin >> a >> b; size_t size = 512UL << 20;\n"
+        "  char* p = (char*)mmap(nullptr, size, PROT_READ | PROT_WRITE,\n"
+        "                        MAP_SHARED | MAP_ANONYMOUS, -1, 0);\n"
+        "  if (p == MAP_FAILED) return 3;\n"
+        "  for (size_t i = 0; i < size; i += 4096) p[i] = 1;\n"
+        "  std::cout << a + b << std::endl; }\n"
+    ),
+    "python": (
+        "import mmap\na, b = map(int, input().split())\n"
+        "shared = mmap.mmap(-1, 512 << 20, flags=mmap.MAP_SHARED)\n"
+        "for i in range(0, len(shared), 4096):\n    shared[i] = 1\n"
+        "print(a + b)\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("language", UNCOUNTED_MEMORY)
+def test_memory_the_data_limit_does_not_count_is_still_a_memory_limit(
+    sandbox: Sandbox, language: str
+) -> None:
+    """512 MiB in a shared mapping (``RLIMIT_DATA`` counts private memory only) under a limit
+    of 256 MB, and a right answer: judged by its peak memory, as judges do, a memory limit
+    (it was accepted)."""
+    outcome = judge(sandbox, UNCOUNTED_MEMORY[language], language)
+    assert outcome.verdict is Verdict.MEMORY_LIMIT, outcome
+    assert "its peak memory was" in outcome.detail, outcome
