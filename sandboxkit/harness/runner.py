@@ -643,18 +643,26 @@ def limit_program(program: Record) -> None:
     forbid_processes()
 
 
-SECCOMP_CALLS = {"x86_64": (0xC000003E, 56, (57, 58)), "aarch64": (0xC00000B7, 220, ())}
-"""Per machine: its seccomp architecture, ``clone``'s number and those of ``fork`` and
-``vfork`` where it has them (``clone3`` is 435 on both)."""
+SECCOMP_CALLS = {
+    "x86_64": (0xC000003E, 56, (57, 58), (62, 234, 129, 297), (200,)),
+    "aarch64": (0xC00000B7, 220, (), (129, 131, 138, 240), (130,)),
+}
+"""Per machine: its seccomp architecture, ``clone``'s number, those of ``fork`` and ``vfork``
+where it has them, the calls that signal the process (or thread group) their first argument
+names (``kill``, ``tgkill``, ``rt_sigqueueinfo``, ``rt_tgsigqueueinfo``), and ``tkill``
+(``clone3`` is 435, ``pidfd_send_signal`` 424 and ``pidfd_open`` 434 on both)."""
 
 
 def forbid_processes() -> None:
-    """C, before a program: it may start threads, not processes, as on a contest judge: a
-    test's clock is its process's CPU time, which a child's work would escape. A seccomp
-    filter (inherited through ``execve``): ``fork``, ``vfork`` and ``clone`` without
-    ``CLONE_THREAD`` fail with ``EAGAIN``; ``clone3``, whose flags a filter cannot read,
-    with ``ENOSYS`` (the C library then calls ``clone``); a call of another ABI kills the
-    process. Where the machine or the kernel has no such filter, nothing changes."""
+    """C, before a program: it may start threads, not processes, and signal only itself, as on
+    a contest judge: a test's clock is its process's CPU time, which a child's work would
+    escape, and the judge shares its user and pid namespace (a stopped judge would hold the
+    sandbox until the exec's timeout). A seccomp filter (inherited through ``execve``):
+    ``fork``, ``vfork`` and ``clone`` without ``CLONE_THREAD`` fail with ``EAGAIN``;
+    ``clone3``, whose flags a filter cannot read, with ``ENOSYS`` (the C library then calls
+    ``clone``); a signal to another process, ``tkill`` and pidfds with ``EPERM``; a call of
+    another ABI kills the process. Where the machine or the kernel has no such filter,
+    nothing changes."""
     import ctypes
     import errno
     import struct
@@ -662,26 +670,37 @@ def forbid_processes() -> None:
     found = SECCOMP_CALLS.get(os.uname().machine)
     if found is None:
         return
-    arch, clone, forks = found
+    arch, clone, forks, signals, denied = found
     allow, kill = 0x7FFF0000, 0x80000000
     eagain, enosys = 0x50000 | errno.EAGAIN, 0x50000 | errno.ENOSYS
+    eperm = 0x50000 | errno.EPERM
     load, equal, at_least, has_bits = 0x20, 0x15, 0x35, 0x45
-    # (opcode, operand, where it jumps if true, if false): a return value below, None the next
-    body = [
+    own = "own"
+    # (opcode, operand, where it jumps if true, if false): a return value below, ``own`` the
+    # check of a signal's target, None the next instruction
+    body: list[tuple[int, int, int | str | None, int | str | None]] = [
         (load, 4, None, None),  # the call's ABI
         (equal, arch, None, kill),
         (load, 0, None, None),  # its number
         (at_least, 0x40000000, kill, None),  # x32
         (equal, 435, enosys, None),
         *((equal, number, eagain, None) for number in forks),
+        *((equal, number, eperm, None) for number in (*denied, 424, 434)),
+        *((equal, number, own, None) for number in signals),
         (equal, clone, None, allow),
         (load, 16, None, None),  # clone's flags (their low half)
         (has_bits, 0x10000, allow, eagain),  # CLONE_THREAD
+        (load, 16, None, None),  # own: the signal's target (a pid_t, the low half)
+        (equal, os.getpid(), allow, eperm),
     ]
-    returns = [allow, eagain, enosys, kill]
+    returns = [allow, eagain, enosys, eperm, kill]
+    own_at = len(body) - 2
 
-    def jump(at: int, to: int | None) -> int:
-        return 0 if to is None else len(body) + returns.index(to) - at - 1
+    def jump(at: int, to: int | str | None) -> int:
+        if to is None:
+            return 0
+        target = own_at if to == own else len(body) + returns.index(int(to))
+        return target - at - 1
 
     code = b"".join(
         struct.pack("HBBI", op, jump(i, yes), jump(i, no), k)
