@@ -600,3 +600,24 @@ def test_a_program_cannot_forge_or_silence_its_exit_status(sandbox: Sandbox, che
     assert judge(sandbox, harness, _RIGHT_OUTPUT).passed == 3  # the honest baseline
     outcome = judge(sandbox, harness, EXIT_STATUS_CHEATS[cheat])
     assert outcome.passed == 0, outcome
+
+
+def test_work_in_a_child_process_cannot_dodge_a_calls_time_limit(sandbox: Sandbox) -> None:
+    """A call's time limit is its process's CPU time: a function that did its work in a child
+    it waits for would pass a test it should time out on. Calls start threads, not processes:
+    the fork fails and so does the call."""
+    slow_in_a_child = (
+        "import os\n"
+        "def add(a, b):\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        n = 0\n"
+        "        for _ in range(10**9): n += 1\n"
+        "        os._exit(0)\n"
+        "    os.waitpid(pid, 0)\n"
+        "    return a + b\n"
+    )
+    harness = FunctionTests("add", [(1, 2)], [3], timeout=1)
+    outcome = judge(sandbox, harness, slow_in_a_child)
+    assert outcome.kind is OutcomeKind.FAILED and outcome.passed == 0, outcome
+    assert "BlockingIOError" in outcome.detail or "Resource temporarily" in outcome.detail, outcome

@@ -19,9 +19,7 @@ from sandboxkit.harness import AssertTests, FunctionTests
 from sandboxkit.outcomes import OutcomeKind
 
 Point = namedtuple("Point", "x y")
-sandbox = test_cheats.sandbox
-"""One sandbox on the warm path, one on the cold."""
-judge = test_cheats.judge
+judge = test_cheats.judge  # with conftest's ``sandbox``: one on the warm path, one on the cold
 
 
 SAFE_DIV = "def safe_div(a, b):\n    return a / b\n"

@@ -591,6 +591,7 @@ def zygote(ctl: socket.socket, code: str, setup: str, program: Record | None) ->
                 if native is not None:
                     exec_program(mine, err_mine, argv, env)
                 run_program(mine, err_mine, compiled)
+            forbid_processes()  # a call's CPU time is this process's: none in children
             serve(mine, namespace)
         ends = [e for e in (theirs, status_theirs, err_theirs) if e is not None]
         socket.send_fds(ctl, [frame({"child": pid})], [end.fileno() for end in ends])
