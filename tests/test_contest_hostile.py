@@ -22,7 +22,7 @@ from sandboxkit.contest import languages
 from sandboxkit.contest.languages import Language, language_for, register_language
 from sandboxkit.errors import CircuitOpenError
 from sandboxkit.harness import StdioTests
-from sandboxkit.outcomes import Outcome, OutcomeKind, Verdict
+from sandboxkit.outcomes import Outcome, Verdict
 from sandboxkit.rewards import stdio_tests_reward
 
 pytestmark = pytest.mark.slow
