@@ -119,7 +119,11 @@ def test_contest_smoke_run_judges_every_completion_right_both_ways(tmp_path: Pat
     assert ("aplusb cpp17, 10 tests" in workloads) == cpp
     for workload in workloads:
         methods = {row["method"] for row in rows if row["workload"] == workload}
-        assert methods == {"naive, sequential", "sandboxkit stdio_tests_reward, pool 2"}
+        assert methods == {
+            "naive, sequential",
+            "naive, sequential, a fresh process per exec (no warm template)",
+            "sandboxkit stdio_tests_reward, pool 2",
+        }
     for row in rows:
         assert row.keys() >= ROW_KEYS
         assert row["mean_reward"] == 1.0, row
