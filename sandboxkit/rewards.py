@@ -35,6 +35,7 @@ from .pool import PoolStats, SandboxPool
 from .portal import run_sync
 from .registry import BackendLike, sandbox_keywords_for
 from .sanitize import Completion, block_tags, completion_text
+from .tools.rollout import ToolRollout, tool_metrics
 
 Planner = Callable[[int, Any, Completion, Mapping[str, Sequence[Any]]], Plan]
 """(row index, prompt, completion, dataset columns) -> what to run for that row."""
@@ -58,6 +59,16 @@ class BatchStats:
 
     def rate(self, kind: OutcomeKind) -> float:
         return self.outcomes[kind.value] / self.total if self.total else 0.0
+
+
+def _tool_rollouts(environments: Any, count: int) -> list[ToolRollout] | None:
+    """TRL's ``environments=``, when they are rollouts with tools and submissions (a
+    :class:`~sandboxkit.integrations.trl.SandboxEnvironment`), one per completion."""
+    if not isinstance(environments, list) or len(environments) != count:
+        return None
+    if not all(hasattr(e, "submission") and hasattr(e, "tool_calls") for e in environments):
+        return None
+    return environments
 
 
 def _percentile(values: Sequence[float], q: float) -> float:
@@ -179,14 +190,19 @@ class RewardFunction:
     ) -> list[float | None]:
         log_metric = kwargs.pop("log_metric", None)
         log_extra = kwargs.pop("log_extra", None)
-        for trl_only in ("trainer_state", "completion_ids", "environments"):
+        rollouts = _tool_rollouts(kwargs.pop("environments", None), len(completions))
+        for trl_only in ("trainer_state", "completion_ids"):
             kwargs.pop(trl_only, None)
+        if rollouts is not None:  # a multi-turn rollout is judged by what it submitted
+            completions = [r.submission or "" for r in rollouts]
         outcomes = await self.aoutcomes(prompts, completions, **kwargs)
         stats = self._stats(outcomes)
         self.last_batch = stats
         if callable(log_metric):
             for metric, value in self.metrics(stats).items():
                 log_metric(metric, value)
+            for metric, value in tool_metrics(rollouts).items() if rollouts is not None else ():
+                log_metric(f"{self.__name__}/{metric}", value)
         if callable(log_extra):
             log_extra(f"{self.__name__}_outcome", [_describe(o) for o in outcomes])
         infra = stats.outcomes[OutcomeKind.INFRA.value]

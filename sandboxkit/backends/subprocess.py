@@ -160,6 +160,12 @@ class SubprocessBackend:
         return self.confinement.isolation
 
     @property
+    def execs_leave_no_processes(self) -> bool:
+        """Whether nothing an exec starts outlives it (a pid namespace per exec): then a
+        sandbox whose files are wiped is as good as new (:mod:`sandboxkit.tools.lender`)."""
+        return self.isolation.tier is Tier.NAMESPACES
+
+    @property
     def memory_limit(self) -> str:
         """How ``memory_mb`` holds here: 'cgroup v2' or 'cgroup v1' (per sandbox), 'rlimit'
         (address space per process: no memory cgroup is writable) or 'none'."""
