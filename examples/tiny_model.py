@@ -25,11 +25,17 @@ _CORPUS = [
 
 
 def build_tiny_model(
-    directory: str | Path, *, extra_text: Iterable[str] = (), seed: int = 0
+    directory: str | Path,
+    *,
+    extra_text: Iterable[str] = (),
+    seed: int = 0,
+    tool_calling: bool = False,
 ) -> Path:
     """Write a tokenizer and a random Qwen2 model into ``directory``; returns it.
 
-    ``from_pretrained(directory)`` then loads both, offline.
+    ``from_pretrained(directory)`` then loads both, offline. ``tool_calling`` gives the
+    tokenizer Qwen2.5's chat template, which renders tools and whose tool calls TRL parses
+    (TRL ships it), instead of a minimal one.
     """
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -52,10 +58,15 @@ def build_tiny_model(
         pad_token="<|endoftext|>",
         padding_side="left",
     )
-    wrapped.chat_template = (
-        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
-        "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-    )
+    if tool_calling:
+        from trl.chat_template_utils import qwen2_5_chat_template
+
+        wrapped.chat_template = qwen2_5_chat_template
+    else:
+        wrapped.chat_template = (
+            "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+            "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+        )
     wrapped.save_pretrained(out)
     torch.manual_seed(seed)
     config: Any = Qwen2Config(
@@ -65,7 +76,7 @@ def build_tiny_model(
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=512,
+        max_position_embeddings=8192,  # rotary: no weights; room for tool schemas
         tie_word_embeddings=True,
         pad_token_id=wrapped.pad_token_id,
         eos_token_id=wrapped.eos_token_id,
