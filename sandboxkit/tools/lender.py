@@ -100,20 +100,29 @@ class SandboxLender:
         self._idle: list[Sandbox] = []
         self._uses: dict[str, int] = {}
         self._background: set[asyncio.Future[None]] = set()
+        self._returning: set[asyncio.Future[None]] = set()
+        """Returns in flight (wipes), which a lease waits for rather than create."""
         self.closed = False
 
     def __repr__(self) -> str:
         return f"<SandboxLender {self.session.run_tag} idle={len(self._idle)} {self.stats}>"
 
     async def alease(self) -> Sandbox:
-        """A sandbox for this holder alone: an idle one, else a new one."""
-        with self._lock:
-            if self.closed:
-                raise RuntimeError("the lender is closed")
-            self.stats.leases += 1
-            if self._idle:
-                self.stats.reused += 1
-                return self._idle.pop()
+        """A sandbox for this holder alone: an idle one, else one being wiped (a wipe takes
+        far less than a create), else a new one."""
+        while True:
+            with self._lock:
+                if self.closed:
+                    raise RuntimeError("the lender is closed")
+                if self._idle:
+                    self.stats.leases += 1
+                    self.stats.reused += 1
+                    return self._idle.pop()
+                loop = asyncio.get_running_loop()
+                returning = [t for t in self._returning if t.get_loop() is loop]
+            if not returning:
+                break
+            await asyncio.wait(returning, return_when=asyncio.FIRST_COMPLETED)
         sandbox = await retried(
             lambda: self.session.asandbox(**self._options),
             attempts=self.retries + 1,
@@ -121,6 +130,7 @@ class SandboxLender:
             logger=logger,
         )
         with self._lock:
+            self.stats.leases += 1
             self.stats.created += 1
             self._uses[sandbox.id] = 0
         return sandbox
@@ -146,7 +156,9 @@ class SandboxLender:
         not wait for the wipe (:meth:`aclose` waits for what is still in flight)."""
         task = asyncio.ensure_future(self.areturn(sandbox))
         self._background.add(task)
+        self._returning.add(task)
         task.add_done_callback(self._background.discard)
+        task.add_done_callback(self._returning.discard)
 
     def _spare(self) -> None:
         """Create an idle sandbox in the background, for the next holder."""

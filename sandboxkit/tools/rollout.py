@@ -133,7 +133,7 @@ class Rollout:
         )
 
     def _show(self, result: ExecResult, *, status: bool) -> str:
-        text = trim(result.stdout + result.stderr, self.max_output)
+        text = trim(result.stdout + result.stderr, self.max_output).rstrip("\n")
         if result.truncated:
             text += "\n[output cut at the sandbox's cap]"
         if result.timed_out:
@@ -180,15 +180,23 @@ class Rollout:
         return f"wrote {len(data)} bytes to {path}"
 
     async def aread_file(self, path: str) -> str:
+        """Read through ``head`` in the sandbox, not the provider's file API, so that a
+        file of hundreds of megabytes (or a FIFO, or ``/dev/zero``) costs the host no more
+        than ``max_file_bytes``."""
         started = time.monotonic()
-        try:
-            sandbox = await self._sandbox_now()
-            data = await sandbox.aread_file(path)
-        except SandboxError as exc:
-            self._record("read_file", started, error=True)
-            return f"error: could not read {path}: {exc}"
+        argv = ["head", "-c", str(self.max_file_bytes), "--", path]
+        result = await self._exec("read_file", argv)
+        if isinstance(result, str) or result.returncode != 0 or result.timed_out:
+            self._record(
+                "read_file",
+                started,
+                error=True,
+                timed_out=not isinstance(result, str) and result.timed_out,
+            )
+            why = result if isinstance(result, str) else result.stderr.strip() or "timed out"
+            return f"error: could not read {path}: {why}"
         self._record("read_file", started, error=False)
-        return trim(data.decode("utf-8", "replace"), self.max_output)
+        return trim(result.stdout, self.max_output)
 
     def submit(self, code: str) -> str:
         """Record the final answer (the last submission counts)."""
