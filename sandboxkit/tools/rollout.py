@@ -9,6 +9,7 @@ the final answer, which is judged elsewhere, in a sandbox no tool call has touch
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import statistics
 import time
@@ -34,12 +35,12 @@ SHELL = 'exec 2>&1; eval "$1"'
 
 
 def _cloudpickle_files() -> dict[str, bytes]:
-    """cloudpickle's modules (pure Python), to copy into a sandbox, whose image may lack it."""
+    """cloudpickle's modules (pure Python), to copy into a sandbox, whose image may lack it
+    (``cloudpickle_fast`` is a deprecated alias nothing here needs)."""
     package = resources.files("cloudpickle")
     return {
-        f"{STATE_DIR}/lib/cloudpickle/{entry.name}": entry.read_bytes()
-        for entry in package.iterdir()
-        if entry.name.endswith(".py")
+        f"{STATE_DIR}/lib/cloudpickle/{name}": package.joinpath(name).read_bytes()
+        for name in ("__init__.py", "cloudpickle.py")
     }
 
 
@@ -114,8 +115,8 @@ class Rollout:
         try:
             sandbox = await self._sandbox_now()
             if tool == "run_python" and not self._kernel_ready:
-                for path, data in _cloudpickle_files().items():
-                    await sandbox.awrite_file(path, data)
+                files = _cloudpickle_files().items()
+                await asyncio.gather(*(sandbox.awrite_file(p, data) for p, data in files))
                 self._kernel_ready = True
             return await sandbox.aexec(argv, stdin=stdin, timeout=self.timeout)
         except SandboxError as exc:
