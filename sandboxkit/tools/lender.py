@@ -41,7 +41,8 @@ class LenderStats:
     leases: int = 0
     created: int = 0
     reused: int = 0
-    """Leases served by a sandbox that an earlier holder returned."""
+    """Leases served at once by an idle sandbox (wiped after an earlier holder, or a spare
+    made to replace one), with no create to wait for."""
     replaced: int = 0
     """Returned sandboxes stopped rather than reused (backend, wipe failure or wear)."""
 
