@@ -40,18 +40,19 @@ def job_tag(job_id: str) -> str:
     return f"job={job_id}"
 
 
-def count_sandboxes(tag: str) -> int:
-    """How many sandboxes the configured backend still lists under ``tag``.
+def count_sandboxes(tag: str, backend: str | None = None) -> int:
+    """How many sandboxes ``backend`` (None: the configured one) still lists under ``tag``.
 
     Asked of the provider rather than of our own bookkeeping, so a leak shows up.
     """
-    with sandboxkit.get_backend() as client:
+    with sandboxkit.get_backend(backend) as client:
         return len(client.list(tags=[tag]))
 
 
-def backend_name() -> str:
-    """The backend ``SANDBOXKIT_BACKEND`` (or ``.env``) selects, as the registry resolves it."""
-    with sandboxkit.get_backend() as client:
+def backend_name(backend: str | None = None) -> str:
+    """The backend ``backend`` names, else the one ``SANDBOXKIT_BACKEND`` (or ``.env``)
+    selects, as the registry resolves it."""
+    with sandboxkit.get_backend(backend) as client:
         return client.name
 
 
@@ -154,11 +155,16 @@ def add_model_args(parser: argparse.ArgumentParser, default_model: str) -> None:
     parser.add_argument("--output-dir", default=None, help="where the trainer writes")
 
 
-def tiny_model_dir(extra_text: Sequence[str] = ()) -> Path:
-    """Build the tiny offline model (a few seconds) in a fresh temporary directory."""
+def tiny_model_dir(extra_text: Sequence[str] = (), *, tool_calling: bool = False) -> Path:
+    """Build the tiny offline model (a few seconds) in a fresh temporary directory;
+    ``tool_calling``: with a chat template whose tool calls TRL parses."""
     from tiny_model import build_tiny_model
 
-    return build_tiny_model(tempfile.mkdtemp(prefix="sandboxkit-tiny-"), extra_text=extra_text)
+    return build_tiny_model(
+        tempfile.mkdtemp(prefix="sandboxkit-tiny-"),
+        extra_text=extra_text,
+        tool_calling=tool_calling,
+    )
 
 
 def grpo_config(output_dir: str, *, tiny: bool, **overrides: Any) -> GRPOConfig:

@@ -139,10 +139,26 @@ def test_contest_example_judges_a_tiny_models_cpp_and_python(tmp_path: Path) -> 
     assert abs(total - 100) <= len(shares), shares  # each share rounded to a percent
 
 
+def test_tool_use_example_trains_with_a_sandbox_environment(tmp_path: Path) -> None:
+    """The tiny model calls no tool and submits nothing, so every reward is 0.0; what runs end
+    to end is the environment: its tools offered to the model, its get_reward as TRL's reward
+    (logged under the class's name), its sandboxes released when training ends."""
+    pytest.importorskip("trl", reason=NEEDS_EXAMPLES)
+    result = run_example("tool_use_grpo.py", "--tiny", "--output-dir", "out", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert "Dataset:      4 MBPP train problems\n" in result.stdout
+    assert "Tools:        run_python, submit\n" in result.stdout
+    assert "'rewards/MBPPSandbox/mean'" in result.stdout
+    assert re.search(r"^Training complete: 2 steps, mean reward 0\.00$", result.stdout, re.M)
+    assert re.search(r"^Tool calls per rollout: \d+\.\d\d \(failed: \d+%\)$", result.stdout, re.M)
+    assert re.search(r"^Sandboxes left under job=[0-9a-f]{8}: 0$", result.stdout, re.M)
+
+
 @pytest.mark.parametrize(
     ("script", "message"),
     [
         ("contest_grpo.py", "Training needs an NVIDIA GPU"),
+        ("tool_use_grpo.py", "Training needs an NVIDIA GPU"),
         ("unsloth_integration.py", "Unsloth needs an NVIDIA GPU"),
         ("daytona_trl/train_grpo.py", "Training with vLLM needs an NVIDIA GPU"),
     ],
