@@ -35,7 +35,7 @@ def build_tiny_model(
 
     ``from_pretrained(directory)`` then loads both, offline. ``tool_calling`` gives the
     tokenizer Qwen2.5's chat template, which renders tools and whose tool calls TRL parses
-    (TRL ships it), instead of a minimal one.
+    (TRL ships it), instead of a minimal one, and its end of turn as EOS.
     """
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -54,7 +54,9 @@ def build_tiny_model(
     tokenizer.train_from_iterator([*_CORPUS, *extra_text] * 4, trainer=trainer)
     wrapped: Any = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
         tokenizer_object=tokenizer,
-        eos_token="<|endoftext|>",
+        # Qwen2.5's turns end with <|im_end|>, its instruct models' EOS: TRL splices tool
+        # results in after a turn's EOS, and counts a turn without it as cut off.
+        eos_token="<|im_end|>" if tool_calling else "<|endoftext|>",
         pad_token="<|endoftext|>",
         padding_side="left",
     )
