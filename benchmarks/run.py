@@ -7,11 +7,12 @@ sandbox's interpreter per completion (the floor of interpreter start-up). Remote
 against their emulators, each in its own process, at several added latencies, next to the
 lower bound that perfect overlap would give. Contest judging (``contest.py``) compares
 ``stdio_tests_reward`` with a fresh sandbox and compile per completion, in Python and C++, and
-times a C++ compile with and without the precompiled header. Prints markdown tables and
-writes JSON.
+times a C++ compile with and without the precompiled header. The tools section
+(``tools.py``) times the tool calls of multi-turn rollouts on a warm sandbox against the raw
+calls they wrap, and a rollout's reset. Prints markdown tables and writes JSON.
 
-    PYTHONPATH=. python benchmarks/run.py [--quick | --smoke] [--only local|remote|contest]
-        [--json PATH]
+    PYTHONPATH=. python benchmarks/run.py [--quick | --smoke]
+        [--only local|remote|contest|tools] [--json PATH]
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import contest
+import tools
 from memory_backend import LatencyOnlyBackend
 from workloads import Workload, mbpp, timeouts, trivial
 
@@ -97,6 +99,14 @@ class Sizes:
     contest_threads_max: int = 8
     """The naive pattern on ``contest_pool_size`` threads runs on at most this many; 0 skips it."""
     compile_runs: int = 3
+    tool_rounds: int = 60
+    """Tools section, local backend: timed calls of each tool (and raw call)."""
+    tool_remote_rounds: int = 25
+    """The same on each emulator, at each of ``tool_latencies``."""
+    tool_cycles: int = 6
+    """Rollout resets timed per kind (release, arelease, first calls), per backend."""
+    tool_latencies: tuple[float, ...] = (0, 50)
+    """Added latencies of the emulators in the tools section."""
 
 
 FULL = Sizes(
@@ -133,6 +143,10 @@ QUICK = Sizes(
     contest_naive_max=2,
     contest_threads_max=4,
     compile_runs=1,
+    tool_rounds=20,
+    tool_remote_rounds=8,
+    tool_cycles=2,
+    tool_latencies=(50,),
 )
 SMOKE = Sizes(
     "smoke",
@@ -154,6 +168,10 @@ SMOKE = Sizes(
     contest_naive_max=1,
     contest_threads_max=0,
     compile_runs=1,
+    tool_rounds=3,
+    tool_remote_rounds=2,
+    tool_cycles=2,
+    tool_latencies=(0,),
 )
 
 
@@ -535,6 +553,10 @@ class Report:
     """Seconds to build and run a one-line C++ program, with and without the header
     precompiled (``contest.compile_times``)."""
     pool_memory: list[dict[str, Any]] = field(default_factory=list)
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    """Per tool call on a warm sandbox, and the raw calls it wraps (``tools.measure``)."""
+    tool_resets: list[dict[str, Any]] = field(default_factory=list)
+    """A rollout's reset: giving its sandbox back, the next rollout's first call."""
     targets: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     """A line for each group of rows that could not run here, and why."""
@@ -652,6 +674,37 @@ def run_contest(
             log("contest / compile times")
             report.compile = contest.compile_times(client, sizes.compile_runs)
     _vs_naive(report.contest)
+
+
+def run_tools(sizes: Sizes, report: Report, log: Callable[[str], None]) -> None:
+    """Tool calls of multi-turn rollouts: the local backend (async core and TRL's sync
+    facade), then each provider's emulator at each of ``tool_latencies``."""
+    log(f"tools / local ({sizes.tool_rounds} rounds)")
+    with local_client() as client:
+        calls, resets = tools.measure(
+            client, "local", 0, sizes.tool_rounds, sizes.tool_cycles, facade=True
+        )
+    report.tool_calls += calls
+    report.tool_resets += resets
+    for provider in sizes.providers:
+        missing = unavailable(provider)
+        if missing is not None:
+            log(f"skipped the {provider} tool rows: {missing}")
+            report.skipped.append(f"{provider} tools: {missing}")
+            continue
+        for latency in sizes.tool_latencies:
+            log(f"tools / {provider} @ {latency:g} ms ({sizes.tool_remote_rounds} rounds)")
+            with emulated(provider, latency) as client:
+                calls, resets = tools.measure(
+                    client,
+                    provider,
+                    latency,
+                    sizes.tool_remote_rounds,
+                    sizes.tool_cycles,
+                    facade=False,
+                )
+            report.tool_calls += calls
+            report.tool_resets += resets
 
 
 def _host_floor(
@@ -826,6 +879,8 @@ def evaluate_targets(report: Report) -> None:
                     "met": row.per_s >= per_s and (row.vs_naive or 0) >= times,
                 }
             )
+    # Judged on a full run's rounds: a few calls say little on a shared machine.
+    targets += tools.targets(report.tool_calls, FULL.tool_rounds)
     for mem in report.pool_memory:
         if mem["size"] >= 500:
             targets.append(
@@ -934,12 +989,16 @@ def markdown(report: Report) -> str:
             f"| {c['how']} | {c['runs']} | {c['median_s']:.2f} | {c['min_s']:.2f} |"
             for c in report.compile
         ]
+    if report.tool_calls:
+        out += tools.markdown(report.tool_calls, report.tool_resets)
     if report.skipped:
         out += ["", "### Skipped", ""] + [f"- {line}" for line in report.skipped]
     if report.targets:
         out += ["", "### Targets", "", "| target | measured | met |", "|---|---|---|"]
         for t in report.targets:
             out.append(f"| {t['target']} | {t['measured']} | {'yes' if t['met'] else 'no'} |")
+    if not (report.local or report.remote or report.contest):
+        return "\n".join(out)  # the notes below are the reward rows
     out += [
         "",
         "Notes: `*` = the naive pattern ran on that many completions and its wall time is "
@@ -964,7 +1023,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="small batches, under a minute")
     size.add_argument("--smoke", action="store_true", help="tiny batches, seconds (for tests)")
-    parser.add_argument("--only", choices=("local", "remote", "contest"), default=None)
+    parser.add_argument("--only", choices=("local", "remote", "contest", "tools"), default=None)
     parser.add_argument("--json", type=Path, default=None, help="where to write the results")
     parser.add_argument("--local-pool-size", type=int, default=CORES * 2)
     parser.add_argument("--remote-pool-size", type=int, default=64)
@@ -1008,6 +1067,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_remote(sizes, args.remote_pool_size, report, log)
     if args.only in (None, "contest"):
         run_contest(sizes, contest_pools, report, log)
+    if args.only in (None, "tools"):
+        run_tools(sizes, report, log)
     evaluate_targets(report)
     report.machine["load_average_end"] = list(os.getloadavg())
     report.machine["suite_seconds"] = round(time.perf_counter() - started, 1)

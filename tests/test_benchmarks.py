@@ -132,3 +132,42 @@ def test_contest_smoke_run_judges_every_completion_right_both_ways(tmp_path: Pat
     assert len(hows) == (4 if cpp else 0)
     assert all(c["median_s"] > 0 for c in report["compile"])
     assert report["targets"] == []  # judged on a full run's batch only
+
+
+@pytest.mark.slow
+def test_tools_smoke_run_times_every_tool_and_reset(tmp_path: Path) -> None:
+    """Every tool call and its raw call have positive times on each backend, overheads are
+    computed against the raw call named, and a reset's steps are all there."""
+    out = tmp_path / "tools.json"
+    done = run_script("benchmarks/run.py", "--smoke", "--only", "tools", "--json", str(out))
+    assert "### Tool calls of a rollout" in done.stdout
+    report = json.loads(out.read_text())
+    assert report["local"] == [] and report["contest"] == []
+    backends = {"local", "daytona", "aviato"} if _remote_available() else {"local"}
+    calls = report["tool_calls"]
+    assert {row["backend"] for row in calls} == backends
+    tools = {"run_python('pass')", "run_shell('true')", "write_file 2 KiB", "read_file 2 KiB"}
+    for backend in backends:
+        core = {r["call"]: r for r in calls if r["backend"] == backend and r["api"] == "async core"}
+        assert tools | {"raw aexec(['true'])"} <= core.keys()
+        assert any(call.startswith("run_python('f(1)')") for call in core)
+        for row in core.values():
+            assert row["calls"] >= 1 and row["p95_ms"] >= row["p50_ms"] > 0
+            if row["floor"]:
+                floor = core[row["floor"]]["p50_ms"]
+                assert row["overhead_p50_ms"] == pytest.approx(row["p50_ms"] - floor)
+    facade = {r["call"] for r in calls if r["api"].startswith("sync facade")}
+    assert tools | {"raw exec(['true'])"} <= facade
+    steps = {(r["backend"], r["step"]) for r in report["tool_resets"]}
+    for backend in backends:
+        for step in (
+            "release(): the wipe in the background",
+            "arelease(), reuse=True: the wipe awaited",
+            "arelease(), reuse=False: the stop awaited",
+            "first call, a new sandbox (the lease creates it)",
+            "first call, a reused sandbox (wiped)",
+            "first call, the spare made in the background (reuse=False)",
+        ):
+            assert (backend, step) in steps
+    assert all(r["runs"] >= 1 and r["p50_ms"] > 0 for r in report["tool_resets"])
+    assert report["targets"] == []  # judged on a full run only

@@ -33,6 +33,17 @@ WIPE = (
 )
 """Empty the workdir and ``/tmp`` (giving back the permissions a program took away first);
 fails unless both are empty after."""
+SCRATCH = "/tmp/.sandboxkit"
+"""Where remote backends' exec wrappers keep their files while an exec runs (Daytona's, one
+directory per exec: the wipe's own too)."""
+WIPE_SPARING_SCRATCH = (
+    'w=$(pwd) && [ "$w" != / ] && chmod -R u+rwX -- "$w" /tmp 2>/dev/null; '
+    f'find "$w" /tmp -mindepth 1 -maxdepth 1 ! -path {SCRATCH} -exec rm -rf -- {{}} + 2>/dev/null; '
+    f'[ -z "$(find "$w" /tmp -mindepth 1 -maxdepth 1 ! -path {SCRATCH} -print -quit 2>/dev/null)" ]'
+)
+""":data:`WIPE` leaving :data:`SCRATCH` alone, for backends where processes may outlive an
+exec (reuse there is the caller's choice, and leftovers already possible): removing it took
+the wipe's own exec wrapper's files on Daytona, which failed every wipe."""
 _WIPE_TIMEOUT = 30.0
 
 
@@ -87,6 +98,7 @@ class SandboxLender:
         self._owns_session = session is None
         backend = self.session.client.backend
         self.reuse = leaves_no_processes(backend) if reuse is None else reuse
+        self._wipe = WIPE if leaves_no_processes(backend) else WIPE_SPARING_SCRATCH
         self.max_uses = max_uses
         self.retries = retries
         self.backoff = backoff
@@ -185,7 +197,7 @@ class SandboxLender:
 
     async def _wiped(self, sandbox: Sandbox) -> bool:
         try:
-            result = await sandbox.aexec(["sh", "-c", WIPE], timeout=_WIPE_TIMEOUT)
+            result = await sandbox.aexec(["sh", "-c", self._wipe], timeout=_WIPE_TIMEOUT)
         except Exception as exc:
             logger.info("could not wipe %s (%r); replacing it", sandbox.id, exc)
             return False
