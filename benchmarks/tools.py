@@ -21,7 +21,6 @@ one its lease creates (no idle sandbox).
 
 from __future__ import annotations
 
-import asyncio
 import statistics
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -146,7 +145,7 @@ class _Core:
         _expect(await stateful.arun_python(DEFINE), "(no output)", "defining f")
         _expect(await stateful.arun_python("f(1)"), "2", "f(1)")
         _expect(await empty.awrite_file(FILE, TEXT), f"wrote {len(TEXT)} bytes to {FILE}", "write")
-        sb, other = empty._sandbox, stateful._sandbox  # the sandboxes they hold
+        sb, other = empty.sandbox, stateful.sandbox  # the sandboxes they hold
         assert sb is not None and other is not None
         calls: dict[str, Callable[[], Awaitable[Any]]] = {
             FLOOR: lambda: sb.aexec(["true"]),
@@ -179,9 +178,8 @@ def _facade_plan(env: SandboxEnvironment) -> Plan:
     env.reset(prompt="benchmark")
     _expect(env.run_python("pass"), "(no output)", "run_python('pass')")
     env.write_file(FILE, TEXT)
-    rollout = env._rollout
-    assert rollout is not None and rollout._sandbox is not None
-    sb = rollout._sandbox
+    sb = env.sandbox
+    assert sb is not None
     calls: dict[str, Callable[[], Any]] = {
         SYNC_FLOOR: lambda: sb.exec(["true"]),
         "raw write_file 2 KiB": lambda: sb.write_file(FILE, TEXT),
@@ -204,15 +202,8 @@ def _env_resets(
         started = time.perf_counter()
         env.reset(prompt="benchmark")
         resets.append(time.perf_counter() - started)
-        run_sync(_settle(env_class._shared().lender))
+        run_sync(env_class.lender().asettle())
     return resets
-
-
-async def _settle(lender: SandboxLender) -> None:
-    """Wait for what the lender does in the background (wipes, spares) before the next
-    sample, so that it is not timed with it."""
-    while lender._background:
-        await asyncio.gather(*list(lender._background), return_exceptions=True)
 
 
 async def _first_call(rollout: Rollout) -> float:
@@ -264,7 +255,7 @@ async def _resets(client: SandboxClient, cycles: int) -> dict[str, list[float]]:
                     times[f"arelease(), reuse={reuse}: {name} awaited"].append(
                         time.perf_counter() - started
                     )
-                await _settle(lender)
+                await lender.asettle()
                 rollout = Rollout(lender)
                 seconds = await _first_call(rollout)
                 if reuse:

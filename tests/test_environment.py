@@ -49,7 +49,7 @@ def reward_of(env: SandboxEnvironment) -> float | None:
 
 
 def run_tag(environment: type[SandboxEnvironment]) -> str:
-    return environment._shared().lender.session.run_tag
+    return environment.lender().session.run_tag
 
 
 def test_a_scripted_rollout_keeps_its_state_and_is_judged(
@@ -89,7 +89,7 @@ def test_no_submission_scores_zero_without_a_sandbox(
     env = env_class()
     env.reset(**ROW)
     assert reward_of(env) == 0.0
-    assert env_class._shared().lender.stats.leases == 0  # no tool call, no sandbox
+    assert env_class.lender().stats.leases == 0  # no tool call, no sandbox
 
 
 def test_rollouts_at_once_have_sandboxes_of_their_own(
@@ -113,7 +113,7 @@ def test_reset_returns_the_sandbox_wiped_for_the_next_rollout(
     env.run_shell("mkdir -p locked/deep && echo x > locked/deep/f && chmod 000 locked")
     env.run_shell("echo t > /tmp/left && echo h > .hidden")
     env.reset(**ROW)
-    lender = env_class._shared().lender
+    lender = env_class.lender()
     assert env.run_shell("ls -A . /tmp") == ".:\n\n/tmp:"
     assert lender.stats.created == 1 and lender.stats.reused == 1
 
@@ -284,7 +284,7 @@ def test_close_all_and_exit_release_every_sandbox(
         env = sandbox_environment(get_backend("subprocess", root={str(local_root)!r}))()
         env.reset(test_list=[])
         env.run_shell("sleep 0")
-        print(env._shared().lender.session.run_tag)
+        print(env.lender().session.run_tag)
         """
     )
     done = subprocess.run(

@@ -99,7 +99,7 @@ def test_grpo_trains_with_sandbox_environment(
 
     env = sandbox_environment("subprocess", timeout=20, name="TinyEnv")
     closed_after.append(env)
-    run_tag = env._shared().lender.session.run_tag
+    run_tag = env.lender().session.run_tag
     during: list[list[str]] = []
 
     def use_the_sandboxes(
@@ -215,7 +215,7 @@ def test_scripted_policy_calls_tools_through_trl(
             return reward
 
     closed_after.append(ScriptedEnv)
-    run_tag = ScriptedEnv._shared().lender.session.run_tag
+    run_tag = ScriptedEnv.lender().session.run_tag
     reward = assert_tests_reward("subprocess", timeout=20, pool_size=2)
     calls: list[dict[str, Any]] = []
 
@@ -323,7 +323,7 @@ trainer = GRPOTrainer(
     train_dataset=Dataset.from_list(rows), environment_factory=env,
 )
 trainer.train()
-run_tag = env._shared().lender.session.run_tag
+run_tag = env.lender().session.run_tag
 with get_backend("subprocess") as client:
     print(run_tag, len(client.list(tags=[run_tag])))
 """

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 from transformers import TrainerCallback
 
+from ..client import Sandbox
 from ..portal import run_sync
 from ..registry import BackendLike
 from ..rewards import AsyncRewardFunction, RewardFunction, assert_tests_reward
@@ -81,6 +82,11 @@ class SandboxEnvironment:
             return shared
 
     @classmethod
+    def lender(cls) -> SandboxLender:
+        """The lender of this class's rollout sandboxes (its ``session.run_tag`` finds them)."""
+        return cls._shared().lender
+
+    @classmethod
     def close_all(cls) -> None:
         """Stop every sandbox of this class's rollouts and judge (at the end of training;
         also done at exit and on SIGINT/SIGTERM). Later use starts afresh."""
@@ -105,6 +111,11 @@ class SandboxEnvironment:
     @property
     def tool_calls(self) -> Sequence[ToolCall]:
         return self._rollout.tool_calls if self._rollout is not None else ()
+
+    @property
+    def sandbox(self) -> Sandbox | None:
+        """The rollout's sandbox (None before its first tool call)."""
+        return self._rollout.sandbox if self._rollout is not None else None
 
     @property
     def row(self) -> Mapping[str, Any]:

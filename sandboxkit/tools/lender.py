@@ -13,6 +13,7 @@ rather than creating one sandbox per rollout per step.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from collections.abc import Iterable, Mapping
@@ -26,24 +27,25 @@ from ..session import Session
 
 logger = logging.getLogger("sandboxkit.tools")
 
-WIPE = (
-    'w=$(pwd) && [ "$w" != / ] && chmod -R u+rwX -- "$w" /tmp 2>/dev/null; '
-    'find "$w" /tmp -mindepth 1 -maxdepth 1 -exec rm -rf -- {} + 2>/dev/null; '
-    '[ -z "$(find "$w" /tmp -mindepth 1 -print -quit 2>/dev/null)" ]'
-)
-"""Empty the workdir and ``/tmp`` (giving back the permissions a program took away first);
-fails unless both are empty after."""
 SCRATCH = "/tmp/.sandboxkit"
 """Where remote backends' exec wrappers keep their files while an exec runs (Daytona's, one
 directory per exec: the wipe's own too)."""
-WIPE_SPARING_SCRATCH = (
-    'w=$(pwd) && [ "$w" != / ] && chmod -R u+rwX -- "$w" /tmp 2>/dev/null; '
-    f'find "$w" /tmp -mindepth 1 -maxdepth 1 ! -path {SCRATCH} -exec rm -rf -- {{}} + 2>/dev/null; '
-    f'[ -z "$(find "$w" /tmp -mindepth 1 -maxdepth 1 ! -path {SCRATCH} -print -quit 2>/dev/null)" ]'
-)
-""":data:`WIPE` leaving :data:`SCRATCH` alone, for backends where processes may outlive an
-exec (reuse there is the caller's choice, and leftovers already possible): removing it took
-the wipe's own exec wrapper's files on Daytona, which failed every wipe."""
+
+
+def wipe_script(keep: str | None = None) -> str:
+    """Empty the workdir and ``/tmp`` (giving back the permissions a program took away first)
+    but ``keep``; fails unless both are empty after. ``keep`` is for backends where processes
+    may outlive an exec (reuse there is the caller's choice, and leftovers already possible):
+    wiping :data:`SCRATCH` there took the wipe's own exec wrapper's files on Daytona, which
+    failed every wipe."""
+    but = f" ! -path {keep}" if keep else ""
+    return (
+        'w=$(pwd) && [ "$w" != / ] && chmod -R u+rwX -- "$w" /tmp 2>/dev/null; '
+        f'find "$w" /tmp -mindepth 1 -maxdepth 1{but} -exec rm -rf -- {{}} + 2>/dev/null; '
+        f'[ -z "$(find "$w" /tmp -mindepth 1 -maxdepth 1{but} -print -quit 2>/dev/null)" ]'
+    )
+
+
 _WIPE_TIMEOUT = 30.0
 
 
@@ -98,7 +100,7 @@ class SandboxLender:
         self._owns_session = session is None
         backend = self.session.client.backend
         self.reuse = leaves_no_processes(backend) if reuse is None else reuse
-        self._wipe = WIPE if leaves_no_processes(backend) else WIPE_SPARING_SCRATCH
+        self._wipe = wipe_script(None if leaves_no_processes(backend) else SCRATCH)
         self.max_uses = max_uses
         self.retries = retries
         self.backoff = backoff
@@ -182,6 +184,8 @@ class SandboxLender:
             except Exception as exc:  # the next lease creates one itself
                 logger.info("could not create a spare sandbox: %r", exc)
                 return
+            with contextlib.suppress(Exception):  # a first exec starts what execs need
+                await sandbox.aexec(["true"], timeout=_WIPE_TIMEOUT)
             with self._lock:
                 self.stats.created += 1
                 self._uses[sandbox.id] = 0
@@ -211,14 +215,19 @@ class SandboxLender:
         except Exception as exc:  # the session stops it again when it closes
             logger.warning("could not stop %s: %r", sandbox, exc)
 
+    async def asettle(self) -> None:
+        """Wait until the returns and spares in flight on this loop are done (a benchmark's
+        or a test's next step should not race them)."""
+        loop = asyncio.get_running_loop()
+        while pending := [t for t in self._background if t.get_loop() is loop]:
+            await asyncio.gather(*pending, return_exceptions=True)
+
     async def aclose(self) -> None:
         """Stop every sandbox lent or idle (the session knows them all)."""
         with self._lock:
             self.closed = True
             self._idle.clear()
-        loop = asyncio.get_running_loop()
-        mine = [t for t in self._background if t.get_loop() is loop]
-        await asyncio.gather(*mine, return_exceptions=True)
+        await self.asettle()
         if self._owns_session:
             await self.session.aclose()
         else:

@@ -100,6 +100,11 @@ class Rollout:
         self._kernel_ready = False
         self._released = False
 
+    @property
+    def sandbox(self) -> Sandbox | None:
+        """The sandbox this rollout holds (None before its first call and after release)."""
+        return self._sandbox
+
     async def _sandbox_now(self) -> Sandbox:
         if self._released:
             raise RuntimeError("this rollout has ended")
