@@ -276,4 +276,4 @@ def test_an_unprivileged_host_bounds_memory_per_process_and_disk_per_file(
     assert run.stdout.splitlines() == ["rlimit file size", "wrote 6 MB", "256"]
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
     assert "[warn] memory limit  2048 MB of address space per process (RLIMIT_AS)" in doctor.stdout
-    assert "[warn] disk limit    64 MB per file only (RLIMIT_FSIZE)" in doctor.stdout
+    assert "[warn] disk limit    256 MB per file only (RLIMIT_FSIZE)" in doctor.stdout
