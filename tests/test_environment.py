@@ -118,6 +118,7 @@ def test_reset_returns_the_sandbox_wiped_for_the_next_rollout(
     assert lender.stats.created == 1 and lender.stats.reused == 1
 
 
+@pytest.mark.slow  # a child process, or a timeout to wait out
 def test_a_timeout_is_text_and_earlier_state_survives(local: SandboxClient) -> None:
     environment = sandbox_environment(local, timeout=1)
     try:
@@ -175,6 +176,7 @@ def test_a_sandbox_that_dies_is_replaced_and_the_model_told(
     assert reward_of(env) == 1.0
 
 
+@pytest.mark.slow  # a child process, or a timeout to wait out
 def test_hostile_tool_calls_are_contained(
     env_class: type[SandboxEnvironment], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -264,6 +266,7 @@ def test_the_tools_offered_are_the_configured_ones() -> None:
         sandbox_environment(tools=["run_python", "browse"])
 
 
+@pytest.mark.slow  # a child process, or a timeout to wait out
 def test_close_all_and_exit_release_every_sandbox(
     env_class: type[SandboxEnvironment], local: SandboxClient, local_root: Path
 ) -> None:
