@@ -553,7 +553,8 @@ def test_memory_the_data_limit_does_not_count_is_still_a_memory_limit(
 ) -> None:
     """512 MiB in a shared mapping (``RLIMIT_DATA`` counts private memory only) under a limit
     of 256 MB, and a right answer: judged by its peak memory, as judges do, a memory limit
-    (it was accepted)."""
-    outcome = judge(sandbox, UNCOUNTED_MEMORY[language], language)
+    (it was accepted). Touching 512 MiB of shared pages can take a loaded machine over a
+    second of CPU time, so the time limit here is generous: it is memory under test."""
+    outcome = judge(sandbox, UNCOUNTED_MEMORY[language], language, timeout=10.0)
     assert outcome.verdict is Verdict.MEMORY_LIMIT, outcome
     assert "its peak memory was" in outcome.detail, outcome
