@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from sandboxkit import SandboxClient
-from sandboxkit.integrations.trl import SandboxEnvironment, sandbox_environment
+from sandboxkit.integrations.environment import SandboxEnvironment, sandbox_environment
 from sandboxkit.portal import run_sync
 from sandboxkit.tools import Rollout, SandboxLender
 

@@ -52,8 +52,8 @@ def test_the_api_page_documents_exactly_the_public_names() -> None:
 
 
 def _defines(module: str, name: str) -> bool:
-    """Whether ``module``'s source defines ``name`` at its top level (read, not imported: some
-    need an extra, such as ``trl``)."""
+    """Whether ``module``'s source defines or imports ``name`` at its top level (read, not
+    imported: some need an extra, such as ``trl``)."""
     spec = importlib.util.find_spec(module)
     if spec is None or spec.origin is None:
         return False
@@ -64,6 +64,8 @@ def _defines(module: str, name: str) -> bool:
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             found = {t.id for t in targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.ImportFrom) and node.level:  # a re-export of the package's
+            found = {alias.asname or alias.name for alias in node.names}
         else:
             continue
         if name in found:

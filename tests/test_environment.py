@@ -18,15 +18,12 @@ from typing import Any
 import pytest
 
 from sandboxkit import SandboxClient, get_backend
-from sandboxkit.rewards import assert_tests_reward
-
-pytest.importorskip("transformers", reason="needs pip install 'sandboxkit[trl]'")
-
-from sandboxkit.integrations.trl import (
+from sandboxkit.integrations.environment import (
     TOOLS,
     SandboxEnvironment,
     sandbox_environment,
 )
+from sandboxkit.rewards import assert_tests_reward
 
 ROW = {
     "prompt": [{"role": "user", "content": "Write add(a, b)."}],
@@ -283,7 +280,7 @@ def test_close_all_and_exit_release_every_sandbox(
     script = textwrap.dedent(
         f"""
         from sandboxkit import get_backend
-        from sandboxkit.integrations.trl import sandbox_environment
+        from sandboxkit.integrations.environment import sandbox_environment
         env = sandbox_environment(get_backend("subprocess", root={str(local_root)!r}))()
         env.reset(test_list=[])
         env.run_shell("sleep 0")

@@ -20,16 +20,17 @@ from typing import Any
 import pytest
 
 from sandboxkit import get_backend
-from sandboxkit.integrations.trl import (
+from sandboxkit.rewards import assert_tests_reward
+
+trl = pytest.importorskip("trl", reason="needs pip install 'sandboxkit[examples]'")
+datasets = pytest.importorskip("datasets", reason="needs pip install 'sandboxkit[examples]'")
+
+from sandboxkit.integrations.trl import (  # noqa: E402  (needs trl)
     TOOLS,
     SandboxCleanupCallback,
     SandboxEnvironment,
     sandbox_environment,
 )
-from sandboxkit.rewards import assert_tests_reward
-
-trl = pytest.importorskip("trl", reason="needs pip install 'sandboxkit[examples]'")
-datasets = pytest.importorskip("datasets", reason="needs pip install 'sandboxkit[examples]'")
 
 pytestmark = pytest.mark.slow  # torch and transformers take seconds to import, then to train
 

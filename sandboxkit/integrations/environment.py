@@ -1,0 +1,239 @@
+"""Sandboxes of multi-turn rollouts as a TRL environment (:class:`SandboxEnvironment`, for
+``GRPOTrainer(environment_factory=...)``).
+
+TRL takes any class with ``reset`` and tool methods, so this module needs neither TRL nor
+transformers; :mod:`sandboxkit.integrations.trl` re-exports it next to the TRL callback."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from ..client import Sandbox
+from ..portal import run_sync
+from ..registry import BackendLike
+from ..rewards import RewardFunction, assert_tests_reward
+from ..tools import Rollout, SandboxLender, ToolCall
+
+TOOLS = ("run_python", "run_shell", "write_file", "read_file", "submit")
+
+
+@dataclass
+class _Shared:
+    """What every instance of one environment class shares: the sandboxes lent to its
+    rollouts, and the reward function (and its own pool) that judges their submissions."""
+
+    lender: SandboxLender
+    reward: RewardFunction
+
+
+class SandboxEnvironment:
+    """A sandbox per rollout, as a TRL environment: ``GRPOTrainer(environment_factory=
+    SandboxEnvironment)``.
+
+    Each rollout gets a sandbox of its own on its first tool call (from a lender shared by the
+    class, which wipes and reuses sandboxes across steps, see :mod:`sandboxkit.tools.lender`),
+    and gives it back on ``reset``. Its tools are ``run_python`` (a stateful interpreter),
+    ``run_shell``, ``write_file``, ``read_file`` and ``submit``; ``get_reward`` judges the
+    last submission against the tests of the row ``reset`` received, with :attr:`reward`
+    (default :func:`~sandboxkit.rewards.assert_tests_reward`: MBPP's ``test_list``) in a
+    sandbox of its own pool, which no tool call has touched. No submission scores 0.0, a
+    failing provider ``None``.
+
+    Configure by subclassing (the class attributes below) or with
+    :func:`sandbox_environment`. A tool set to ``None`` in a subclass is not offered.
+    """
+
+    backend: ClassVar[BackendLike] = None
+    """The backend of both the rollouts' and the judge's sandboxes (None: configured)."""
+    timeout: ClassVar[float] = 10.0
+    """Seconds per tool call."""
+    max_output: ClassVar[int] = 4000
+    """Characters of a tool's output the model sees (the rest trimmed, with a marker)."""
+    reward: ClassVar[RewardFunction | None] = None
+    """What judges a submission (None: ``assert_tests_reward(backend)``)."""
+    reuse: ClassVar[bool | None] = None
+    """Wipe and reuse rollout sandboxes (None: where the backend allows, see the lender)."""
+    sandbox_options: ClassVar[Mapping[str, Any]] = {}
+    """Keywords for every rollout sandbox (``tags``, ``image``, ``env``, ...)."""
+
+    _shared_by_class: ClassVar[dict[type, _Shared]] = {}
+    _shared_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self) -> None:
+        self._rollout: Rollout | None = None
+        self._row: dict[str, Any] = {}
+
+    @classmethod
+    def _shared(cls) -> _Shared:
+        """Made on first use, in the caller's thread (the main one under TRL), so that the
+        sessions install the signal handlers that stop their sandboxes."""
+        with cls._shared_lock:
+            shared = cls._shared_by_class.get(cls)
+            if shared is None:
+                lender = SandboxLender(cls.backend, reuse=cls.reuse, **dict(cls.sandbox_options))
+                reward = cls.reward or assert_tests_reward(cls.backend)
+                _ = reward.pool
+                shared = cls._shared_by_class[cls] = _Shared(lender, reward)
+            return shared
+
+    @classmethod
+    def lender(cls) -> SandboxLender:
+        """The lender of this class's rollout sandboxes (its ``session.run_tag`` finds them)."""
+        return cls._shared().lender
+
+    @classmethod
+    def close_all(cls) -> None:
+        """Stop every sandbox of this class's rollouts and judge (at the end of training;
+        also done at exit and on SIGINT/SIGTERM). Later use starts afresh."""
+        with cls._shared_lock:
+            shared = cls._shared_by_class.pop(cls, None)
+        if shared is not None:
+            run_sync(shared.lender.aclose())
+            shared.reward.close()
+
+    def _tools(self) -> Rollout:
+        if self._rollout is None:
+            self._rollout = Rollout(
+                self._shared().lender, timeout=self.timeout, max_output=self.max_output
+            )
+        return self._rollout
+
+    @property
+    def submission(self) -> str | None:
+        """The rollout's last submitted code (None: nothing submitted)."""
+        return self._rollout.submission if self._rollout is not None else None
+
+    @property
+    def tool_calls(self) -> Sequence[ToolCall]:
+        return self._rollout.tool_calls if self._rollout is not None else ()
+
+    @property
+    def sandbox(self) -> Sandbox | None:
+        """The rollout's sandbox (None before its first tool call)."""
+        return self._rollout.sandbox if self._rollout is not None else None
+
+    @property
+    def row(self) -> Mapping[str, Any]:
+        """The dataset row this rollout was reset with."""
+        return self._row
+
+    def reset(self, **row: Any) -> str | None:
+        """Start a rollout on ``row``: the previous one's sandbox goes back to the lender."""
+        if self._rollout is not None:
+            rollout, self._rollout = self._rollout, None
+            run_sync(_released(rollout))
+        self._row = row
+        return None
+
+    def run_python(self, code: str) -> str:
+        """Run Python code in a persistent interpreter, like a notebook cell: variables,
+        functions, classes and imports stay defined for later calls. The value of a final
+        expression is shown.
+
+        Args:
+            code: The Python code to run.
+
+        Returns:
+            What the code printed (stdout and stderr), the final expression's value, or the
+            error's traceback.
+        """
+        return run_sync(self._tools().arun_python(code))
+
+    def run_shell(self, command: str) -> str:
+        """Run a shell command in the working directory.
+
+        Args:
+            command: The command line, run by sh.
+
+        Returns:
+            What it printed (stdout and stderr) and its exit status when not 0.
+        """
+        return run_sync(self._tools().arun_shell(command))
+
+    def write_file(self, path: str, content: str) -> str:
+        """Write a text file (relative paths are in the working directory).
+
+        Args:
+            path: Where to write it.
+            content: The file's whole text.
+
+        Returns:
+            A confirmation, or the error.
+        """
+        return run_sync(self._tools().awrite_file(path, content))
+
+    def read_file(self, path: str) -> str:
+        """Read a text file (relative paths are in the working directory).
+
+        Args:
+            path: The file to read.
+
+        Returns:
+            Its text, or the error.
+        """
+        return run_sync(self._tools().aread_file(path))
+
+    def submit(self, code: str) -> str:
+        """Submit the final solution; it is tested when the conversation ends (the last
+        submission counts).
+
+        Args:
+            code: The complete solution's Python code.
+
+        Returns:
+            A confirmation.
+        """
+        return self._tools().submit(code)
+
+    async def get_reward(self) -> float | None:
+        """The submission's reward under :attr:`reward`, from the row ``reset`` received."""
+        submission = self.submission
+        if submission is None:
+            return 0.0
+        reward = self._shared().reward
+        columns = {name: [value] for name, value in self._row.items()}
+        outcomes = await reward.aoutcomes([self._row.get("prompt")], [submission], **columns)
+        return reward.reward(outcomes[0])
+
+
+async def _released(rollout: Rollout) -> None:
+    """Hand a rollout's sandbox back on the portal's loop, where the wipe then runs on its
+    own while training goes on."""
+    rollout.release()
+
+
+def sandbox_environment(
+    backend: BackendLike = None,
+    *,
+    timeout: float = 10.0,
+    max_output: int = 4000,
+    tools: Iterable[str] = TOOLS,
+    reward: RewardFunction | None = None,
+    reuse: bool | None = None,
+    name: str = "SandboxEnvironment",
+    **sandbox_options: Any,
+) -> type[SandboxEnvironment]:
+    """A :class:`SandboxEnvironment` class with these settings, for ``environment_factory``.
+
+    ``tools``: which of ``run_python``, ``run_shell``, ``write_file``, ``read_file`` and
+    ``submit`` the model gets; ``reward``: what judges a submission (any sandboxkit reward
+    function, e.g. ``stdio_tests_reward()`` for contest rows); ``name``: the class's, under
+    which TRL logs its reward; other keywords go to every rollout sandbox.
+    """
+    offered = tuple(tools)
+    unknown = sorted(set(offered) - set(TOOLS))
+    if unknown:
+        raise ValueError(f"unknown tools {unknown}; the tools are {', '.join(TOOLS)}")
+    attributes: dict[str, Any] = {
+        "backend": backend,
+        "timeout": timeout,
+        "max_output": max_output,
+        "reward": reward,
+        "reuse": reuse,
+        "sandbox_options": dict(sandbox_options),
+        **{tool: None for tool in TOOLS if tool not in offered},
+    }
+    return type(name, (SandboxEnvironment,), attributes)
