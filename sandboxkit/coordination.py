@@ -56,8 +56,11 @@ ranks (``LOCAL_WORLD_SIZE`` > 1)."""
 DIRECTORY_VAR = "SANDBOXKIT_COORDINATION_DIR"
 """Where the shared budgets live (default ``$XDG_RUNTIME_DIR``, else the temporary directory,
 ``/sandboxkit-coordination-<uid>``): processes share a budget only if they agree on it."""
-_POLL = (0.002, 0.02)
-"""Seconds between two tries for a token, jittered so that waiting ranks do not move in step."""
+_POLL = (0.001, 0.02)
+"""Seconds between two tries for a token: from the first, doubling while none is free, to the
+second; jittered, so that waiting ranks do not move in step."""
+_KEPT = 64
+"""Tokens of a kind whose lock files a process keeps open (a descriptor each)."""
 
 Kind = Literal["exec", "create"]
 
@@ -128,14 +131,14 @@ def coordination_root() -> Path:
 
 # -- lock files --------------------------------------------------------------------------------
 
-_held_fds: weakref.WeakSet[_Tokens] = weakref.WeakSet()
+_open_tokens: weakref.WeakSet[_Tokens] = weakref.WeakSet()
 
 
 def _close_inherited() -> None:
     """A forked child (a data loader worker) closes its copies of the parent's lock files: a
     lock lives until every copy is closed, so a child outliving its rank would hold it."""
-    for tokens in list(_held_fds):
-        tokens.close()
+    for tokens in list(_open_tokens):
+        tokens.forget()
 
 
 os.register_at_fork(after_in_child=_close_inherited)
@@ -158,35 +161,73 @@ def _try_lock(fd: int) -> bool:
 class _Tokens:
     """The lock files ``<prefix>-<i>`` of a directory: this process holds token ``i`` while it
     holds that file's lock, through a descriptor of its own (two descriptors of one process
-    exclude each other, as two processes do)."""
+    exclude each other, as two processes do). The descriptors of the first ``_KEPT`` tokens
+    stay open (a try is then one system call); the others are opened per try."""
 
     def __init__(self, directory: Path, prefix: str) -> None:
         self._directory = directory
         self._prefix = prefix
+        self._kept: dict[int, int] = {}
         self._held: dict[int, int] = {}
-        _held_fds.add(self)
+        """The tokens held now, and their descriptors."""
+        _open_tokens.add(self)
 
-    def take(self, limit: int) -> int | None:
-        """The lowest free token below ``limit``, or None: holding token ``i`` means tokens
-        ``0 .. i-1`` were all held when it was taken (at least ``i + 1`` calls in flight)."""
-        for i in range(limit):
-            if i in self._held:
-                continue
+    def _try(self, i: int) -> int | None:
+        """Lock token ``i``: its descriptor, or None if another holds it."""
+        fd = self._kept.get(i)
+        if fd is None:
             fd = _open(self._directory / f"{self._prefix}-{i}")
-            if _try_lock(fd):
-                self._held[i] = fd
-                return i
+            if i < _KEPT:
+                self._kept[i] = fd
+        if _try_lock(fd):
+            return fd
+        if i >= _KEPT:
             os.close(fd)
         return None
+
+    def _unlock(self, i: int, fd: int) -> None:
+        if i < _KEPT:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        else:
+            os.close(fd)  # the lock goes with the last descriptor of its open file
+
+    def take(self, limit: int, *, count: bool = False) -> tuple[int, int] | None:
+        """The lowest free token below ``limit`` and how many calls were in flight then,
+        this one included, or None. The lower ones were all held; ``count``: the higher ones
+        are tried until one is free, so the count is exact when every token was held and a
+        lower bound otherwise (enough to tell whether the call was made at the limit)."""
+        taken: int | None = None
+        for i in range(limit):
+            if i in self._held or (fd := self._try(i)) is None:
+                continue
+            if taken is not None:  # a free one above it: tokens 0 .. i-1 were held
+                self._unlock(i, fd)
+                return taken, i
+            self._held[i] = fd
+            taken = i
+            if not count:
+                return i, i + 1
+        return None if taken is None else (taken, limit)
 
     def give(self, i: int) -> None:
         fd = self._held.pop(i, None)
         if fd is not None:
-            os.close(fd)  # the lock goes with the last descriptor of its open file
+            self._unlock(i, fd)
 
     def close(self) -> None:
         for i in list(self._held):
             self.give(i)
+        for fd in self._kept.values():
+            os.close(fd)
+        self._kept.clear()
+
+    def forget(self) -> None:
+        """Close the descriptors without unlocking: in a forked child, whose copies share the
+        parent's locks (an unlock would free the parent's tokens)."""
+        for fd in {*self._kept.values(), *self._held.values()}:
+            os.close(fd)
+        self._kept.clear()
+        self._held.clear()
 
 
 class _Members:
@@ -252,12 +293,14 @@ def _directory(kind: str, key: str) -> Path:
 
 class _Waiter:
     """Tokens are polled for by one task of this process at a time (per kind): the others queue
-    behind it rather than each scanning the lock files. A release here wakes the poller."""
+    behind it rather than each scanning the lock files. A release here wakes the poller; one
+    in another process is seen at the next try."""
 
     def __init__(self) -> None:
         self._lock: asyncio.Lock | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Future[None] | None = None
+        self._delay = _POLL[0]
 
     def queue(self) -> asyncio.Lock:
         loop = asyncio.get_running_loop()
@@ -265,18 +308,31 @@ class _Waiter:
             self._lock, self._loop, self._wake = asyncio.Lock(), loop, None
         return self._lock
 
-    async def pause(self, seconds: float) -> None:
-        self._wake = asyncio.get_running_loop().create_future()
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._wake, seconds)
-        self._wake = None
+    async def pause(self, at_least: float = 0.0) -> None:
+        """Until the next try: longer after each vain one, short again after a release here."""
+        loop = asyncio.get_running_loop()
+        self._wake = wake = loop.create_future()
+        delay = max(at_least, random.uniform(0.5, 1.0) * self._delay)
+        self._delay = min(2 * self._delay, _POLL[1])
+        timer = loop.call_later(delay, _settle, wake)
+        try:
+            await wake
+        finally:
+            timer.cancel()
+            self._wake = None
+
+    def got(self) -> None:
+        self._delay = _POLL[0]
 
     def wake(self) -> None:
-        if self._wake is not None and not self._wake.done():
-            loop = self._wake.get_loop()
-            if loop.is_closed():
-                return
-            self._wake.set_result(None)
+        self._delay = _POLL[0]
+        if self._wake is not None and not self._wake.get_loop().is_closed():
+            _settle(self._wake)
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 @dataclasses.dataclass
@@ -285,14 +341,12 @@ class Token:
 
     kind: str
     index: int
+    in_flight: int
+    """Calls in flight when it was taken (this one included): exact if every token was held,
+    a lower bound otherwise."""
     epoch: int
     """The budget's epoch when the call started (see :mod:`sandboxkit.budget`)."""
     owner: SharedBudget | SandboxCap
-
-    @property
-    def in_flight(self) -> int:
-        """Calls in flight when it was taken, at least (this one included)."""
-        return self.index + 1
 
     def release(self) -> None:
         self.owner._give(self.kind, self.index)
@@ -314,6 +368,8 @@ class SharedBudget:
         self.adaptive = adaptive
         self.directory = _directory("budgets", account)
         self._state_path = self.directory / "state.json"
+        self._state: dict[str, Any] = {}
+        self._version: tuple[int, int, int] | None = None
         self._members = _Members(self.directory)
         self._tokens = {kind: _Tokens(self.directory, kind) for kind in ("exec", "create")}
         self._waiters = {kind: _Waiter() for kind in ("exec", "create")}
@@ -328,7 +384,6 @@ class SharedBudget:
             state["maximum"] = total
             self._members.join(maximum)
             self._store(state)
-        self._known = state
 
     def __repr__(self) -> str:
         state = self._load()
@@ -337,19 +392,22 @@ class SharedBudget:
     # -- the state ---------------------------------------------------------------------------
 
     def _load(self) -> dict[str, Any]:
-        """The state as last stored (written whole by a rename: readable without the lock)."""
-        fresh = {"maximum": 0, "limit": 0, "epoch": 0, "successes": 0, "signals": 0}
+        """The state as last stored (written whole by a rename: readable without the lock;
+        read again only when the file changed, since waiting ranks poll it)."""
         try:
-            state: dict[str, Any] = json.loads(self._state_path.read_text())
+            stat = os.stat(self._state_path)
+            version = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+            if version != self._version:
+                self._state = json.loads(self._state_path.read_text())
+                self._version = version
         except (FileNotFoundError, ValueError):
-            return fresh | {"backoff_until": 0.0}
-        return state
+            return {"maximum": 0, "limit": 0, "epoch": 0, "successes": 0, "signals": 0}
+        return dict(self._state)
 
     def _store(self, state: dict[str, Any]) -> None:
         temporary = self._state_path.with_name(f"state.{os.getpid()}.tmp")
         temporary.write_text(json.dumps(state))
         os.replace(temporary, self._state_path)
-        self._known = state
 
     def _change(
         self, rate_limited: int | None, in_flight: int = 0, retry_after: float | None = None
@@ -359,7 +417,12 @@ class SharedBudget:
         ``in_flight`` calls in flight."""
         with self._members.locked():
             state = self._load()
-            maximum = max(1, sum(self._members.values()))  # dead ranks' shares drop out
+            # A dead rank's share leaves the maximum at the next refusal (a scan of the
+            # members); until then it only lets the limit grow where every live rank's own
+            # max_concurrency still caps it.
+            maximum = state["maximum"]
+            if rate_limited is not None:
+                maximum = max(1, sum(self._members.values()))
             budget = ConcurrencyBudget(
                 maximum,
                 adaptive=self.adaptive,
@@ -407,10 +470,13 @@ class SharedBudget:
                     raise RuntimeError("the shared budget is closed")
                 state = self._load()
                 backoff = float(state.get("backoff_until", 0.0)) - time.time()
-                if backoff <= 0 and (index := tokens.take(int(state["limit"]))) is not None:
-                    self._known = state
-                    return Token(kind, index, int(state["epoch"]), self)
-                await waiter.pause(max(backoff, random.uniform(*_POLL)))
+                limit = int(state["limit"])
+                # Counting what is in flight only matters while the limit can grow.
+                count = self.adaptive and limit < state["maximum"]
+                if backoff <= 0 and (taken := tokens.take(limit, count=count)) is not None:
+                    waiter.got()
+                    return Token(kind, *taken, int(state["epoch"]), self)
+                await waiter.pause(backoff)
 
     def _give(self, kind: str, index: int) -> None:
         self._tokens[kind].give(index)
@@ -423,8 +489,8 @@ class SharedBudget:
 
     def succeeded(self, token: Token) -> None:
         """The call of ``token`` got through (only calls made at the limit can raise it)."""
-        known = self._known
-        if token.in_flight < known["limit"] or known["limit"] >= known["maximum"]:
+        state = self._load()
+        if token.in_flight < state["limit"] or state["limit"] >= state["maximum"]:
             return  # nothing can change: no lock taken
         self._change(None, token.in_flight)
 
@@ -478,9 +544,10 @@ class SandboxCap:
             while True:
                 if self._closed:
                     raise RuntimeError("the sandbox cap is closed")
-                if (index := self._tokens.take(self.cap)) is not None:
-                    return Token("live", index, 0, self)
-                await self._waiter.pause(random.uniform(*_POLL))
+                if (taken := self._tokens.take(self.cap)) is not None:
+                    self._waiter.got()
+                    return Token("live", *taken, 0, self)
+                await self._waiter.pause()
 
     def _give(self, kind: str, index: int) -> None:
         self._tokens.give(index)
