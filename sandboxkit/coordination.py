@@ -131,14 +131,14 @@ def coordination_root() -> Path:
 
 # -- lock files --------------------------------------------------------------------------------
 
-_open_tokens: weakref.WeakSet[_Tokens] = weakref.WeakSet()
+_open_locks: weakref.WeakSet[_Tokens | _Members] = weakref.WeakSet()
 
 
 def _close_inherited() -> None:
     """A forked child (a data loader worker) closes its copies of the parent's lock files: a
     lock lives until every copy is closed, so a child outliving its rank would hold it."""
-    for tokens in list(_open_tokens):
-        tokens.forget()
+    for locks in list(_open_locks):
+        locks.forget()
 
 
 os.register_at_fork(after_in_child=_close_inherited)
@@ -170,7 +170,7 @@ class _Tokens:
         self._kept: dict[int, int] = {}
         self._held: dict[int, int] = {}
         """The tokens held now, and their descriptors."""
-        _open_tokens.add(self)
+        _open_locks.add(self)
 
     def _try(self, i: int) -> int | None:
         """Lock token ``i``: its descriptor, or None if another holds it."""
@@ -240,6 +240,7 @@ class _Members:
         self._lock_fd = _open(directory / "members.lock")
         self._path: Path | None = None
         self._fd: int | None = None
+        _open_locks.add(self)
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
@@ -282,7 +283,16 @@ class _Members:
         return found
 
     def close(self) -> None:
-        os.close(self._lock_fd)
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    def forget(self) -> None:
+        """Close the descriptors, leaving the membership to the parent (see ``_Tokens``)."""
+        if self._fd is not None:
+            os.close(self._fd)
+        self._path = self._fd = None
+        self.close()
 
 
 def _directory(kind: str, key: str) -> Path:

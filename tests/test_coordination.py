@@ -167,6 +167,43 @@ def test_a_rank_killed_while_holding_calls_leaves_the_budget_whole() -> None:
         budget.close()
 
 
+@pytest.mark.slow
+def test_a_forked_child_outliving_its_rank_holds_none_of_its_tokens() -> None:
+    """A data loader worker forked while its rank held tokens shares their locks; it closes
+    its copies, so the rank's death still frees them."""
+    budget = SharedBudget("acct", 1)
+    holder = rank(
+        """
+        budget = SharedBudget("acct", 4)
+        async def main():
+            held = [await budget.acquire("exec") for _ in range(budget.limit)]
+            worker = os.fork()
+            if worker == 0:
+                time.sleep(300)
+                os._exit(0)
+            print(worker, len(held), flush=True)
+            await asyncio.sleep(300)
+        asyncio.run(main())
+        """
+    )
+    worker = 0
+    try:
+        assert holder.stdout is not None
+        worker, held = map(int, holder.stdout.readline().split())
+        assert held == 5 and asyncio.run(waits(budget))
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+        assert Path(f"/proc/{worker}").exists()  # the worker lives on
+        token = asyncio.run(budget.acquire("exec"))
+        token.release()
+        budget.rate_limited(token)  # the dead rank's share (4) left the maximum: 1 // 2
+        assert budget.limit == 1
+    finally:
+        if worker:
+            os.kill(worker, signal.SIGKILL)
+        budget.close()
+
+
 def test_a_closed_rank_takes_its_share_of_the_maximum_with_it() -> None:
     first, second = SharedBudget("acct", 3), SharedBudget("acct", 5)
     assert first.limit == 8
