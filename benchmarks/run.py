@@ -9,10 +9,12 @@ lower bound that perfect overlap would give. Contest judging (``contest.py``) co
 ``stdio_tests_reward`` with a fresh sandbox and compile per completion, in Python and C++, and
 times a C++ compile with and without the precompiled header. The tools section
 (``tools.py``) times the tool calls of multi-turn rollouts on a warm sandbox against the raw
-calls they wrap, and a rollout's reset. Prints markdown tables and writes JSON.
+calls they wrap, and a rollout's reset. The ranks section (``ranks.py``) runs several processes
+against one emulator that refuses execs beyond a limit, sharing one budget or not. Prints
+markdown tables and writes JSON.
 
     PYTHONPATH=. python benchmarks/run.py [--quick | --smoke]
-        [--only local|remote|contest|tools] [--json PATH]
+        [--only local|remote|contest|tools|ranks] [--json PATH]
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import contest
+import ranks
 import tools
 from memory_backend import LatencyOnlyBackend
 from workloads import Workload, mbpp, timeouts, trivial
@@ -107,6 +110,15 @@ class Sizes:
     """Rollout resets timed per kind (release, arelease, first calls), per backend."""
     tool_latencies: tuple[float, ...] = (0, 50)
     """Added latencies of the emulators in the tools section."""
+    ranks: tuple[int, ...] = (2, 4, 8)
+    """Ranks section: how many processes share the emulator in each group of rows."""
+    ranks_batch: int = 64
+    """Completions per rank."""
+    ranks_pool: int = 8
+    """Each rank's pool (its concurrency)."""
+    ranks_allowed: int = 8
+    """Execs the emulator takes at once; it refuses more (429)."""
+    ranks_latency: float = 20
 
 
 FULL = Sizes(
@@ -147,6 +159,8 @@ QUICK = Sizes(
     tool_remote_rounds=8,
     tool_cycles=2,
     tool_latencies=(50,),
+    ranks=(2, 4),
+    ranks_batch=16,
 )
 SMOKE = Sizes(
     "smoke",
@@ -172,6 +186,10 @@ SMOKE = Sizes(
     tool_remote_rounds=2,
     tool_cycles=2,
     tool_latencies=(0,),
+    ranks=(2,),
+    ranks_batch=4,
+    ranks_pool=2,
+    ranks_allowed=2,
 )
 
 
@@ -557,6 +575,8 @@ class Report:
     """Per tool call on a warm sandbox, and the raw calls it wraps (``tools.measure``)."""
     tool_resets: list[dict[str, Any]] = field(default_factory=list)
     """A rollout's reset: giving its sandbox back, the next rollout's first call."""
+    ranks: list[dict[str, Any]] = field(default_factory=list)
+    """Ranks sharing one rate-limited provider, coordinated or not (``ranks.measure``)."""
     targets: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     """A line for each group of rows that could not run here, and why."""
@@ -729,6 +749,23 @@ def _bound(row: Row, host: float, zero_latency: float | None) -> None:
     row.lower_bound_s = max(row.latency_bound_s or 0.0, host, zero_latency or 0.0)
 
 
+def run_ranks(sizes: Sizes, report: Report, log: Callable[[str], None]) -> None:
+    """Ranks (processes) against one Daytona emulator that refuses execs beyond a limit."""
+    missing = unavailable("daytona")
+    if missing is not None:
+        log(f"skipped the ranks rows: {missing}")
+        report.skipped.append(f"ranks: {missing}")
+        return
+    report.ranks += ranks.measure(
+        sizes.ranks,
+        batch=sizes.ranks_batch,
+        concurrency=sizes.ranks_pool,
+        allowed=sizes.ranks_allowed,
+        latency_ms=sizes.ranks_latency,
+        log=log,
+    )
+
+
 def unavailable(provider: str) -> str | None:
     """Why ``provider`` cannot run against its emulator here (one line), or None: a core
     install has neither the emulators' server libraries nor the providers' SDKs."""
@@ -881,6 +918,7 @@ def evaluate_targets(report: Report) -> None:
             )
     # Judged on a full run's rounds: a few calls say little on a shared machine.
     targets += tools.targets(report.tool_calls, FULL.tool_rounds)
+    targets += ranks.targets(report.ranks, FULL.ranks_batch)
     for mem in report.pool_memory:
         if mem["size"] >= 500:
             targets.append(
@@ -991,6 +1029,7 @@ def markdown(report: Report) -> str:
         ]
     if report.tool_calls:
         out += tools.markdown(report.tool_calls, report.tool_resets)
+    out += ranks.markdown(report.ranks)
     if report.skipped:
         out += ["", "### Skipped", ""] + [f"- {line}" for line in report.skipped]
     if report.targets:
@@ -1023,7 +1062,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="small batches, under a minute")
     size.add_argument("--smoke", action="store_true", help="tiny batches, seconds (for tests)")
-    parser.add_argument("--only", choices=("local", "remote", "contest", "tools"), default=None)
+    parser.add_argument(
+        "--only", choices=("local", "remote", "contest", "tools", "ranks"), default=None
+    )
     parser.add_argument("--json", type=Path, default=None, help="where to write the results")
     parser.add_argument("--local-pool-size", type=int, default=CORES * 2)
     parser.add_argument("--remote-pool-size", type=int, default=64)
@@ -1069,6 +1110,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_contest(sizes, contest_pools, report, log)
     if args.only in (None, "tools"):
         run_tools(sizes, report, log)
+    if args.only in (None, "ranks"):
+        run_ranks(sizes, report, log)
     evaluate_targets(report)
     report.machine["load_average_end"] = list(os.getloadavg())
     report.machine["suite_seconds"] = round(time.perf_counter() - started, 1)

@@ -16,28 +16,37 @@ before were sent at the old limit, which has been answered already.
 
 from __future__ import annotations
 
+import dataclasses
 
+
+@dataclasses.dataclass
 class ConcurrencyBudget:
-    """The limit on calls in flight, between 1 and ``maximum`` (fixed if not ``adaptive``)."""
+    """The limit on calls in flight, between 1 and ``maximum`` (fixed if not ``adaptive``).
 
-    def __init__(self, maximum: int, *, adaptive: bool = True) -> None:
-        if maximum < 1:
-            raise ValueError(f"the concurrency maximum must be >= 1, got {maximum}")
-        self.maximum = maximum
-        self.adaptive = adaptive
-        self.limit = maximum
-        self.signals = 0
-        """Rate-limit signals seen, those of a wave already answered included."""
-        self._epoch = 0
-        self._successes = 0
+    Its state is plain data, so that ranks sharing one provider account
+    (:class:`~sandboxkit.coordination.SharedBudget`) run these same rules on a state they keep
+    in a file.
+    """
+
+    maximum: int
+    _: dataclasses.KW_ONLY
+    adaptive: bool = True
+    limit: int = 0
+    """Calls allowed in flight now (0 at construction: ``maximum``)."""
+    signals: int = 0
+    """Rate-limit signals seen, those of a wave already answered included."""
+    epoch: int = 0
+    """Changes at every halving; a call keeps the value it saw when it started."""
+    successes: int = 0
+    """Calls made at the limit that got through since the limit last changed."""
+
+    def __post_init__(self) -> None:
+        if self.maximum < 1:
+            raise ValueError(f"the concurrency maximum must be >= 1, got {self.maximum}")
+        self.limit = min(self.limit or self.maximum, self.maximum)
 
     def __repr__(self) -> str:
         return f"<ConcurrencyBudget {self.limit}/{self.maximum}, {self.signals} rate limits>"
-
-    @property
-    def epoch(self) -> int:
-        """Changes at every halving; a call keeps the value it saw when it started."""
-        return self._epoch
 
     def rate_limited(self, started_in: int) -> bool:
         """A call that started in epoch ``started_in`` was refused for the provider's rate.
@@ -46,11 +55,11 @@ class ConcurrencyBudget:
         returns whether it halved.
         """
         self.signals += 1
-        if not self.adaptive or started_in != self._epoch:
+        if not self.adaptive or started_in != self.epoch:
             return False
         self.limit = max(1, self.limit // 2)
-        self._epoch += 1
-        self._successes = 0
+        self.epoch += 1
+        self.successes = 0
         return True
 
     def succeeded(self, *, in_flight: int) -> None:
@@ -59,7 +68,7 @@ class ConcurrencyBudget:
         one more call may be in flight, up to ``maximum``."""
         if self.limit >= self.maximum or in_flight < self.limit:
             return
-        self._successes += 1
-        if self._successes >= self.limit:
+        self.successes += 1
+        if self.successes >= self.limit:
             self.limit += 1
-            self._successes = 0
+            self.successes = 0

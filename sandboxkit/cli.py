@@ -290,6 +290,8 @@ def _emulate(args: argparse.Namespace) -> int:
         drop_rate=args.drop_rate,
         die_rate=args.die_rate,
         max_sandboxes=args.max_sandboxes,
+        max_concurrent_execs=args.max_concurrent_execs,
+        retry_after=args.retry_after,
         seed=args.seed,
     )
     result: int = module.serve_forever(
@@ -403,6 +405,12 @@ def build_parser() -> argparse.ArgumentParser:
     emulate.add_argument("--drop-rate", type=float, default=0.0)
     emulate.add_argument("--die-rate", type=float, default=0.0)
     emulate.add_argument("--max-sandboxes", type=int, default=None)
+    emulate.add_argument(
+        "--max-concurrent-execs", type=int, default=None, help="refuse more execs at once (429)"
+    )
+    emulate.add_argument(
+        "--retry-after", type=float, default=None, help="seconds its 429s ask clients to wait"
+    )
     emulate.add_argument("--seed", type=int, default=None)
     emulate.set_defaults(handler=_emulate)
     return parser

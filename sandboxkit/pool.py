@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from .budget import ConcurrencyBudget
 from .client import Sandbox
+from .coordination import SandboxCap, SharedBudget, Token, account_key, coordination_wanted
 from .errors import (
     INFRASTRUCTURE_ERRORS,
     DeadlineExceededError,
@@ -164,6 +165,8 @@ class _Slot:
     leases: int = 0
     uses: int = 0
     retired: bool = False
+    seat: Token | None = None
+    """Its place under the run's shared cap on live sandboxes (``max_sandboxes``)."""
 
 
 class SandboxPool:
@@ -184,7 +187,13 @@ class SandboxPool:
       created from ``client`` and closed with the pool);
     - ``tags``, ``image``, ``env`` and other keywords go to every sandbox created (one that
       the backend does not take is a ``TypeError`` here);
-    - ``progress``: show a progress bar while starting (None: when stderr is a terminal).
+    - ``progress``: show a progress bar while starting (None: when stderr is a terminal);
+    - ``coordinate``: share the provider account's budget with the other processes of this
+      machine (:mod:`sandboxkit.coordination`): calls in flight, creations, the adaptive limit
+      and its back-off; None (default): ``SANDBOXKIT_COORDINATE``, which by default turns it
+      on under a launcher that started several local ranks (torchrun, accelerate launch);
+    - ``max_sandboxes``: live sandboxes of the pool at most; coordinated, of the whole run on
+      this machine (every pool of its ``run_id``), each rank keeping at most its share.
 
     The pool's state lives on one event loop: the loop it is first used from (the sandboxkit
     portal for the sync methods). Calls from another running loop are run on that one; once
@@ -208,10 +217,15 @@ class SandboxPool:
         image: str | None = None,
         env: Mapping[str, str] | None = None,
         progress: bool | None = None,
+        coordinate: bool | None = None,
+        max_sandboxes: int | None = None,
         **sandbox_options: Any,
     ) -> None:
-        if min(size, per_sandbox, max_uses, max_concurrency or 1) < 1 or retries < 0:
-            raise ValueError("size, per_sandbox, max_uses and max_concurrency must be >= 1")
+        optional = [n for n in (max_concurrency, max_sandboxes) if n is not None]
+        if min(size, per_sandbox, max_uses, *optional) < 1 or retries < 0:
+            raise ValueError(
+                "size, per_sandbox, max_uses, max_concurrency and max_sandboxes must be >= 1"
+            )
         if session is not None and client is not None:
             raise ValueError("pass a client or a session, not both")
         accepted = sandbox_keywords_for(session.client if session is not None else client)
@@ -234,7 +248,20 @@ class SandboxPool:
             **sandbox_options,
         }
         self._stats = PoolStats()
-        self._budget = ConcurrencyBudget(self.max_concurrency, adaptive=adaptive_concurrency)
+        self.max_sandboxes = max_sandboxes
+        self._shared: SharedBudget | None = None
+        self._cap: SandboxCap | None = None
+        if coordination_wanted(coordinate):
+            account = account_key(self.session.client.backend)
+            self._shared = SharedBudget(
+                account, self.max_concurrency, adaptive=adaptive_concurrency
+            )
+            if max_sandboxes is not None:
+                self._cap = SandboxCap(account, self.session.run_id, max_sandboxes)
+        # Shared, the limit adapts there; this one only counts this pool's rate limits.
+        self._budget = ConcurrencyBudget(
+            self.max_concurrency, adaptive=adaptive_concurrency and self._shared is None
+        )
         self._slots: list[_Slot] = []
         self._retiring: list[_Slot] = []
         """Slots that take no new leases; stopped when their last lease ends."""
@@ -264,7 +291,7 @@ class SandboxPool:
             size=len(self._slots),
             in_use=self._in_use,
             rate_limited=self._budget.signals,
-            concurrency_limit=self._budget.limit,
+            concurrency_limit=self._shared.limit if self._shared else self._budget.limit,
         )
 
     # -- the home event loop ---------------------------------------------------------------
@@ -295,11 +322,18 @@ class SandboxPool:
 
     # -- creating and stopping sandboxes ---------------------------------------------------
 
+    def _target(self) -> int:
+        """How many sandboxes the pool keeps: ``size``, within ``max_sandboxes`` (its share
+        of them, coordinated)."""
+        if self._cap is not None:
+            return min(self.size, self._cap.share())
+        return min(self.size, self.max_sandboxes or self.size)
+
     def _fill(self) -> list[asyncio.Task[None]]:
-        """Start creating what the pool lacks to reach ``size``."""
+        """Start creating what the pool lacks to reach its target."""
         if self._closed:
             return []
-        missing = self.size - len(self._slots) - self._creating
+        missing = self._target() - len(self._slots) - self._creating
         self._creating += max(0, missing)
         return [self._spawn(self._add_sandbox()) for _ in range(missing)]
 
@@ -313,26 +347,55 @@ class SandboxPool:
         self._create_calls += 1
         if self._create_calls < self._budget.limit:
             self._create_turns.wake()  # room for more than this one (the limit grew)
-        epoch = self._budget.epoch
         try:
-            sandbox = await self.session.asandbox(**self._sandbox_options)
-            self._budget.succeeded(in_flight=self._create_calls)
-        except RateLimitedError:
-            self._budget.rate_limited(epoch)
-            raise
+            token = await self._shared.acquire("create") if self._shared else None
+            try:
+                return await self._counted(
+                    self.session.asandbox(**self._sandbox_options),
+                    token,
+                    lambda: self._create_calls,
+                )
+            finally:
+                if token is not None:
+                    token.release()
         finally:
             self._create_calls -= 1
             self._create_turns.wake()
-        return sandbox
+
+    async def _counted(
+        self, call: Awaitable[T], token: Token | None, in_flight: Callable[[], int]
+    ) -> T:
+        """``await call``, telling the budget (and the shared one, whose ``token`` the call
+        holds) whether the provider refused it for its rate."""
+        epoch = self._budget.epoch
+        try:
+            result = await call
+        except RateLimitedError as exc:
+            self._budget.rate_limited(epoch)
+            if self._shared is not None and token is not None:
+                self._shared.rate_limited(token, exc.retry_after)
+            raise
+        self._budget.succeeded(in_flight=in_flight())
+        if self._shared is not None and token is not None:
+            self._shared.succeeded(token)
+        return result
 
     async def _add_sandbox(self) -> None:
+        seat = None
         try:
+            seat = await self._cap.acquire() if self._cap else None
             sandbox = await retried(self._create, attempts=self.retries + 1, backoff=self.backoff)
         except Exception as exc:
+            if seat is not None:
+                seat.release()
             self._create_error = exc
             logger.info("could not create a sandbox: %r", exc)
+        except asyncio.CancelledError:
+            if seat is not None:
+                seat.release()
+            raise
         else:
-            self._slots.append(_Slot(sandbox, checked=time.monotonic()))
+            self._slots.append(_Slot(sandbox, checked=time.monotonic(), seat=seat))
             self._stats.created += 1
             logger.debug("created %s", sandbox.id)
         finally:
@@ -360,6 +423,8 @@ class SandboxPool:
         except Exception as exc:  # the session stops it again when it closes
             logger.warning("could not stop %s: %r", slot.sandbox.id, exc)
             return
+        if slot.seat is not None:
+            slot.seat.release()
         if slot in self._retiring:
             self._retiring.remove(slot)
 
@@ -494,13 +559,13 @@ class SandboxPool:
 
     async def _attempt(self, fn: Callable[[Sandbox], Awaitable[T]]) -> T:
         slot = await self._lease_healthy()
-        epoch = self._budget.epoch
-        try:
-            result = await fn(slot.sandbox)
-            self._budget.succeeded(in_flight=self._in_use)
-        except RateLimitedError:
-            self._budget.rate_limited(epoch)
+        try:  # a lease waiting for the provider's turn (shared) has not run anything yet
+            token = await self._shared.acquire("exec") if self._shared else None
+        except BaseException:
+            self._release(slot)
             raise
+        try:
+            result = await self._counted(fn(slot.sandbox), token, lambda: self._in_use)
         except (SandboxLostError, SandboxNotFoundError) as exc:
             logger.info("%s was lost (%r); replacing it", slot.sandbox.id, exc)
             self._retire(slot, why="lost")
@@ -512,6 +577,8 @@ class SandboxPool:
             self._retire(slot, why="abandoned")
             raise
         finally:
+            if token is not None:
+                token.release()
             self._release(slot)
         return result
 
@@ -535,6 +602,9 @@ class SandboxPool:
         self._slots.clear()
         if self._owns_session:
             await self.session.aclose()
+        for coordinated in (self._shared, self._cap):  # leftover seats go with the cap
+            if coordinated is not None:
+                coordinated.close()
         logger.debug("closed: %s", self._stats)
 
     start = blocking(astart)

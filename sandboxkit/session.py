@@ -26,6 +26,7 @@ from types import FrameType, TracebackType
 from typing import Any
 
 from .client import Sandbox
+from .coordination import launcher_run_id
 from .portal import blocking, run_sync
 from .protocol import SandboxInfo, SandboxStatus
 from .registry import BackendLike, as_client
@@ -62,8 +63,9 @@ class Session:
 
     ``client`` is a :class:`SandboxClient`, a backend, a backend name, or None for the
     configured backend; a client it makes from a name it closes, one it was given it leaves open.
-    Sandboxes carry ``sandboxkit-run=<run_id>`` (``run_id`` defaults to a fresh id; give the
-    same one to every rank of a run to count them together), a per-session tag, and ``tags``
+    Sandboxes carry ``sandboxkit-run=<run_id>`` (``run_id`` defaults to one every rank of a
+    torchrun / accelerate launch computes alike, else to a fresh id; give the same one to every
+    rank of a run to count them together), a per-session tag, and ``tags``
     (free strings such as ``run=...``, ``step=...``, ``model=...``). With ``handle_signals``,
     SIGINT and SIGTERM close the session and then reach the handlers installed before it.
     """
@@ -77,7 +79,7 @@ class Session:
         handle_signals: bool = True,
     ) -> None:
         self.client, self._owns_client = as_client(client)
-        self.run_id = run_id or uuid.uuid4().hex[:12]
+        self.run_id = run_id or launcher_run_id() or uuid.uuid4().hex[:12]
         self.run_tag = f"{RUN_TAG}={self.run_id}"
         self.session_tag = f"{SESSION_TAG}={uuid.uuid4().hex[:12]}"
         self.tags: tuple[str, ...] = (self.run_tag, self.session_tag, *tags)

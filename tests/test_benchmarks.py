@@ -171,3 +171,23 @@ def test_tools_smoke_run_times_every_tool_and_reset(tmp_path: Path) -> None:
             assert (backend, step) in steps
     assert all(r["runs"] >= 1 and r["p50_ms"] > 0 for r in report["tool_resets"])
     assert report["targets"] == []  # judged on a full run only
+
+
+@pytest.mark.slow
+def test_ranks_smoke_run_has_every_row_and_loses_no_reward_coordinated(tmp_path: Path) -> None:
+    out = tmp_path / "ranks.json"
+    done = run_script("benchmarks/run.py", "--smoke", "--only", "ranks", "--json", str(out))
+    report = json.loads(out.read_text())
+    assert report["local"] == [] and report["tool_calls"] == []
+    if not all(importlib.util.find_spec(m) for m in ("daytona", "aiohttp")):  # its emulator
+        assert report["ranks"] == [] and any(s.startswith("ranks") for s in report["skipped"])
+        return
+    assert "### Ranks sharing one provider" in done.stdout
+    rows = {r["method"]: r for r in report["ranks"]}
+    assert list(rows) == ["1 process", "uncoordinated", "coordinated"]
+    for row in rows.values():
+        assert (row["ranks"], row["batch"], row["concurrency"]) == (2, 8, 4)
+        assert row["failed"] == 0 and row["wall_s"] > 0  # every program ran, or got None
+    assert [r["processes"] for r in rows.values()] == [1, 2, 2]
+    assert rows["coordinated"]["none_rewards"] == 0
+    assert report["targets"] == []  # judged on a full run's batches only

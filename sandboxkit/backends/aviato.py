@@ -56,6 +56,7 @@ import cwsandbox
 import grpc
 
 from ..config import setting
+from ..coordination import key_digest
 from ..errors import (
     AuthenticationError,
     BackendError,
@@ -228,6 +229,8 @@ class AviatoBackend:
         if key is not None:
             auth = cwsandbox.AuthHeaders({"Authorization": f"Bearer {key}"}, strategy="api_key")
         self.base_url = base_url or setting(AVIATO_URL_VAR) or AVIATO_DEFAULT_URL
+        self.account = f"aviato {self.base_url} {key_digest(key)}"
+        """Whose limits its calls count against (ranks share a budget per account)."""
         self.output_bytes = output_bytes
         self._auth = auth
         self._request_timeout = request_timeout_seconds

@@ -81,6 +81,7 @@ from daytona import (
 )
 
 from ..config import setting
+from ..coordination import key_digest
 from ..errors import (
     AuthenticationError,
     BackendError,
@@ -300,6 +301,8 @@ class DaytonaBackend:
                 f"the daytona backend needs an API key: pass api_key= or set {DAYTONA_KEY_VAR}"
             )
         self.api_url = api_url or setting(DAYTONA_URL_VAR) or DAYTONA_DEFAULT_URL
+        self.account = f"daytona {self.api_url} {key_digest(key)}"
+        """Whose limits its calls count against (ranks share a budget per account)."""
         # An explicit config: the SDK would otherwise also read .env files on its own.
         self.config = DaytonaConfig(
             api_key=key,

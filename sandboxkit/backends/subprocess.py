@@ -108,6 +108,8 @@ class SubprocessBackend:
         )
         self.root = Path(root or setting("SANDBOXKIT_LOCAL_ROOT") or _default_root())
         self.root.mkdir(mode=0o711, parents=True, exist_ok=True)
+        self.account = f"subprocess {self.root.resolve()}"
+        """What its sandboxes share (ranks share a budget per account)."""
         self.limits = (
             dataclasses.replace(limits, **limit_overrides)
             if limits is not None
