@@ -23,6 +23,8 @@ from .backends._facts import (
     DAYTONA_DEFAULT_URL,
     DAYTONA_KEY_VAR,
     DAYTONA_URL_VAR,
+    RAY_ADDRESS_VAR,
+    RAY_DEFAULT_ADDRESS,
 )
 from .client import SandboxClient, sandbox_keywords
 from .config import BACKEND_VAR, DEFAULT_BACKEND, setting
@@ -118,6 +120,14 @@ BUILTIN_BACKENDS: dict[str, BackendEntry] = {
         default_url=AVIATO_DEFAULT_URL,
         min_python=(3, 11),
         probe=GRPC_PROBE,
+    ),
+    "ray": BackendEntry(
+        "sandboxkit.backends.ray:RayBackend",
+        extra="ray",
+        sdk="ray",
+        url_var=RAY_ADDRESS_VAR,
+        default_url=RAY_DEFAULT_ADDRESS,
+        probe="sandboxkit.backends.ray:probe_ray",
     ),
 }
 ALIASES = {"local": "subprocess", "cwsandbox": "aviato"}

@@ -27,11 +27,13 @@ pytest_plugins = [
     "sandboxkit.testing.remote",
     "sandboxkit.testing.daytona",
     "sandboxkit.testing.aviato",
+    "sandboxkit.testing.ray",
 ]
 
-CONFORMANCE_BACKENDS = ["subprocess", "daytona", "aviato"]
-EMULATOR_ENVS = {"daytona": "daytona_env", "aviato": "aviato_env"}
-"""Backends served by an emulator, and the fixture that starts it and points the env at it."""
+CONFORMANCE_BACKENDS = ["subprocess", "daytona", "aviato", "ray"]
+EMULATOR_ENVS = {"daytona": "daytona_env", "aviato": "aviato_env", "ray": "ray_env"}
+"""Backends served by an emulator (for Ray, a local cluster), and the fixture that starts it and
+points the env at it."""
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 

@@ -18,3 +18,9 @@ AVIATO_KEY_VARS = ("CWSANDBOX_API_KEY", "AVIATO_API_KEY")
 AVIATO_URL_VAR = "CWSANDBOX_BASE_URL"
 AVIATO_DEFAULT_URL = "https://api.cwsandbox.com"
 """The ``cwsandbox`` client's own default (``SandboxDefaults().base_url``)."""
+
+RAY_ADDRESS_VAR = "RAY_ADDRESS"
+"""The Ray cluster to use (Ray's own variable): ``host:port`` of its head or ``ray://host:port``."""
+RAY_DEFAULT_ADDRESS = "auto"
+"""What Ray finds without an address: a cluster running on this machine (then, for ``create``,
+a local one started on demand)."""

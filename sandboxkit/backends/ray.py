@@ -1,0 +1,379 @@
+"""Sandboxes on a Ray cluster's nodes: each one is a Ray actor holding a local sandbox.
+
+When the training nodes' CPUs are not enough, this runs the local backend's sandboxes (full
+isolation and limits, see :mod:`sandboxkit.backends.subprocess`) on other machines, with no
+cloud account: any Ray cluster will do (``pip install 'sandboxkit[ray]'``; every node needs
+sandboxkit installed in the Python its Ray workers run, or shipped with the job's
+``runtime_env``).
+
+Which cluster (explicit options win over the environment, which may come from ``.env``):
+
+- ``address=``, else ``RAY_ADDRESS`` (``host:6379`` of a cluster's head, or ``ray://host:10001``
+  for Ray Client), else what Ray itself finds: the cluster ``ray start`` made on this machine,
+  else a local Ray started on demand on the first ``create`` (no dashboard, as many CPUs as the
+  machine has). To point it at a cluster: ``ray start --head`` on one machine, ``ray start
+  --address <head>:6379`` on the others, then ``RAY_ADDRESS=<head>:6379`` where training runs.
+- A process that called ``ray.init`` itself (verl, say) is used as it is connected.
+- ``list``, ``get``, ``stop`` and ``reap`` never start a cluster: without an address they look
+  for one running on this machine (Ray's ``address="auto"``), and with none there are no
+  sandboxes.
+
+How the protocol maps onto Ray:
+
+- ``create`` starts a detached actor named ``<id> <json of tags and start time>`` in the
+  ``sandboxkit`` namespace: detached, it outlives the driver, so ``list``, ``stop`` and
+  ``sandboxkit reap --tag`` in a new process find what a crashed run left (one listing of
+  named actors, no call to each). The actor reserves ``cpu`` CPUs (the spec's, else the
+  backend's ``cpu=``, default 1; fractions allowed) and, when the spec asks, ``memory_mb`` of
+  Ray memory, which also becomes the sandbox's memory limit. Ray places it on a node with that
+  much free; then the actor makes a sandbox of the local backend there.
+- Placement: a sandbox that no node of the cluster could ever hold fails at once
+  (``BackendMisconfiguredError``); one that fits but finds no free room waits for it up to
+  ``create_timeout`` seconds, then fails with ``TransientBackendError`` (the actor is removed):
+  pools retry it. A pool bigger than the cluster's CPUs divided by ``cpu`` therefore waits.
+- ``exec``, ``write_file``, ``read_file`` and ``get`` are calls to the actor (about a
+  millisecond each on one machine, plus the exec itself). The local backend builds each exec's
+  environment from the spec and the call alone, so nothing of the driver's or of the Ray
+  worker's environment reaches the program.
+- Errors the local backend raises come back as they are; an actor that died under a call (its
+  node lost, the sandbox stopped by another process) is ``SandboxLostError``, one that cannot
+  be reached for now ``TransientBackendError``.
+- ``stop`` stops the local sandbox, then kills the actor, which frees its resources.
+- ``list`` reports every live actor as running (one still waiting for room included) and never
+  stopped ones, as the local backend does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import dataclasses
+import json
+import logging
+import socket
+import threading
+import uuid
+from collections.abc import Awaitable, Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import ray
+from ray.actor import ActorHandle
+from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
+
+from ..config import setting
+from ..errors import (
+    BackendError,
+    BackendMisconfiguredError,
+    SandboxLostError,
+    SandboxNotFoundError,
+    TransientBackendError,
+)
+from ..protocol import ExecResult, SandboxInfo, SandboxSpec, SandboxStatus
+from ._facts import RAY_ADDRESS_VAR
+from .subprocess import SubprocessBackend
+
+NAMESPACE = "sandboxkit"
+"""The Ray namespace of every sandbox's actor, whatever the driver's own namespace."""
+DEFAULT_CREATE_TIMEOUT = 300.0
+T = TypeVar("T")
+_connecting = threading.Lock()
+
+
+class SandboxActor:
+    """One sandbox: a sandbox of the local backend on the node Ray placed this actor on."""
+
+    def __init__(self, local_options: Mapping[str, Any]) -> None:
+        self.local_options = dict(local_options)
+        self.backend: SubprocessBackend | None = None
+        self.sandbox_id: str | None = None
+
+    def _id(self) -> str:
+        if self.sandbox_id is None:
+            raise SandboxNotFoundError("the sandbox was never made (or was stopped)")
+        return self.sandbox_id
+
+    def _local(self) -> SubprocessBackend:
+        assert self.backend is not None  # set with sandbox_id
+        return self.backend
+
+    async def create(self, spec: SandboxSpec) -> SandboxInfo:
+        options = self.local_options
+        if spec.memory_mb is not None:
+            options = {**options, "memory_mb": spec.memory_mb}
+        self.backend = SubprocessBackend(**options)
+        info = await self.backend.create(spec)
+        self.sandbox_id = info.id
+        return info
+
+    async def exec(
+        self,
+        argv: Sequence[str],
+        timeout: float | None,
+        stdin: bytes | None,
+        cwd: str | None,
+        env: Mapping[str, str] | None,
+    ) -> ExecResult:
+        return await self._local().exec(
+            self._id(), argv, timeout=timeout, stdin=stdin, cwd=cwd, env=env
+        )
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        await self._local().write_file(self._id(), path, data)
+
+    async def read_file(self, path: str) -> bytes:
+        return await self._local().read_file(self._id(), path)
+
+    async def info(self) -> SandboxInfo:
+        return await self._local().get(self._id())
+
+    async def stop(self) -> None:
+        if self.sandbox_id is not None:
+            await self._local().stop(self.sandbox_id)
+            self.sandbox_id = None
+
+
+_RemoteSandbox = ray.remote(SandboxActor)
+
+
+def _actor_name(sandbox_id: str, tags: Sequence[str], started: datetime) -> str:
+    """The label that outlives the driver: the id, then the tags and the start time."""
+    return f"{sandbox_id} {json.dumps({'tags': list(tags), 'started_at': started.isoformat()})}"
+
+
+def _parse_name(name: str) -> SandboxInfo | None:
+    sandbox_id, _, label = name.partition(" ")
+    try:
+        data = json.loads(label)
+        return SandboxInfo(
+            sandbox_id,
+            SandboxStatus.RUNNING,
+            tuple(data["tags"]),
+            datetime.fromisoformat(data["started_at"]),
+        )
+    except (ValueError, KeyError, TypeError):
+        return None  # an actor of this namespace that is not a sandbox
+
+
+class RayBackend:
+    """Local sandboxes in Ray actors, placed by CPU (and memory) on a Ray cluster's nodes."""
+
+    name = "ray"
+    sandbox_options: frozenset[str] = frozenset()
+    """Provider options a sandbox takes: none (``cpu`` and ``memory_mb`` place it)."""
+
+    def __init__(
+        self,
+        *,
+        address: str | None = None,
+        cpu: float = 1.0,
+        create_timeout: float = DEFAULT_CREATE_TIMEOUT,
+        local: Mapping[str, Any] | None = None,
+    ) -> None:
+        """``address`` of the cluster (else ``RAY_ADDRESS``, else Ray's own search, else a
+        local Ray started on demand); ``cpu`` each sandbox reserves when its spec does not
+        say; ``create_timeout`` the seconds a ``create`` waits for room on the cluster;
+        ``local`` the options of each node's :class:`SubprocessBackend` (limits,
+        ``read_only_paths``, ``warm``...)."""
+        if cpu <= 0:
+            raise ValueError(f"cpu must be positive, got {cpu}")
+        self.address = address or setting(RAY_ADDRESS_VAR)
+        self.cpu = cpu
+        self.create_timeout = create_timeout
+        self.local_options = dict(local or {})
+        self._handles: dict[str, ActorHandle] = {}
+
+    # -- connection --------------------------------------------------------------------------
+
+    def _connect(self, start: bool) -> bool:
+        """Connect this process to the cluster, starting a local one only if ``start``;
+        False when there is no cluster to find."""
+        with _connecting:
+            if ray.is_initialized():
+                return True
+            address = self.address if self.address or start else "auto"
+            try:
+                ray.init(
+                    address=address,
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    logging_level=logging.WARNING,
+                )
+            except ConnectionError as exc:
+                if address == "auto":
+                    return False
+                raise TransientBackendError(f"no Ray cluster at {address}: {exc}") from exc
+            return True
+
+    async def _connected(self, start: bool = False) -> bool:
+        if ray.is_initialized():
+            return True
+        return await asyncio.to_thread(self._connect, start)
+
+    async def _names(self) -> builtins.list[str]:
+        if not await self._connected():
+            return []
+        actors = await asyncio.to_thread(ray.util.list_named_actors, all_namespaces=True)
+        return [a["name"] for a in actors if a["namespace"] == NAMESPACE]
+
+    async def _handle(self, sandbox_id: str) -> ActorHandle:
+        handle = self._handles.get(sandbox_id)
+        if handle is not None:
+            return handle
+        name = next((n for n in await self._names() if n.partition(" ")[0] == sandbox_id), None)
+        if name is None:
+            raise SandboxNotFoundError(f"no sandbox {sandbox_id!r} (stopped, or never created)")
+        try:
+            handle = await asyncio.to_thread(ray.get_actor, name, NAMESPACE)
+        except ValueError:
+            raise SandboxNotFoundError(f"no sandbox {sandbox_id!r} (stopped)") from None
+        self._handles[sandbox_id] = handle
+        return handle
+
+    async def _call(self, sandbox_id: str, ref: Awaitable[T]) -> T:
+        """The actor's answer; what the local backend raised, raised here."""
+        try:
+            return await ref
+        except RayTaskError as exc:
+            if isinstance(exc.cause, Exception):
+                raise exc.cause from None
+            raise BackendError(f"sandbox {sandbox_id}: {exc}") from exc
+        except ActorUnavailableError as exc:
+            raise TransientBackendError(f"sandbox {sandbox_id} is unreachable: {exc}") from exc
+        except RayActorError as exc:
+            self._handles.pop(sandbox_id, None)
+            raise SandboxLostError(f"sandbox {sandbox_id}'s actor died: {exc}") from exc
+
+    # -- placement ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _check_fits(cpu: float, memory_mb: int | None) -> None:
+        """Fail at once for a sandbox no node could ever hold (Ray would wait forever)."""
+        nodes: builtins.list[dict[str, float]] = [n["Resources"] for n in ray.nodes() if n["Alive"]]
+        memory = (memory_mb or 0) * 2**20
+        if any(n.get("CPU", 0) >= cpu and n.get("memory", 0) >= memory for n in nodes):
+            return
+        largest = max(nodes, key=lambda n: n.get("CPU", 0), default={})
+        asked = f"{cpu:g} CPUs" + (f" and {memory_mb} MB" if memory_mb else "")
+        raise BackendMisconfiguredError(
+            f"no node of the Ray cluster has {asked} (the largest of {len(nodes)} has "
+            f"{largest.get('CPU', 0):g} CPUs and {largest.get('memory', 0) / 2**20:.0f} MB): "
+            "ask for less (cpu=, memory_mb=) or add a bigger node"
+        )
+
+    # -- Backend protocol ----------------------------------------------------------------------
+
+    async def create(self, spec: SandboxSpec) -> SandboxInfo:
+        await self._connected(start=True)
+        cpu = spec.cpu if spec.cpu is not None else self.cpu
+        await asyncio.to_thread(self._check_fits, cpu, spec.memory_mb)
+        sandbox_id = f"sbx-{uuid.uuid4().hex[:12]}"
+        started = datetime.now(timezone.utc)
+        resources: dict[str, Any] = {"num_cpus": cpu}
+        if spec.memory_mb is not None:
+            resources["memory"] = spec.memory_mb * 2**20
+        handle = _RemoteSandbox.options(
+            name=_actor_name(sandbox_id, spec.tags, started),
+            namespace=NAMESPACE,
+            lifetime="detached",
+            max_restarts=0,
+            **resources,
+        ).remote(self.local_options)
+        try:
+            await asyncio.wait_for(
+                self._call(sandbox_id, handle.create.remote(spec)), self.create_timeout
+            )
+        except asyncio.TimeoutError:
+            ray.kill(handle, no_restart=True)
+            raise TransientBackendError(
+                f"no room on the Ray cluster for a sandbox of {cpu:g} CPUs within "
+                f"{self.create_timeout:g} s (free: {ray.available_resources().get('CPU', 0):g} "
+                "CPUs); stop sandboxes, add nodes or ask for fewer CPUs"
+            ) from None
+        except BaseException:
+            ray.kill(handle, no_restart=True)
+            raise
+        self._handles[sandbox_id] = handle
+        return SandboxInfo(sandbox_id, SandboxStatus.RUNNING, tuple(spec.tags), started)
+
+    async def exec(
+        self,
+        sandbox_id: str,
+        argv: Sequence[str],
+        *,
+        timeout: float | None = None,
+        stdin: bytes | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> ExecResult:
+        if not argv:
+            raise ValueError("argv is empty")
+        handle = await self._handle(sandbox_id)
+        return await self._call(
+            sandbox_id,
+            handle.exec.remote(list(argv), timeout, stdin, cwd, dict(env) if env else None),
+        )
+
+    async def write_file(self, sandbox_id: str, path: str, data: bytes) -> None:
+        handle = await self._handle(sandbox_id)
+        await self._call(sandbox_id, handle.write_file.remote(path, bytes(data)))
+
+    async def read_file(self, sandbox_id: str, path: str) -> bytes:
+        handle = await self._handle(sandbox_id)
+        data: bytes = await self._call(sandbox_id, handle.read_file.remote(path))
+        return data
+
+    async def stop(self, sandbox_id: str, *, missing_ok: bool = True) -> None:
+        try:
+            handle = await self._handle(sandbox_id)
+        except SandboxNotFoundError:
+            if missing_ok:
+                return
+            raise
+        self._handles.pop(sandbox_id, None)
+        try:
+            # Shielded: a cancelled stop must still free the actor's resources.
+            await asyncio.shield(self._call(sandbox_id, handle.stop.remote()))
+        except SandboxLostError:
+            pass  # the actor is gone already, and its sandbox with it
+        finally:
+            with contextlib.suppress(RayActorError):
+                ray.kill(handle, no_restart=True)
+
+    async def list(
+        self, *, tags: Sequence[str] = (), status: SandboxStatus | None = None
+    ) -> builtins.list[SandboxInfo]:
+        if status not in (None, SandboxStatus.RUNNING):
+            return []  # a stopped sandbox's actor is gone
+        wanted = set(tags)
+        found = [info for name in await self._names() if (info := _parse_name(name))]
+        return sorted((i for i in found if wanted <= set(i.tags)), key=lambda i: i.id)
+
+    async def get(self, sandbox_id: str) -> SandboxInfo:
+        handle = await self._handle(sandbox_id)
+        try:
+            info: SandboxInfo = await self._call(sandbox_id, handle.info.remote())
+        except SandboxLostError as exc:
+            raise SandboxNotFoundError(f"no sandbox {sandbox_id!r} ({exc})") from exc
+        return dataclasses.replace(info, id=sandbox_id)
+
+    async def aclose(self) -> None:
+        """Forget the actor handles; the connection is the process's (others may use it) and
+        the sandboxes outlive the client until stopped."""
+        self._handles.clear()
+
+
+def probe_ray(address: str, timeout: float) -> str:
+    """``sandboxkit doctor``'s endpoint check: a TCP connection to the head's address; the
+    default (``auto``) is a search on this machine, left to the ``list`` call that follows."""
+    if address == "auto":
+        return "a cluster running here if there is one, else a local Ray started on first use"
+    if address == "local":
+        return "a new local Ray, started on first use"
+    parts = urlsplit(address if "://" in address else f"//{address}")
+    if parts.hostname is None or parts.port is None:
+        raise ValueError(f"{address!r} is not host:port or ray://host:port")
+    socket.create_connection((parts.hostname, parts.port), timeout).close()
+    return "TCP connect"

@@ -1,0 +1,53 @@
+"""pytest fixtures that run the Ray backend on a local Ray cluster: no machines, no account.
+
+Enable them in a ``conftest.py`` with ``pytest_plugins = ["sandboxkit.testing.ray"]``:
+
+- ``ray_cluster`` (session): a head node of 8 logical CPUs started for the tests, no dashboard
+  (skips, naming the extra, without ``ray``); this process stays connected to it until the
+  session ends, then the cluster's processes are stopped;
+- ``ray_env``: ``RAY_ADDRESS`` pointing at it, so code under test that calls
+  ``get_backend("ray")``, and the child processes it starts, reach it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import pytest
+
+from ..backends._facts import RAY_ADDRESS_VAR
+
+if TYPE_CHECKING:
+    from ray.cluster_utils import Cluster
+
+CLUSTER_CPUS = 8
+"""Logical CPUs: more sandboxes (one CPU each) than a test holds at once, whatever the host."""
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[Cluster]:
+    try:
+        import ray
+        from ray.cluster_utils import Cluster
+    except ImportError:
+        pytest.skip("ray is not installed: pip install 'sandboxkit[ray]'")
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": CLUSTER_CPUS,
+            "include_dashboard": False,
+            "object_store_memory": 100 * 2**20,
+        },
+    )
+    try:
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+@pytest.fixture
+def ray_env(ray_cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> Cluster:
+    monkeypatch.setenv(RAY_ADDRESS_VAR, ray_cluster.address)
+    return ray_cluster

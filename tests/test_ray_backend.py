@@ -1,0 +1,183 @@
+"""The Ray backend beyond the shared contract: what outlives a driver, what reaches a sandbox
+from the driver, and where a sandbox goes (on a local Ray cluster, ``sandboxkit.testing.ray``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from sandboxkit import SandboxClient, get_backend
+from sandboxkit.config import child_pythonpath
+from sandboxkit.errors import (
+    BackendMisconfiguredError,
+    SandboxLostError,
+    SandboxNotFoundError,
+    TransientBackendError,
+)
+
+pytest.importorskip("ray")
+
+pytestmark = pytest.mark.slow  # each test starts Ray actors, a second or more on this machine
+SECRET_VAR = "SANDBOXKIT_RAY_DRIVER_SECRET"
+
+
+@pytest.fixture
+def ray_client(ray_env: object) -> Iterator[SandboxClient]:
+    with get_backend("ray") as client:
+        yield client
+
+
+@pytest.fixture
+def tag(ray_client: SandboxClient) -> Iterator[str]:
+    tag = f"test-ray-{uuid.uuid4().hex[:10]}"
+    yield tag
+    for info in ray_client.list(tags=[tag]):
+        ray_client.stop(info.id)
+
+
+def driver(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``code`` run by a new Python process: another driver of the cluster."""
+    env = {**env, "PYTHONPATH": child_pythonpath()}
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_another_driver_lists_gets_and_stops_by_tags(ray_client: SandboxClient, tag: str) -> None:
+    """Tags live with the actor, not in the driver that made it: a fresh backend (no handle
+    cached) finds the sandbox by them, and stopping it there ends it for its maker too."""
+    sb = ray_client.sandbox(tags=[tag, "role=a"], env={"ROLE": "a"})
+    with get_backend("ray") as other:
+        assert [i.id for i in other.list(tags=[tag, "role=a"])] == [sb.id]
+        assert other.list(tags=[tag, "role=b"]) == []
+        found = other.get(sb.id)
+        assert found.info().tags == (tag, "role=a")
+        assert found.exec(["sh", "-c", "echo $ROLE"]).stdout == "a\n"
+        other.stop(sb.id)
+        assert other.list(tags=[tag]) == []
+    with pytest.raises((SandboxLostError, SandboxNotFoundError)):
+        sb.exec(["true"])
+
+
+def test_a_sandbox_outlives_its_driver_and_a_new_driver_reaps_it(
+    ray_client: SandboxClient, tag: str
+) -> None:
+    """Detached actors: a driver killed before its cleanup leaves a working sandbox that
+    `sandboxkit reap --tag` in another process finds and stops."""
+    made = driver(
+        f"""
+        import os
+        from sandboxkit import get_backend
+        sb = get_backend("ray").sandbox(tags=[{tag!r}, "sandboxkit-run=crashed"])
+        sb.write_file("state.txt", "left behind")
+        print(sb.id, flush=True)
+        os._exit(9)  # no cleanup, no ray.shutdown
+        """,
+        dict(os.environ),
+    )
+    assert made.returncode == 9, made.stderr
+    sandbox_id = made.stdout.strip()
+    assert [i.id for i in ray_client.list(tags=[tag])] == [sandbox_id]
+    assert ray_client.get(sandbox_id).exec(["cat", "state.txt"]).stdout == "left behind"
+
+    reaped = subprocess.run(
+        [sys.executable, "-m", "sandboxkit", "reap", "--backend", "ray", "--tag", tag],
+        env={**os.environ, "PYTHONPATH": child_pythonpath()},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert reaped.returncode == 0, reaped.stdout + reaped.stderr
+    assert "stopped 1 sandbox" in reaped.stdout
+    assert ray_client.list(tags=[tag]) == []
+    with pytest.raises(SandboxNotFoundError):
+        ray_client.get(sandbox_id)
+
+
+def test_nothing_of_the_drivers_environment_reaches_a_sandbox() -> None:
+    """A driver with a secret starts a local Ray on demand (no address anywhere, and a Ray
+    directory of its own, so it finds no cluster of other tests): Ray's workers inherit the
+    secret, the programs in its sandboxes see none of it, neither in their environment nor in
+    any process they can see."""
+    ray_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: its sockets live in it
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RAY_TMPDIR": ray_dir}
+    secret = f"secret-{uuid.uuid4().hex}"
+    scan = (
+        "import glob, os\n"
+        f"print(os.environ.get({SECRET_VAR!r}))\n"
+        "seen = []\n"
+        "for path in glob.glob('/proc/[0-9]*/environ'):\n"
+        "    try:\n"
+        f"        seen.append({secret!r}.encode() in open(path, 'rb').read())\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "print(any(seen), len(seen))\n"
+    )
+    done = driver(
+        f"""
+        import json, os, ray
+        from sandboxkit import get_backend
+        with get_backend("ray") as client, client.sandbox() as sb:
+            result = sb.exec(["python3", "-c", {scan!r}], timeout=60)
+            worker = ray.get(ray.remote(lambda: os.environ.get({SECRET_VAR!r})).remote())
+            print(json.dumps([result.stdout, result.stderr, worker]))
+        """,
+        {**env, SECRET_VAR: secret},
+    )
+    shutil.rmtree(ray_dir, ignore_errors=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    stdout, stderr, worker = json.loads(done.stdout.strip().splitlines()[-1])
+    assert worker == secret  # what Ray itself passes on to its workers
+    seen_var, seen_anywhere, processes = stdout.split()
+    assert (seen_var, seen_anywhere) == ("None", "False"), stderr
+    assert int(processes) > 0
+
+
+def test_a_sandbox_no_node_can_hold_fails_at_once(ray_client: SandboxClient, tag: str) -> None:
+    with pytest.raises(BackendMisconfiguredError, match=r"no node of the Ray cluster has 64 CPUs"):
+        ray_client.sandbox(tags=[tag], cpu=64)
+    with pytest.raises(BackendMisconfiguredError, match=r"and 100000000 MB"):
+        ray_client.sandbox(tags=[tag], memory_mb=10**8)
+    assert ray_client.list(tags=[tag]) == []
+
+
+def test_a_sandbox_that_fits_waits_for_room_then_gives_up(ray_env: object, tag: str) -> None:
+    """Placement by CPU: with the cluster's 8 CPUs held by one sandbox, the next waits for
+    room until ``create_timeout``, then fails as a transient error leaving no actor behind;
+    once room is made, it is placed."""
+    with get_backend("ray", create_timeout=2) as client:
+        big = client.sandbox(tags=[tag], cpu=8)
+        with pytest.raises(TransientBackendError, match=r"no room on the Ray cluster"):
+            client.sandbox(tags=[tag])
+        assert [i.id for i in client.list(tags=[tag])] == [big.id]
+        big.stop()
+        with client.sandbox(tags=[tag], cpu=0.5) as small:
+            assert small.exec(["echo", "placed"]).stdout == "placed\n"
+
+
+def test_doctor_reports_the_ray_backend(ray_env: object) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "sandboxkit", "doctor", "--backend", "ray", "--timeout", "30"],
+        env={**os.environ, "PYTHONPATH": child_pythonpath()},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ray: ready  <- selected" in done.stdout
+    assert "(RAY_ADDRESS) reachable (TCP connect" in done.stdout
+    assert "[ok  ] api " in done.stdout
