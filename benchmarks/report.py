@@ -22,6 +22,7 @@ from typing import Any
 
 import local_overhead
 import rate_limits
+import ray_backend
 from run import RESULTS, Report, Row, markdown
 
 README = RESULTS.parent / "README.md"
@@ -39,6 +40,7 @@ def load(path: Path) -> Report:
 RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "local_overhead.json": local_overhead.markdown,
     "rate_limits.json": rate_limits.markdown,
+    "ray_backend.json": ray_backend.markdown,
 }
 """The results files not written by ``run.py``, and the tables each one's benchmark makes."""
 

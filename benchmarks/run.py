@@ -10,11 +10,12 @@ lower bound that perfect overlap would give. Contest judging (``contest.py``) co
 times a C++ compile with and without the precompiled header. The tools section
 (``tools.py``) times the tool calls of multi-turn rollouts on a warm sandbox against the raw
 calls they wrap, and a rollout's reset. The ranks section (``ranks.py``) runs several processes
-against one emulator that refuses execs beyond a limit, sharing one budget or not. Prints
-markdown tables and writes JSON.
+against one emulator that refuses execs beyond a limit, sharing one budget or not. The ray
+section (``ray_backend.py``) sets the Ray backend's calls and batches against the local
+backend's on a local Ray cluster of one, then two nodes. Prints markdown tables and writes JSON.
 
     PYTHONPATH=. python benchmarks/run.py [--quick | --smoke]
-        [--only local|remote|contest|tools|ranks] [--json PATH]
+        [--only local|remote|contest|tools|ranks|ray] [--json PATH]
 """
 
 from __future__ import annotations
@@ -119,6 +120,11 @@ class Sizes:
     ranks_allowed: int = 8
     """Execs the emulator takes at once; it refuses more (429)."""
     ranks_latency: float = 20
+    ray_rounds: int = 40
+    """Ray section: timed calls of each kind on a warm sandbox of each backend."""
+    ray_batch: int = 48
+    ray_calls: int = 5
+    """Ray section: timed reward calls of ``ray_batch`` trivial programs per row."""
 
 
 FULL = Sizes(
@@ -161,6 +167,9 @@ QUICK = Sizes(
     tool_latencies=(50,),
     ranks=(2, 4),
     ranks_batch=16,
+    ray_rounds=20,
+    ray_batch=24,
+    ray_calls=3,
 )
 SMOKE = Sizes(
     "smoke",
@@ -190,6 +199,9 @@ SMOKE = Sizes(
     ranks_batch=4,
     ranks_pool=2,
     ranks_allowed=2,
+    ray_rounds=3,
+    ray_batch=4,
+    ray_calls=1,
 )
 
 
@@ -577,6 +589,8 @@ class Report:
     """A rollout's reset: giving its sandbox back, the next rollout's first call."""
     ranks: list[dict[str, Any]] = field(default_factory=list)
     """Ranks sharing one rate-limited provider, coordinated or not (``ranks.measure``)."""
+    ray: dict[str, Any] = field(default_factory=dict)
+    """The Ray section: ``ray_backend.measure``'s results."""
     targets: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     """A line for each group of rows that could not run here, and why."""
@@ -764,6 +778,19 @@ def run_ranks(sizes: Sizes, report: Report, log: Callable[[str], None]) -> None:
         latency_ms=sizes.ranks_latency,
         log=log,
     )
+
+
+def run_ray(sizes: Sizes, report: Report, log: Callable[[str], None]) -> None:
+    """The Ray backend against the local one (``ray_backend.py``); skipped without ray."""
+    try:
+        backend_factory("ray")
+    except BackendUnavailableError as exc:
+        log(f"skipped the ray rows: {exc}")
+        report.skipped.append(f"ray: {exc}")
+        return
+    import ray_backend  # imports this module: only once it is loaded
+
+    report.ray = ray_backend.measure(sizes.ray_rounds, sizes.ray_batch, sizes.ray_calls, log)
 
 
 def unavailable(provider: str) -> str | None:
@@ -1030,6 +1057,11 @@ def markdown(report: Report) -> str:
     if report.tool_calls:
         out += tools.markdown(report.tool_calls, report.tool_resets)
     out += ranks.markdown(report.ranks)
+    if report.ray:
+        import ray_backend
+
+        out += ["", "### Ray backend against the local backend (local Ray nodes of 1 CPU)"]
+        out += ray_backend.tables(report.ray)
     if report.skipped:
         out += ["", "### Skipped", ""] + [f"- {line}" for line in report.skipped]
     if report.targets:
@@ -1063,7 +1095,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     size.add_argument("--quick", action="store_true", help="small batches, under a minute")
     size.add_argument("--smoke", action="store_true", help="tiny batches, seconds (for tests)")
     parser.add_argument(
-        "--only", choices=("local", "remote", "contest", "tools", "ranks"), default=None
+        "--only",
+        choices=("local", "remote", "contest", "tools", "ranks", "ray"),
+        default=None,
     )
     parser.add_argument("--json", type=Path, default=None, help="where to write the results")
     parser.add_argument("--local-pool-size", type=int, default=CORES * 2)
@@ -1112,6 +1146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_tools(sizes, report, log)
     if args.only in (None, "ranks"):
         run_ranks(sizes, report, log)
+    if args.only in (None, "ray"):
+        run_ray(sizes, report, log)
     evaluate_targets(report)
     report.machine["load_average_end"] = list(os.getloadavg())
     report.machine["suite_seconds"] = round(time.perf_counter() - started, 1)

@@ -191,3 +191,33 @@ def test_ranks_smoke_run_has_every_row_and_loses_no_reward_coordinated(tmp_path:
     assert [r["processes"] for r in rows.values()] == [1, 2, 2]
     assert rows["coordinated"]["none_rewards"] == 0
     assert report["targets"] == []  # judged on a full run's batches only
+
+
+@pytest.mark.slow
+def test_ray_smoke_run_sets_both_backends_side_by_side(tmp_path: Path) -> None:
+    """Every call on both backends, a batch row per cluster size scoring every program right,
+    and the model's rows; without ray, the section says it skipped and why."""
+    out = tmp_path / "ray.json"
+    done = run_script("benchmarks/run.py", "--smoke", "--only", "ray", "--json", str(out))
+    report = json.loads(out.read_text())
+    if importlib.util.find_spec("ray") is None:
+        assert report["ray"] == {}
+        assert any(line.startswith("ray: ") for line in report["skipped"])
+        return
+    assert "### Ray backend against the local backend" in done.stdout
+    ray = report["ray"]
+    assert {(r["backend"], r["call"]) for r in ray["calls"]} == {
+        (backend, call)
+        for backend in ("local", "ray")
+        for call in ("aexec(['true'])", "python3 -c pass")
+    }
+    assert all(r["p95_ms"] >= r["p50_ms"] > 0 for r in [*ray["calls"], *ray["lifecycle"]])
+    assert [(r["backend"], r["nodes"], r["pool"]) for r in ray["batches"]] == [
+        ("local", 1, 1),
+        ("local", 1, 2),
+        ("ray", 1, 1),
+        ("ray", 2, 2),
+    ]
+    assert all(r["mean_reward"] == 1.0 and r["wall_s"] > 0 for r in ray["batches"])
+    assert {r["backend"] for r in ray["memory"]} == {"local", "ray"}
+    assert ray["model"]["rows"] and all(r["per_s"] > 0 for r in ray["model"]["rows"])
