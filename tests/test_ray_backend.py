@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from sandboxkit import SandboxClient, get_backend
+from sandboxkit import SandboxClient, Session, get_backend
 from sandboxkit.config import child_pythonpath
 from sandboxkit.errors import (
     BackendMisconfiguredError,
@@ -167,6 +167,33 @@ def test_a_sandbox_that_fits_waits_for_room_then_gives_up(ray_env: object, tag: 
         big.stop()
         with client.sandbox(tags=[tag], cpu=0.5) as small:
             assert small.exec(["echo", "placed"]).stdout == "placed\n"
+
+
+def test_a_sandbox_a_dead_driver_left_waiting_for_room_is_found_and_reaped(
+    ray_client: SandboxClient, tag: str
+) -> None:
+    """A driver killed while its create waits for room leaves an actor that Ray would place
+    later, holding a CPU with no one to stop it: its tags find it at once, and stopping it
+    does not wait for the room it never got."""
+    big = ray_client.sandbox(tags=[tag], cpu=8)
+    made = driver(
+        f"""
+        import os, threading
+        from sandboxkit import get_backend
+        threading.Timer(3, os._exit, [9]).start()
+        get_backend("ray").sandbox(tags=[{tag!r}, "waiting"])
+        """,
+        dict(os.environ),
+    )
+    assert made.returncode == 9, made.stderr
+    waiting = ray_client.list(tags=[tag, "waiting"])
+    assert len(waiting) == 1
+    with Session(ray_client, handle_signals=False) as session:
+        assert [i.id for i in session.reap(tags=[tag, "waiting"])] == [waiting[0].id]
+    assert [i.id for i in ray_client.list(tags=[tag])] == [big.id]
+    big.stop()
+    with ray_client.sandbox(tags=[tag], cpu=8) as sb:  # nothing holds a CPU any more
+        assert sb.exec(["true"]).ok
 
 
 def test_doctor_reports_the_ray_backend(ray_env: object) -> None:

@@ -38,7 +38,9 @@ How the protocol maps onto Ray:
 - Errors the local backend raises come back as they are; an actor that died under a call (its
   node lost, the sandbox stopped by another process) is ``SandboxLostError``, one that cannot
   be reached for now ``TransientBackendError``.
-- ``stop`` stops the local sandbox, then kills the actor, which frees its resources.
+- ``stop`` stops the local sandbox (waiting up to ``STOP_GRACE_SECONDS``: an actor that a dead
+  driver left waiting for room would answer only once placed), then kills the actor, which
+  frees its resources.
 - ``list`` reports every live actor as running (one still waiting for room included) and never
   stopped ones, as the local backend does.
 """
@@ -78,6 +80,9 @@ from .subprocess import SubprocessBackend
 NAMESPACE = "sandboxkit"
 """The Ray namespace of every sandbox's actor, whatever the driver's own namespace."""
 DEFAULT_CREATE_TIMEOUT = 300.0
+STOP_GRACE_SECONDS = 10.0
+"""How long ``stop`` waits for the actor to stop its sandbox before killing it anyway."""
+logger = logging.getLogger("sandboxkit.ray")
 T = TypeVar("T")
 _connecting = threading.Lock()
 
@@ -202,7 +207,7 @@ class RayBackend:
                     logging_level=logging.WARNING,
                 )
             except ConnectionError as exc:
-                if address == "auto":
+                if address == "auto" and "Could not find any running Ray instance" in str(exc):
                     return False
                 raise TransientBackendError(f"no Ray cluster at {address}: {exc}") from exc
             return True
@@ -334,8 +339,15 @@ class RayBackend:
             raise
         self._handles.pop(sandbox_id, None)
         try:
-            # Shielded: a cancelled stop must still free the actor's resources.
-            await asyncio.shield(self._call(sandbox_id, handle.stop.remote()))
+            # Shielded: a cancelled stop must still free the actor's resources. Bounded: an
+            # actor a dead driver left waiting for room would only answer once placed.
+            await asyncio.wait_for(
+                asyncio.shield(self._call(sandbox_id, handle.stop.remote())), STOP_GRACE_SECONDS
+            )
+        except asyncio.TimeoutError:
+            logger.warning(
+                "sandbox %s did not stop within %g s: killed", sandbox_id, STOP_GRACE_SECONDS
+            )
         except SandboxLostError:
             pass  # the actor is gone already, and its sandbox with it
         finally:
