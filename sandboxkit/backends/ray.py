@@ -95,14 +95,11 @@ class SandboxActor:
         self.backend: SubprocessBackend | None = None
         self.sandbox_id: str | None = None
 
-    def _id(self) -> str:
-        if self.sandbox_id is None:
+    def _sandbox(self) -> tuple[SubprocessBackend, str]:
+        """The local backend and the sandbox's id in it."""
+        if self.backend is None or self.sandbox_id is None:
             raise SandboxNotFoundError("the sandbox was never made (or was stopped)")
-        return self.sandbox_id
-
-    def _local(self) -> SubprocessBackend:
-        assert self.backend is not None  # set with sandbox_id
-        return self.backend
+        return self.backend, self.sandbox_id
 
     async def create(self, spec: SandboxSpec) -> SandboxInfo:
         options = self.local_options
@@ -121,23 +118,25 @@ class SandboxActor:
         cwd: str | None,
         env: Mapping[str, str] | None,
     ) -> ExecResult:
-        return await self._local().exec(
-            self._id(), argv, timeout=timeout, stdin=stdin, cwd=cwd, env=env
-        )
+        local, sandbox_id = self._sandbox()
+        return await local.exec(sandbox_id, argv, timeout=timeout, stdin=stdin, cwd=cwd, env=env)
 
     async def write_file(self, path: str, data: bytes) -> None:
-        await self._local().write_file(self._id(), path, data)
+        local, sandbox_id = self._sandbox()
+        await local.write_file(sandbox_id, path, data)
 
     async def read_file(self, path: str) -> bytes:
-        return await self._local().read_file(self._id(), path)
+        local, sandbox_id = self._sandbox()
+        return await local.read_file(sandbox_id, path)
 
     async def info(self) -> SandboxInfo:
-        return await self._local().get(self._id())
+        local, sandbox_id = self._sandbox()
+        return await local.get(sandbox_id)
 
     async def stop(self) -> None:
-        if self.sandbox_id is not None:
-            await self._local().stop(self.sandbox_id)
-            self.sandbox_id = None
+        if self.backend is not None and self.sandbox_id is not None:
+            sandbox_id, self.sandbox_id = self.sandbox_id, None
+            await self.backend.stop(sandbox_id)
 
 
 _RemoteSandbox = ray.remote(SandboxActor)
