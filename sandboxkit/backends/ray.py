@@ -187,6 +187,9 @@ class RayBackend:
         self.cpu = cpu
         self.create_timeout = create_timeout
         self.local_options = dict(local or {})
+        self.account = f"ray {self.address or 'auto'}"
+        """What its sandboxes share: the cluster (ranks on one machine share a budget per
+        account)."""
         self._handles: dict[str, ActorHandle] = {}
 
     # -- connection --------------------------------------------------------------------------
