@@ -1,48 +1,19 @@
 """Sandboxes on a Ray cluster's nodes: each one is a Ray actor holding a local sandbox.
 
 When the training nodes' CPUs are not enough, this runs the local backend's sandboxes (full
-isolation and limits, see :mod:`sandboxkit.backends.subprocess`) on other machines, with no
-cloud account: any Ray cluster will do (``pip install 'sandboxkit[ray]'``; every node needs
-sandboxkit installed in the Python its Ray workers run, or shipped with the job's
-``runtime_env``).
+isolation and limits) on other machines with no cloud account: any Ray cluster will do, found
+from ``address=``, ``RAY_ADDRESS``, a cluster ``ray start`` made on this machine, or else a
+local Ray started on the first ``create`` (``list``, ``get``, ``stop`` and ``reap`` never start
+one). Every node needs sandboxkit installed in the Python its Ray workers run.
 
-Which cluster (explicit options win over the environment, which may come from ``.env``):
-
-- ``address=``, else ``RAY_ADDRESS`` (``host:6379`` of a cluster's head, or ``ray://host:10001``
-  for Ray Client), else what Ray itself finds: the cluster ``ray start`` made on this machine,
-  else a local Ray started on demand on the first ``create`` (no dashboard, as many CPUs as the
-  machine has). To point it at a cluster: ``ray start --head`` on one machine, ``ray start
-  --address <head>:6379`` on the others, then ``RAY_ADDRESS=<head>:6379`` where training runs.
-- A process that called ``ray.init`` itself (verl, say) is used as it is connected.
-- ``list``, ``get``, ``stop`` and ``reap`` never start a cluster: without an address they look
-  for one running on this machine (Ray's ``address="auto"``), and with none there are no
-  sandboxes.
-
-How the protocol maps onto Ray:
-
-- ``create`` starts a detached actor named ``<id> <json of tags and start time>`` in the
-  ``sandboxkit`` namespace: detached, it outlives the driver, so ``list``, ``stop`` and
-  ``sandboxkit reap --tag`` in a new process find what a crashed run left (one listing of
-  named actors, no call to each). The actor reserves ``cpu`` CPUs (the spec's, else the
-  backend's ``cpu=``, default 1; fractions allowed) and, when the spec asks, ``memory_mb`` of
-  Ray memory, which also becomes the sandbox's memory limit. Ray places it on a node with that
-  much free; then the actor makes a sandbox of the local backend there.
-- Placement: a sandbox that no node of the cluster could ever hold fails at once
-  (``BackendMisconfiguredError``); one that fits but finds no free room waits for it up to
-  ``create_timeout`` seconds, then fails with ``TransientBackendError`` (the actor is removed):
-  pools retry it. A pool bigger than the cluster's CPUs divided by ``cpu`` therefore waits.
-- ``exec``, ``write_file``, ``read_file`` and ``get`` are calls to the actor (about a
-  millisecond each on one machine, plus the exec itself). The local backend builds each exec's
-  environment from the spec and the call alone, so nothing of the driver's or of the Ray
-  worker's environment reaches the program.
-- Errors the local backend raises come back as they are; an actor that died under a call (its
-  node lost, the sandbox stopped by another process) is ``SandboxLostError``, one that cannot
-  be reached for now ``TransientBackendError``.
-- ``stop`` stops the local sandbox (waiting up to ``STOP_GRACE_SECONDS``: an actor that a dead
-  driver left waiting for room would answer only once placed), then kills the actor, which
-  frees its resources.
-- ``list`` reports every live actor as running (one still waiting for room included) and never
-  stopped ones, as the local backend does.
+Each sandbox is a detached actor named ``<id> <json of tags and start time>`` in the
+``sandboxkit`` namespace, so that ``list`` and ``reap`` in a new process find what a crashed
+run left with one listing and no call to each actor. It reserves ``cpu`` CPUs (and
+``memory_mb`` when the spec asks); a sandbox no node could ever hold fails at once, one that
+finds no free room waits up to ``create_timeout`` and then is a transient error pools retry.
+Calls go to the actor, whose local backend builds each exec's environment from the spec
+alone: nothing of the driver's or the Ray worker's environment reaches a program. An actor
+that died under a call is a lost sandbox. Setup, costs and limits: docs/scale.md.
 """
 
 from __future__ import annotations
