@@ -46,6 +46,7 @@ from typing import Any, Literal
 
 from .budget import ConcurrencyBudget
 from .config import setting
+from .hostdirs import private_directory
 
 logger = logging.getLogger("sandboxkit.coordination")
 
@@ -145,7 +146,7 @@ os.register_at_fork(after_in_child=_close_inherited)
 
 
 def _open(path: Path) -> int:
-    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
 
 
 def _try_lock(fd: int) -> bool:
@@ -296,7 +297,10 @@ class _Members:
 
 
 def _directory(kind: str, key: str) -> Path:
-    path = coordination_root() / kind / _digest(key)[:16]
+    """Below a private root (see :mod:`sandboxkit.hostdirs`: in a shared temporary directory,
+    another user could otherwise plant the state or links that our writes would follow)."""
+    path = private_directory(coordination_root(), "the coordination directory") / kind
+    path = path / _digest(key)[:16]
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
     return path
 

@@ -533,3 +533,12 @@ def test_a_spec_with_bad_tolerances_or_language_says_so() -> None:
         checker_from_spec({"kind": "floats", "abs_tol": "tiny"})
     with pytest.raises(ValueError, match="'rust': one of"):
         checker_from_spec({"kind": "program", "source": "fn main() {}", "language": "rust"})
+
+
+def test_a_checker_cache_others_can_write_is_refused(tmp_path: Path) -> None:
+    """A binary another user planted there would run as this user (root, often)."""
+    shared = tmp_path / "shared-cache"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    with pytest.raises(CheckerError, match=r"checker cache .* is not a directory only uid"):
+        compile_checker(SUM_CHECKER, "cpp", shared)

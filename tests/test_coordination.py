@@ -330,3 +330,30 @@ def test_without_coordination_max_sandboxes_caps_the_pool(local: SandboxClient) 
 def test_pool_options_are_checked(local: SandboxClient) -> None:
     with pytest.raises(ValueError, match="max_sandboxes"):
         SandboxPool(local, max_sandboxes=0)
+
+
+# -- a shared temporary directory ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("planted", ["world-writable", "someone else's", "a link"])
+def test_a_coordination_directory_others_control_is_refused(
+    shared_dir: Path, tmp_path: Path, planted: str
+) -> None:
+    """In a shared /tmp another user can make the directory first, then plant links that the
+    budget's writes would follow (as root, anywhere) or a state that throttles every rank."""
+    if planted == "a link":
+        target = tmp_path / "elsewhere"
+        target.mkdir(mode=0o700)
+        shared_dir.symlink_to(target)
+    else:
+        shared_dir.mkdir(mode=0o700)
+        if planted == "world-writable":
+            shared_dir.chmod(0o777)
+        else:
+            if os.getuid() != 0:
+                pytest.skip("making a directory someone else's needs root")
+            os.chown(shared_dir, 65534, 65534)
+    with pytest.raises(PermissionError, match=r"the coordination directory .* only uid"):
+        SharedBudget("acct", 2)
+    if planted == "a link":
+        assert list((tmp_path / "elsewhere").iterdir()) == []  # nothing made through it

@@ -23,7 +23,6 @@ import math
 import os
 import re
 import shutil
-import stat
 import subprocess
 import tempfile
 import threading
@@ -35,6 +34,7 @@ from typing import Any, Literal, Protocol
 from ..client import Sandbox
 from ..errors import SandboxError
 from ..harness.runner import output_bytes, split_tokens
+from ..hostdirs import private_directory
 from ..portal import blocking, on_portal
 from ..protocol import ExecResult
 from ..session import Session
@@ -198,16 +198,6 @@ def default_cache_dir() -> Path:
     return Path(tempfile.gettempdir()) / f"sandboxkit-checkers-{os.getuid()}"
 
 
-def _own_directory(path: Path) -> Path:
-    """``path``, made if missing; a directory of someone else's, or one they can write, could
-    hold binaries they planted, so it is refused."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    info = os.lstat(path)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
-        raise CheckerError(f"checker cache {path} is not a directory only this user can write")
-    return path
-
-
 def compile_checker(source: str, language: str = "cpp", cache_dir: Path | None = None) -> Path:
     """The binary of a checker program, compiled on the host once per (source, compiler
     command) and kept in ``cache_dir``: by every thread and process, since the compile holds
@@ -217,7 +207,10 @@ def compile_checker(source: str, language: str = "cpp", cache_dir: Path | None =
         raise ValueError(f"checker language {language!r}: one of {sorted(COMPILERS)}")
     command = COMPILERS[language]
     key = hashlib.sha256(json.dumps([command, source]).encode()).hexdigest()[:32]
-    cache = _own_directory(cache_dir or default_cache_dir())
+    try:
+        cache = private_directory(cache_dir or default_cache_dir(), "checker cache")
+    except PermissionError as exc:  # it could hold binaries someone else planted
+        raise CheckerError(str(exc)) from None
     binary, failed = cache / key, cache / f"{key}.error"
     with open(cache / f"{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
