@@ -13,10 +13,10 @@ import stat
 from pathlib import Path
 
 
-def private_directory(path: Path, what: str) -> Path:
-    """``path``, made (mode 0700) if missing; raises ``PermissionError`` naming ``what`` unless
-    it is a directory (not a link to one) of this user that no one else can write."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+def private_directory(path: Path, what: str, mode: int = 0o700) -> Path:
+    """``path``, made with ``mode`` if missing; raises ``PermissionError`` naming ``what``
+    unless it is a directory (not a link to one) of this user that no one else can write."""
+    path.mkdir(mode=mode, parents=True, exist_ok=True)
     info = os.lstat(path)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
         raise PermissionError(

@@ -1337,3 +1337,19 @@ def test_stop_deletes_whatever_the_program_left(
         holder.join(timeout=30)
     assert (host / "keep").read_text() == "host data"
     assert sorted(os.listdir(host)) == ["keep"]
+
+
+@pytest.mark.parametrize("planted", ["world-writable", "a link"])
+def test_a_local_root_another_user_could_have_made_is_refused(tmp_path: Path, planted: str) -> None:
+    """In a shared /tmp, whoever makes ``sandboxkit-<uid>`` first decides what the sandboxes
+    run (the interpreter links, the sandboxes' state): a root that is not ours alone is an
+    error, not a place to work in."""
+    root = tmp_path / "root"
+    if planted == "a link":
+        (tmp_path / "theirs").mkdir(mode=0o711)
+        root.symlink_to(tmp_path / "theirs")
+    else:
+        root.mkdir()
+        root.chmod(0o777)
+    with pytest.raises(SandboxError, match=r"the local backend's root .* only uid"):
+        get_backend("subprocess", root=root)

@@ -32,6 +32,7 @@ from ..errors import (
     SandboxLostError,
     SandboxNotFoundError,
 )
+from ..hostdirs import private_directory
 from ..keywords import check_keywords, keyword_only
 from ..local import disk, files
 from ..local.cgroup import Cgroups
@@ -107,7 +108,10 @@ class SubprocessBackend:
             "SubprocessBackend()", limit_overrides, keyword_only(type(self)) | limit_names
         )
         self.root = Path(root or setting("SANDBOXKIT_LOCAL_ROOT") or _default_root())
-        self.root.mkdir(mode=0o711, parents=True, exist_ok=True)
+        try:  # in a shared /tmp, another user could make it first and plant what we run
+            private_directory(self.root, "the local backend's root", 0o711)
+        except PermissionError as exc:
+            raise BackendMisconfiguredError(f"{exc} (SANDBOXKIT_LOCAL_ROOT)") from None
         self.account = f"subprocess {self.root.resolve()}"
         """What its sandboxes share (ranks share a budget per account)."""
         self.limits = (

@@ -24,7 +24,6 @@ import hashlib
 import itertools
 import os
 import shutil
-import stat
 import struct
 import subprocess
 import sys
@@ -36,6 +35,7 @@ from typing import Any
 
 from ..config import ISOLATION_VAR, setting
 from ..errors import BackendMisconfiguredError, IsolationUnavailableError
+from ..hostdirs import private_directory
 
 SANDBOX_BIN = "/opt/sandboxkit/bin"
 """Where ``python`` and ``python3`` are found inside a namespaced sandbox."""
@@ -102,10 +102,10 @@ def reachable_copy(program: str, uid: int) -> str:
         digest.update(f"{relative}\0{len(data)}\0".encode())
         digest.update(data)
     directory = Path(tempfile.gettempdir()) / f"sandboxkit-bin-{os.getuid()}"
-    directory.mkdir(mode=0o755, exist_ok=True)
-    info = os.lstat(directory)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
-        raise BackendMisconfiguredError(f"{directory} is not a private directory of ours")
+    try:
+        private_directory(directory, "the sandboxes' binaries directory", 0o755)
+    except PermissionError as exc:  # a binary planted there would run in every sandbox
+        raise BackendMisconfiguredError(str(exc)) from None
     os.chmod(directory, 0o755)
     copy = directory / f"{files[0].name}-{digest.hexdigest()[:16]}"
     if not copy.exists():
