@@ -312,3 +312,19 @@ def test_the_async_core_is_usable_from_a_running_loop(
         return await env.get_reward()
 
     assert asyncio.run(rollout()) == 1.0
+
+
+def test_arguments_that_are_not_text_and_a_closed_class_are_errors_the_model_reads(
+    env_class: type[SandboxEnvironment],
+) -> None:
+    """JSON lets a model pass a number, a list or null where a tool takes text; and tools
+    called after ``close_all`` start afresh rather than raise."""
+    env = env_class()
+    env.reset(**ROW)
+    assert env.run_python(42) == "error: code must be a string, not int"  # type: ignore[arg-type]
+    assert env.write_file("a.txt", None) == "error: content must be a string, not NoneType"  # type: ignore[arg-type]
+    assert env.submit(code=["x"]) == "error: code must be a string, not list"  # type: ignore[arg-type]
+    assert env.submission is None
+    env.run_python("x = 1")
+    env_class.close_all()
+    assert "NameError" in env.run_python("x")  # a new lender, a new sandbox

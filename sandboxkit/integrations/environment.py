@@ -6,8 +6,10 @@ transformers; :mod:`sandboxkit.integrations.trl` re-exports it next to the TRL c
 
 from __future__ import annotations
 
+import functools
+import inspect
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -18,6 +20,21 @@ from ..rewards import RewardFunction, assert_tests_reward
 from ..tools import Rollout, SandboxLender, ToolCall
 
 TOOLS = ("run_python", "run_shell", "write_file", "read_file", "submit")
+
+
+def _text_arguments(tool: Callable[..., str]) -> Callable[..., str]:
+    """A tool whose arguments the model wrote: one that is not a string (JSON allows a number,
+    a list, null) gets an error the model can read, not an exception."""
+
+    @functools.wraps(tool)
+    def checked(self: SandboxEnvironment, *args: Any, **kwargs: Any) -> str:
+        names = list(inspect.signature(tool).parameters)[1:]
+        for name, value in [*zip(names, args, strict=False), *kwargs.items()]:
+            if not isinstance(value, str):
+                return f"error: {name} must be a string, not {type(value).__name__}"
+        return tool(self, *args, **kwargs)
+
+    return checked
 
 
 @dataclass
@@ -95,6 +112,8 @@ class SandboxEnvironment:
             shared.reward.close()
 
     def _tools(self) -> Rollout:
+        if self._rollout is not None and self._rollout.lender.closed:
+            self._rollout = None  # closed under it (close_all): start afresh
         if self._rollout is None:
             self._rollout = Rollout(
                 self._shared().lender, timeout=self.timeout, max_output=self.max_output
@@ -128,6 +147,7 @@ class SandboxEnvironment:
         self._row = row
         return None
 
+    @_text_arguments
     def run_python(self, code: str) -> str:
         """Run Python code in a persistent interpreter, like a notebook cell: variables,
         functions, classes and imports stay defined for later calls. The value of a final
@@ -142,6 +162,7 @@ class SandboxEnvironment:
         """
         return run_sync(self._tools().arun_python(code))
 
+    @_text_arguments
     def run_shell(self, command: str) -> str:
         """Run a shell command in the working directory.
 
@@ -153,6 +174,7 @@ class SandboxEnvironment:
         """
         return run_sync(self._tools().arun_shell(command))
 
+    @_text_arguments
     def write_file(self, path: str, content: str) -> str:
         """Write a text file (relative paths are in the working directory).
 
@@ -165,6 +187,7 @@ class SandboxEnvironment:
         """
         return run_sync(self._tools().awrite_file(path, content))
 
+    @_text_arguments
     def read_file(self, path: str) -> str:
         """Read a text file (relative paths are in the working directory).
 
@@ -176,6 +199,7 @@ class SandboxEnvironment:
         """
         return run_sync(self._tools().aread_file(path))
 
+    @_text_arguments
     def submit(self, code: str) -> str:
         """Submit the final solution; it is tested when the conversation ends (the last
         submission counts).
