@@ -26,9 +26,10 @@ def _text_arguments(tool: Callable[..., str]) -> Callable[..., str]:
     """A tool whose arguments the model wrote: one that is not a string (JSON allows a number,
     a list, null) gets an error the model can read, not an exception."""
 
+    names = list(inspect.signature(tool).parameters)[1:]
+
     @functools.wraps(tool)
     def checked(self: SandboxEnvironment, *args: Any, **kwargs: Any) -> str:
-        names = list(inspect.signature(tool).parameters)[1:]
         for name, value in [*zip(names, args, strict=False), *kwargs.items()]:
             if not isinstance(value, str):
                 return f"error: {name} must be a string, not {type(value).__name__}"
