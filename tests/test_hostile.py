@@ -8,6 +8,7 @@ world-writable paths) the test states that as the expected outcome.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
@@ -571,6 +572,7 @@ def test_the_process_that_supervises_the_exec_is_out_of_reach(
 
 
 _WRITABLE_KERNEL_FILES = r"""
+import asyncio
 import contextlib
 import os
 opened, written = [], []
@@ -1353,3 +1355,114 @@ def test_a_local_root_another_user_could_have_made_is_refused(tmp_path: Path, pl
         root.chmod(0o777)
     with pytest.raises(SandboxError, match=r"the local backend's root .* only uid"):
         get_backend("subprocess", root=root)
+
+
+# -- multi-turn rollouts: what one rollout leaves for the next ---------------------------------
+
+PLANT = r"""
+mkdir -p locked/deep && echo x > locked/deep/f && chmod 000 locked
+echo h > .hidden; echo d > ./-rf; echo n > "$(printf 'new\nline')"; echo t > /tmp/.left
+ln -s /etc/hostname host-link
+mkdir -p .sandboxkit/kernel/lib/cloudpickle
+echo 'print("POISONED")' >> .sandboxkit/kernel/lib/cloudpickle/__init__.py
+(setsid sh -c 'while :; do echo alive >> survivor.txt; sleep 0.05; done' &) ; sleep 0.2
+"""
+
+
+def test_what_a_rollout_leaves_reaches_no_later_rollout(tier: str, local_root: Path) -> None:
+    """Rollout A plants files of every awkward kind (no permissions, hidden, named like an
+    option, with a newline, a link to a host file, in /tmp), poisons the interpreter's copy of
+    cloudpickle, keeps a variable and leaves a detached process writing: the rollout after it
+    on the same lender, in the reused (wiped) sandbox or a new one, finds none of it."""
+    from sandboxkit.tools import Rollout, SandboxLender
+
+    hostname = Path("/etc/hostname").read_bytes() if Path("/etc/hostname").exists() else None
+
+    async def rollouts() -> tuple[list[str], SandboxLender]:
+        lender = SandboxLender(get_backend("subprocess", root=local_root))
+        first = Rollout(lender, timeout=10)
+        await first.arun_python("def f(x):\n    return x\nsecret = f('planted')")
+        await first.arun_shell(PLANT)
+        await first.arelease()
+        second = Rollout(lender, timeout=10)
+        seen = [
+            await second.arun_shell("sleep 0.3; ls -A . /tmp"),
+            await second.arun_python("def g():\n    return 1\nsecret"),
+            await second.arun_python("g()"),  # loads a state that needs cloudpickle
+            await second.arun_shell("cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '"),
+        ]
+        await second.arelease()
+        await lender.aclose()
+        return seen, lender
+
+    try:
+        (listing, secret, poisoned, processes), lender = asyncio.run(rollouts())
+    finally:  # the rlimits tier's /tmp is the host's, shared by every sandbox (docs/isolation.md)
+        with contextlib.suppress(OSError):
+            Path("/tmp/.left").unlink()
+    own_tmp = tier == "namespaces"
+    if own_tmp:
+        assert listing.split() == [".:", "/tmp:"]
+    else:
+        assert listing.split(".:")[1].split("/tmp:")[0].split() == []
+    assert "NameError" in secret and "planted" not in secret
+    assert poisoned == "1" and "POISONED" not in secret + poisoned
+    assert "survivor" not in processes and "while" not in processes
+    assert lender.stats.leases == 2
+    if hostname is not None:
+        assert Path("/etc/hostname").read_bytes() == hostname
+
+
+def test_a_rollout_released_mid_call_leaves_its_late_writes_to_no_one(
+    tier: str, local_root: Path
+) -> None:
+    """Released while two of its calls still run (the second on the cold path while the first
+    holds the warm template), rollout A's sandbox goes back only once both end: no later
+    rollout can find what they write after the release."""
+    from sandboxkit.tools import Rollout, SandboxLender
+
+    async def rollouts() -> list[str]:
+        lender = SandboxLender(get_backend("subprocess", root=local_root))
+        first = Rollout(lender, timeout=10)
+        await first.arun_shell("true")  # the sandbox is leased, the template started
+        late = [
+            asyncio.ensure_future(first.arun_shell(f"sleep 1; echo late > late{i}.txt"))
+            for i in range(2)
+        ]
+        await asyncio.sleep(0.2)
+        first.release()
+        second = Rollout(lender, timeout=10)
+        seen = [await second.arun_shell("sleep 1.5; ls -A")]
+        await asyncio.gather(*late)
+        await lender.asettle()
+        third = Rollout(lender, timeout=10)  # the wiped sandbox of A, or B's
+        seen.append(await third.arun_shell("ls -A"))
+        for rollout in (second, third):
+            await rollout.arelease()
+        await lender.aclose()
+        return seen
+
+    for listing in asyncio.run(rollouts()):
+        assert "late" not in listing, listing
+
+
+def test_concurrent_first_calls_of_a_rollout_share_one_sandbox(tier: str, local_root: Path) -> None:
+    """Two calls racing to lease the rollout's sandbox get the same one (a second lease would
+    be a sandbox no one gives back until the run ends)."""
+    from sandboxkit.tools import Rollout, SandboxLender
+
+    async def rollout() -> tuple[list[str], int]:
+        lender = SandboxLender(get_backend("subprocess", root=local_root))
+        mine = Rollout(lender, timeout=10)
+        outs = await asyncio.gather(
+            mine.arun_shell("echo a > a.txt; sleep 0.3; ls"),
+            mine.arun_shell("echo b > b.txt; sleep 0.3; ls"),
+        )
+        leases = lender.stats.leases
+        await mine.arelease()
+        await lender.aclose()
+        return list(outs), leases
+
+    outs, leases = asyncio.run(rollout())
+    assert leases == 1
+    assert all(out.split() == ["a.txt", "b.txt"] for out in outs), outs

@@ -10,10 +10,12 @@ the final answer, which is judged elsewhere, in a sandbox no tool call has touch
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import logging
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -34,6 +36,7 @@ SHELL = 'exec 2>&1; eval "$1"'
 """Runs the model's command with stderr merged into stdout, in the order written."""
 
 
+@functools.cache
 def _cloudpickle_files() -> dict[str, bytes]:
     """cloudpickle's modules (pure Python), to copy into a sandbox, whose image may lack it
     (``cloudpickle_fast`` is a deprecated alias nothing here needs)."""
@@ -99,18 +102,51 @@ class Rollout:
         self._sandbox: Sandbox | None = None
         self._kernel_ready = False
         self._released = False
+        self._busy = 0
+        """Calls in flight: the sandbox goes back only once none is (a wipe while a program
+        of this rollout still runs could leave its writes to the next rollout)."""
+        self._done: list[Sandbox] = []
+        """Sandboxes this rollout has finished with, given back once no call is in flight."""
+        self._drained: asyncio.Future[None] | None = None
+        self._leasing = asyncio.Lock()
+        """Concurrent first calls share one lease."""
 
     @property
     def sandbox(self) -> Sandbox | None:
         """The sandbox this rollout holds (None before its first call and after release)."""
         return self._sandbox
 
-    async def _sandbox_now(self) -> Sandbox:
+    @contextlib.asynccontextmanager
+    async def _using(self) -> AsyncIterator[Sandbox]:
+        """The rollout's sandbox, leased on first use, for one call."""
         if self._released:
             raise RuntimeError("this rollout has ended")
-        if self._sandbox is None:
-            self._sandbox = await self.lender.alease()
-        return self._sandbox
+        self._busy += 1
+        try:
+            async with self._leasing:
+                if self._sandbox is None:
+                    self._sandbox = await self.lender.alease()
+            yield self._sandbox
+        finally:
+            self._busy -= 1
+            if self._busy == 0:
+                self._idle()
+
+    def _idle(self) -> None:
+        """No call in flight: hand back what is done with (all of it once released)."""
+        if self._released:
+            if self._drained is not None:  # arelease hands back, awaiting it
+                self._drained.set_result(None)
+                return
+            self._finish_sandbox()
+        done, self._done = self._done, []
+        for sandbox in done:
+            self.lender.give_back(sandbox)
+
+    def _finish_sandbox(self) -> None:
+        sandbox, self._sandbox, self._kernel_ready = self._sandbox, None, False
+        if sandbox is not None:
+            self._done.append(sandbox)
 
     def _record(self, tool: str, started: float, *, error: bool, timed_out: bool = False) -> None:
         self.tool_calls.append(ToolCall(tool, time.monotonic() - started, error, timed_out))
@@ -118,21 +154,21 @@ class Rollout:
     async def _exec(self, tool: str, argv: list[str], stdin: bytes = b"") -> ExecResult | str:
         """The exec's result, or the text that tells the model why there is none."""
         try:
-            sandbox = await self._sandbox_now()
-            if tool == "run_python" and not self._kernel_ready:
-                files = _cloudpickle_files().items()
-                await asyncio.gather(*(sandbox.awrite_file(p, data) for p, data in files))
-                self._kernel_ready = True
-            return await sandbox.aexec(argv, stdin=stdin, timeout=self.timeout)
+            async with self._using() as sandbox:
+                if tool == "run_python" and not self._kernel_ready:
+                    files = _cloudpickle_files().items()
+                    await asyncio.gather(*(sandbox.awrite_file(p, data) for p, data in files))
+                    self._kernel_ready = True
+                return await sandbox.aexec(argv, stdin=stdin, timeout=self.timeout)
         except SandboxError as exc:
             return self._lost(exc)
 
     def _lost(self, exc: SandboxError) -> str:
         """A failing sandbox: forget it (the next call gets another) and say what was lost."""
         logger.warning("a tool's sandbox failed: %r", exc)
-        sandbox, self._sandbox, self._kernel_ready = self._sandbox, None, False
-        if sandbox is not None:
-            self.lender.give_back(sandbox)
+        self._finish_sandbox()
+        if self._busy == 0:
+            self._idle()
         return (
             f"error: the sandbox failed ({type(exc).__name__}); the next call gets a new one, "
             "without the files and variables of earlier calls"
@@ -177,8 +213,8 @@ class Rollout:
             self._record("write_file", started, error=True)
             return f"error: {len(data)} bytes is over the limit of {self.max_file_bytes}"
         try:
-            sandbox = await self._sandbox_now()
-            await sandbox.awrite_file(path, data)
+            async with self._using() as sandbox:
+                await sandbox.awrite_file(path, data)
         except SandboxError as exc:
             self._record("write_file", started, error=True)
             return f"error: could not write {path}: {exc}"
@@ -211,18 +247,21 @@ class Rollout:
         return "submitted; it will be judged against the task's tests when the rollout ends"
 
     def release(self) -> None:
-        """Give the sandbox back (wiped or replaced in the background); the rollout ends."""
+        """End the rollout: its sandbox goes back (wiped or replaced, in the background) once
+        no call of it is in flight."""
         self._released = True
-        sandbox, self._sandbox = self._sandbox, None
-        if sandbox is not None:
-            self.lender.give_back(sandbox)
+        if self._busy == 0:
+            self._idle()
 
     async def arelease(self) -> None:
         """:meth:`release`, waiting until the sandbox is back."""
         self._released = True
-        sandbox, self._sandbox = self._sandbox, None
-        if sandbox is not None:
-            await self.lender.areturn(sandbox)
+        if self._busy:
+            self._drained = asyncio.get_running_loop().create_future()
+            await self._drained
+        self._finish_sandbox()
+        done, self._done = self._done, []
+        await asyncio.gather(*(self.lender.areturn(sandbox) for sandbox in done))
 
 
 def tool_metrics(rollouts: Sequence[ToolRollout]) -> dict[str, float]:
