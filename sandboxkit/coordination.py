@@ -34,6 +34,7 @@ import fcntl
 import hashlib
 import json
 import logging
+import math
 import os
 import random
 import tempfile
@@ -47,6 +48,7 @@ from typing import Any, Literal
 from .budget import ConcurrencyBudget
 from .config import setting
 from .hostdirs import private_directory
+from .retry import MAX_BACKOFF
 
 logger = logging.getLogger("sandboxkit.coordination")
 
@@ -62,6 +64,10 @@ _POLL = (0.001, 0.02)
 second; jittered, so that waiting ranks do not move in step."""
 _KEPT = 64
 """Tokens of a kind whose lock files a process keeps open (a descriptor each)."""
+_COUNTS = ("maximum", "limit", "epoch", "successes", "signals")
+"""The integers of the shared state (``state.json``), next to ``backoff_until`` (a time)."""
+_STATE_BYTES = 4096
+"""More than any state this module writes: a larger file is not one, and is not read."""
 
 Kind = Literal["exec", "create"]
 
@@ -273,12 +279,17 @@ class _Members:
         (call while ``locked``, so that no member is half made)."""
         found = []
         for path in (self.directory / "members").iterdir():
-            fd = _open(path)
+            try:
+                fd = _open(path)
+            except OSError:  # not a member's file (a link, a directory): counts for nothing
+                continue
             try:
                 if _try_lock(fd):  # its holder died
                     path.unlink(missing_ok=True)
                     continue
-                found.append(int(os.pread(fd, 32, 0) or b"0"))
+                found.append(max(0, int(os.pread(fd, 32, 0) or b"0")))
+            except (OSError, ValueError):
+                continue  # not a number (or not a file): counts for nothing
             finally:
                 os.close(fd)
         return found
@@ -407,21 +418,36 @@ class SharedBudget:
 
     def _load(self) -> dict[str, Any]:
         """The state as last stored (written whole by a rename: readable without the lock;
-        read again only when the file changed, since waiting ranks poll it)."""
+        read again only when the file changed, since waiting ranks poll it).
+
+        A state that is missing or is not one this module writes (emptied, truncated,
+        another version's, garbage) reads as a fresh one of this rank's own maximum: a rank
+        then runs as if alone, and the next change writes a good state; it never crashes or
+        waits forever on it."""
         try:
             stat = os.stat(self._state_path)
             version = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
             if version != self._version:
-                self._state = json.loads(self._state_path.read_text())
+                if stat.st_size > _STATE_BYTES:
+                    raise ValueError("too large")
+                self._state = _checked(json.loads(self._state_path.read_bytes()))
                 self._version = version
-        except (FileNotFoundError, ValueError):
-            return {"maximum": 0, "limit": 0, "epoch": 0, "successes": 0, "signals": 0}
+        except (OSError, ValueError, RecursionError):
+            self._version = None
+            fresh = dict.fromkeys(_COUNTS, 0) | {"maximum": self.maximum, "limit": self.maximum}
+            return fresh | {"backoff_until": 0.0}
         return dict(self._state)
 
     def _store(self, state: dict[str, Any]) -> None:
+        """Replace the state; one that cannot be written (a full disk) is logged and left as
+        it was: the calls go on under the old one."""
         temporary = self._state_path.with_name(f"state.{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(state))
-        os.replace(temporary, self._state_path)
+        try:
+            temporary.write_text(json.dumps(state))
+            os.replace(temporary, self._state_path)
+        except OSError as exc:
+            logger.warning("could not store the shared budget's state: %s", exc)
+            temporary.unlink(missing_ok=True)
 
     def _change(
         self, rate_limited: int | None, in_flight: int = 0, retry_after: float | None = None
@@ -433,9 +459,9 @@ class SharedBudget:
             state = self._load()
             # A dead rank's share leaves the maximum at the next refusal (a scan of the
             # members); until then it only lets the limit grow where every live rank's own
-            # max_concurrency still caps it.
+            # max_concurrency still caps it. An unreadable state is rebuilt from the members.
             maximum = state["maximum"]
-            if rate_limited is not None:
+            if rate_limited is not None or self._version is None:
                 maximum = max(1, sum(self._members.values()))
             budget = ConcurrencyBudget(
                 maximum,
@@ -449,9 +475,9 @@ class SharedBudget:
                 budget.succeeded(in_flight=in_flight)
             else:
                 budget.rate_limited(rate_limited)
-            backoff_until = float(state.get("backoff_until", 0.0))
+            backoff_until = state["backoff_until"]
             if retry_after:
-                backoff_until = max(backoff_until, time.time() + retry_after)
+                backoff_until = max(backoff_until, time.time() + min(retry_after, MAX_BACKOFF))
             self._store(
                 {
                     "maximum": maximum,
@@ -483,13 +509,15 @@ class SharedBudget:
                 if self._closed:
                     raise RuntimeError("the shared budget is closed")
                 state = self._load()
-                backoff = float(state.get("backoff_until", 0.0)) - time.time()
-                limit = int(state["limit"])
+                backoff = state["backoff_until"] - time.time()
+                if backoff > MAX_BACKOFF:  # never stored so (a clock set back, or garbage)
+                    backoff = 0.0
+                limit = state["limit"]
                 # Counting what is in flight only matters while the limit can grow.
                 count = self.adaptive and limit < state["maximum"]
                 if backoff <= 0 and (taken := tokens.take(limit, count=count)) is not None:
                     waiter.got()
-                    return Token(kind, *taken, int(state["epoch"]), self)
+                    return Token(kind, *taken, state["epoch"], self)
                 await waiter.pause(backoff)
 
     def _give(self, kind: str, index: int) -> None:
@@ -524,6 +552,24 @@ class SharedBudget:
                 state["maximum"], state["limit"] = maximum, min(state["limit"], maximum)
                 self._store(state)
         self._members.close()
+
+
+def _checked(state: object) -> dict[str, Any]:
+    """``state`` if it is one :meth:`SharedBudget._store` writes, else ``ValueError``."""
+    if not isinstance(state, dict):
+        raise ValueError("not an object")
+    counts: dict[str, int] = {}
+    for key in _COUNTS:
+        value = state.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"{key} is not a natural number")
+        counts[key] = value
+    if not 1 <= counts["limit"] <= counts["maximum"]:
+        raise ValueError("the limit is not between 1 and the maximum")
+    backoff_until = state.get("backoff_until", 0.0)
+    if type(backoff_until) not in (int, float) or not math.isfinite(backoff_until):
+        raise ValueError("backoff_until is not a time")
+    return counts | {"backoff_until": float(backoff_until)}
 
 
 class SandboxCap:

@@ -23,6 +23,9 @@ from tenacity import (
 from .errors import RateLimitedError, SandboxTimeoutError, TransientBackendError
 
 T = TypeVar("T")
+MAX_BACKOFF = 30.0
+"""The longest wait between two tries, a provider's ``retry_after`` included: a bogus hint
+must not stall a run."""
 
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (TransientBackendError, SandboxTimeoutError)
 """Failures of a provider call that the same call may not meet again."""
@@ -31,7 +34,7 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (TransientBackendError, Sand
 def _wait(backoff: float, max_backoff: float) -> Callable[[RetryCallState], float]:
     """Waits growing from ``backoff`` (doubling, plus up to ``backoff`` of jitter) to
     ``max_backoff``, and never shorter than the ``retry_after`` a rate limit asked for (itself
-    capped at ``max_backoff``: a bogus hint must not stall a run)."""
+    capped at ``max_backoff``)."""
     growing = wait_exponential(multiplier=backoff, max=max_backoff) + wait_random(0, backoff)
 
     def wait(state: RetryCallState) -> float:
@@ -48,7 +51,7 @@ def retrying(
     *,
     attempts: int,
     backoff: float,
-    max_backoff: float = 30.0,
+    max_backoff: float = MAX_BACKOFF,
     on: tuple[type[BaseException], ...] = TRANSIENT_ERRORS,
     logger: logging.Logger | None = None,
     before_sleep: Callable[[RetryCallState], None] | None = None,
@@ -76,7 +79,7 @@ async def retried(
     *,
     attempts: int,
     backoff: float,
-    max_backoff: float = 30.0,
+    max_backoff: float = MAX_BACKOFF,
     on: tuple[type[BaseException], ...] = TRANSIENT_ERRORS,
     logger: logging.Logger | None = None,
     before_sleep: Callable[[RetryCallState], None] | None = None,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sandboxkit import SandboxClient, SandboxPool, Session, get_backend
+from sandboxkit import SandboxClient, SandboxPool, Session, coordination, get_backend
 from sandboxkit.config import child_pythonpath
 from sandboxkit.coordination import (
     COORDINATE_VAR,
@@ -213,6 +213,89 @@ def test_a_closed_rank_takes_its_share_of_the_maximum_with_it() -> None:
     assert other_account.limit == 2
     first.close()
     other_account.close()
+
+
+# -- a damaged state --------------------------------------------------------------------------
+
+
+def _damage_state(budget: SharedBudget, damage: str) -> None:
+    path = budget.directory / "state.json"
+    path.unlink()
+    if damage == "a directory":
+        path.mkdir()
+    elif damage != "missing":
+        path.write_text(damage)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "missing",
+        "a directory",
+        "",
+        '{"limit": 4, "maxi',
+        "null",
+        "[]",
+        "{}",
+        "[" * 100_000,
+        '{"maximum": 4, "limit": "x", "epoch": 0, "successes": 0, "signals": 0}',
+        '{"maximum": 4, "limit": 0, "epoch": 0, "successes": 0, "signals": 0}',
+        '{"maximum": 1e999, "limit": 4, "epoch": 0, "successes": 0, "signals": 0}',
+        '{"maximum": 4, "limit": 4, "epoch": 0, "successes": 0, "signals": 0,'
+        ' "backoff_until": 1e300}',
+    ],
+)
+def test_a_damaged_state_neither_crashes_nor_stalls_a_rank(damage: str) -> None:
+    """The state file is only a hint shared by the ranks: whatever it holds (a truncated
+    write, another version's, garbage), a training rank keeps taking tokens, reporting
+    results, joining and leaving; it runs at its own maximum until a change rewrites it."""
+    budget = SharedBudget("acct", 3)
+    _damage_state(budget, damage)
+
+    async def calls(rank: SharedBudget) -> None:
+        token = await asyncio.wait_for(rank.acquire("exec"), 10)
+        rank.succeeded(token)
+        rank.rate_limited(token)
+        token.release()
+
+    asyncio.run(calls(budget))
+    joined = SharedBudget("acct", 2)
+    asyncio.run(calls(joined))
+    joined.close()
+    assert 1 <= budget.limit <= 3
+    budget.close()
+
+
+def test_damaged_member_files_neither_crash_nor_count() -> None:
+    budget = SharedBudget("acct", 3)
+    members = budget.directory / "members"
+    (members / "a-directory").mkdir()
+    (members / "not-a-number").write_text("many")
+    (members / "a-link").symlink_to(members / "not-a-number")
+    os.mkfifo(members / "a-fifo")
+    joined = SharedBudget("acct", 2)
+    assert joined.limit == 5
+    joined.close()
+    assert budget.limit == 3
+    budget.close()
+
+
+def test_a_retry_after_of_years_holds_ranks_back_no_longer_than_the_longest_backoff(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The retry policy caps a provider's hint at its longest backoff, since a bogus one must
+    not stall a run; the shared back-off must not hold every rank for the whole hint."""
+    monkeypatch.setattr(coordination, "MAX_BACKOFF", 0.2)
+    budget = SharedBudget("acct", 2)
+
+    async def refused_then_again() -> None:
+        token = await budget.acquire("exec")
+        budget.rate_limited(token, retry_after=10 * 365 * 86400.0)
+        token.release()
+        (await asyncio.wait_for(budget.acquire("exec"), 10)).release()
+
+    asyncio.run(refused_then_again())
+    budget.close()
 
 
 # -- turned on by a launcher, and off by a switch -----------------------------------------------
