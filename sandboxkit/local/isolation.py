@@ -92,6 +92,8 @@ def reachable_copy(program: str, uid: int) -> str:
     try:
         subprocess.run([program, "--version"], capture_output=True, **as_user(uid))
         return program
+    except FileNotFoundError:  # the probe says so
+        return program
     except PermissionError:
         pass
     files = _with_origin_libraries(Path(os.path.realpath(program)))
