@@ -37,6 +37,7 @@ from workloads import trivial
 
 from sandboxkit import Sandbox, SandboxClient, get_backend
 from sandboxkit.backends.subprocess import SubprocessBackend
+from sandboxkit.testing.ray import node_environment
 
 NODE_CORES = 16
 """Cores per node in the model's table."""
@@ -101,7 +102,12 @@ def ray_cluster() -> Iterator[Any]:
     import ray
     from ray.cluster_utils import Cluster
 
-    node = {"num_cpus": 1, "include_dashboard": False, "object_store_memory": 100 * 2**20}
+    node = {
+        "num_cpus": 1,
+        "include_dashboard": False,
+        "object_store_memory": 100 * 2**20,
+        "env_vars": node_environment(),
+    }
     cluster = Cluster(initialize_head=True, head_node_args=node)
     try:
         ray.init(address=cluster.address, log_to_driver=False, logging_level="WARNING")
@@ -235,7 +241,7 @@ def measure(rounds: int, batch: int, calls: int, log: Callable[[str], None]) -> 
                 results["batches"].append(_batch(local, "local", 1, pool, batch, calls))
             log(f"ray / batch {batch}, 1 Ray node, pool 1")
             results["batches"].append(_batch(ray_client, "ray", 1, 1, batch, calls))
-            cluster.add_node(num_cpus=1, include_dashboard=False)
+            cluster.add_node(num_cpus=1, include_dashboard=False, env_vars=node_environment())
             cluster.wait_for_nodes()
             log(f"ray / batch {batch}, 2 Ray nodes, pool 2")
             results["batches"].append(_batch(ray_client, "ray", 2, 2, batch, calls))

@@ -4,6 +4,7 @@ from the driver, and where a sandbox goes (on a local Ray cluster, ``sandboxkit.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -12,12 +13,13 @@ import sys
 import tempfile
 import textwrap
 import uuid
+import warnings
 from collections.abc import Iterator
 
 import pytest
 
 from sandboxkit import SandboxClient, Session, get_backend
-from sandboxkit.config import child_pythonpath
+from sandboxkit.config import ISOLATION_VAR, child_pythonpath
 from sandboxkit.errors import (
     BackendMisconfiguredError,
     SandboxLostError,
@@ -26,6 +28,10 @@ from sandboxkit.errors import (
 )
 
 pytest.importorskip("ray")
+
+from sandboxkit.backends.ray import SandboxActor
+from sandboxkit.protocol import SandboxSpec
+from sandboxkit.testing.ray import node_environment
 
 pytestmark = pytest.mark.slow  # each test starts Ray actors, a second or more on this machine
 SECRET_VAR = "SANDBOXKIT_RAY_DRIVER_SECRET"
@@ -115,6 +121,7 @@ def test_nothing_of_the_drivers_environment_reaches_a_sandbox() -> None:
     any process they can see."""
     ray_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: its sockets live in it
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RAY_TMPDIR": ray_dir}
+    env |= node_environment()
     secret = f"secret-{uuid.uuid4().hex}"
     scan = (
         "import glob, os\n"
@@ -208,3 +215,30 @@ def test_doctor_reports_the_ray_backend(ray_env: object) -> None:
     assert "ray: ready  <- selected" in done.stdout
     assert "(RAY_ADDRESS) reachable (TCP connect" in done.stdout
     assert "[ok  ] api " in done.stdout
+
+
+@pytest.mark.parametrize("chosen", [None, "rlimits"])
+def test_a_node_without_namespaces_is_refused_unless_its_environment_chose_rlimits(
+    monkeypatch: pytest.MonkeyPatch, chosen: str | None
+) -> None:
+    """On a node whose sandboxes fell back to the rlimits tier, code has the node's network,
+    and with it Ray's GCS, which asks no credentials: the actor refuses to make a sandbox there
+    unless the node's environment set that tier itself."""
+    monkeypatch.setenv("SANDBOXKIT_BWRAP", "/nonexistent/bwrap")  # namespaces fail here
+    if chosen:
+        monkeypatch.setenv(ISOLATION_VAR, chosen)
+    else:
+        monkeypatch.delenv(ISOLATION_VAR, raising=False)
+    actor = SandboxActor({})
+    spec = SandboxSpec(tags=("test-ray-tier",))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the weak tier's warning
+        if not chosen:
+            with pytest.raises(BackendMisconfiguredError, match=r"GCS.*SANDBOXKIT_ISOLATION="):
+                asyncio.run(actor.create(spec))
+            return
+        asyncio.run(actor.create(spec))
+    try:
+        assert asyncio.run(actor.exec(["echo", "made"], 30, None, None, None)).stdout == "made\n"
+    finally:
+        asyncio.run(actor.stop())

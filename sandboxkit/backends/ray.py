@@ -36,7 +36,7 @@ import ray
 from ray.actor import ActorHandle
 from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
 
-from ..config import setting
+from ..config import ISOLATION_VAR, setting
 from ..errors import (
     BackendError,
     BackendMisconfiguredError,
@@ -44,6 +44,7 @@ from ..errors import (
     SandboxNotFoundError,
     TransientBackendError,
 )
+from ..local.isolation import Tier
 from ..protocol import ExecResult, SandboxInfo, SandboxSpec, SandboxStatus
 from ._facts import RAY_ADDRESS_VAR
 from .subprocess import SubprocessBackend
@@ -77,6 +78,7 @@ class SandboxActor:
         if spec.memory_mb is not None:
             options = {**options, "memory_mb": spec.memory_mb}
         self.backend = SubprocessBackend(**options)
+        _check_tier(self.backend)
         info = await self.backend.create(spec)
         self.sandbox_id = info.id
         return info
@@ -111,6 +113,21 @@ class SandboxActor:
 
 
 _RemoteSandbox = ray.remote(SandboxActor)
+
+
+def _check_tier(local: SubprocessBackend) -> None:
+    """Refuse a node that fell back from namespaces, unless its environment chose the weaker
+    tier: a sandbox there has the node's network, which reaches the cluster's GCS, and Ray asks
+    no credentials, so sandboxed code could rewrite what the cluster's workers load."""
+    report = local.isolation
+    chosen = (setting(ISOLATION_VAR) or "auto").lower() in ("rlimits", "none")
+    if report.tier is not Tier.NAMESPACES and not chosen:
+        raise BackendMisconfiguredError(
+            f"Ray node {socket.gethostname()} cannot run namespaced sandboxes "
+            f"({report.reason}): sandboxed code would reach the cluster's GCS over the node's "
+            f"network. Run `sandboxkit doctor` there to see why, or set "
+            f"{ISOLATION_VAR}=rlimits in the node's environment to accept the risk"
+        )
 
 
 def _actor_name(sandbox_id: str, tags: Sequence[str], started: datetime) -> str:

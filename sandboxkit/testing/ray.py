@@ -17,12 +17,21 @@ from typing import TYPE_CHECKING
 import pytest
 
 from ..backends._facts import RAY_ADDRESS_VAR
+from ..config import ISOLATION_VAR
+from ..local.isolation import namespaces_failure
 
 if TYPE_CHECKING:
     from ray.cluster_utils import Cluster
 
 CLUSTER_CPUS = 8
 """Logical CPUs: more sandboxes (one CPU each) than a test holds at once, whatever the host."""
+
+
+def node_environment() -> dict[str, str]:
+    """The environment a local node's workers add: on a machine without user namespaces, the
+    rlimits tier chosen outright, since the Ray backend refuses a node that only fell back to
+    it (tests and benchmarks of this machine run its code anyway)."""
+    return {ISOLATION_VAR: "rlimits"} if namespaces_failure() else {}
 
 
 @pytest.fixture(scope="session")
@@ -38,6 +47,7 @@ def ray_cluster() -> Iterator[Cluster]:
             "num_cpus": CLUSTER_CPUS,
             "include_dashboard": False,
             "object_store_memory": 100 * 2**20,
+            "env_vars": node_environment(),
         },
     )
     try:
