@@ -1416,6 +1416,35 @@ def test_what_a_rollout_leaves_reaches_no_later_rollout(tier: str, local_root: P
         assert Path("/etc/hostname").read_bytes() == hostname
 
 
+def test_a_rollout_leaves_nothing_in_dev_for_the_next(tier: str, local_root: Path) -> None:
+    """``/dev`` is outside the wipe (the workdir and ``/tmp``) and, under the warm template,
+    the template's for its life: a file, a FIFO or a link a rollout leaves there must not
+    reach the next rollout of the reused sandbox."""
+    from sandboxkit.tools import Rollout, SandboxLender
+
+    if tier == "rlimits":
+        pytest.skip("the rlimits tier has the host's /dev (docs/isolation.md)")
+    mark = uuid.uuid4().hex
+
+    async def rollouts() -> tuple[str, str]:
+        lender = SandboxLender(get_backend("subprocess", root=local_root))
+        first = Rollout(lender, timeout=10)
+        await first.arun_shell(
+            f"echo {mark} > /dev/left; mkfifo /dev/fifo; ln -s /workspace /dev/link"
+        )
+        await first.arun_python(f"open('/dev/py', 'w').write('{mark}')")
+        await first.arelease()
+        second = Rollout(lender, timeout=10)
+        seen = await second.arun_shell("ls -A /dev; cat /dev/left /dev/py")
+        await second.arelease()
+        await lender.aclose()
+        return seen, repr(lender.stats)
+
+    seen, stats = asyncio.run(rollouts())
+    assert "reused=1" in stats
+    assert mark not in seen and "fifo" not in seen and "link" not in seen, seen
+
+
 def test_a_rollout_released_mid_call_leaves_its_late_writes_to_no_one(
     tier: str, local_root: Path
 ) -> None:
