@@ -1445,6 +1445,46 @@ def test_a_rollout_leaves_nothing_in_dev_for_the_next(tier: str, local_root: Pat
     assert mark not in seen and "fifo" not in seen and "link" not in seen, seen
 
 
+def test_a_rollout_leaves_no_marks_on_its_directories_for_the_next(
+    tier: str, local_root: Path
+) -> None:
+    """The wipe empties the workdir and ``/tmp`` but keeps the directories themselves: data a
+    rollout hides in their extended attributes, modes or times must not reach the next rollout
+    of the reused sandbox."""
+    from sandboxkit.tools import Rollout, SandboxLender
+
+    if tier == "rlimits":
+        pytest.skip("the rlimits tier's sandboxes are replaced, not reused, and /tmp is the host's")
+    mark = uuid.uuid4().hex
+    plant = (
+        "python3 -c \"import os\nfor p in (os.getcwd(), '/tmp'):\n"
+        f"    os.setxattr(p, 'user.m', b'{mark}')\""
+        "; chmod 1705 /tmp; touch -d @123456789 . /tmp"
+    )
+    show = (
+        "import os\n[(os.listxattr(p), oct(s.st_mode), min(s.st_mtime, s.st_atime) < 2e8)"
+        " for p in (os.getcwd(), '/tmp') for s in [os.stat(p)]]"
+    )
+
+    async def rollouts() -> tuple[str, str, str]:
+        lender = SandboxLender(get_backend("subprocess", root=local_root))
+        first = Rollout(lender, timeout=10)
+        planted = await first.arun_shell(plant)
+        await first.arelease()
+        second = Rollout(lender, timeout=10)
+        seen = await second.arun_python(show)
+        await second.arelease()
+        await lender.aclose()
+        return planted, seen, repr(lender.stats)
+
+    planted, seen, stats = asyncio.run(rollouts())
+    if "Error" in planted:
+        pytest.skip(f"no user extended attributes on this kernel's tmpfs: {planted}")
+    assert "reused=1" in stats
+    unmarked = "([], '0o40700', False)"
+    assert seen == f"[{unmarked}, {unmarked}]", seen
+
+
 def test_a_rollout_released_mid_call_leaves_its_late_writes_to_no_one(
     tier: str, local_root: Path
 ) -> None:

@@ -32,17 +32,37 @@ SCRATCH = "/tmp/.sandboxkit"
 directory per exec: the wipe's own too)."""
 
 
+_UNMARK = (
+    "import os, sys\n"
+    "for p in sys.argv[1:]:\n"
+    "    os.chmod(p, 0o700)\n"
+    "    os.utime(p)\n"
+    "    try:\n"
+    "        names = os.listxattr(p)\n"
+    "    except OSError:\n"
+    "        names = []\n"
+    "    for n in names:\n"
+    '        if n.startswith(("user.", "system.posix_acl_")):\n'
+    "            os.removexattr(p, n)\n"
+)
+"""Gives the workdir and ``/tmp`` themselves, which emptying them keeps, a new local
+sandbox's mode, the time now and none of the extended attributes (or ACLs) a program put
+there: nothing a rollout writes on them reaches the next. Raises where one stays."""
+
+
 def wipe_script(keep: str | None = None) -> str:
     """Empty the workdir and ``/tmp`` (giving back the permissions a program took away first)
     but ``keep``; fails unless both are empty after. ``keep`` is for backends where processes
     may outlive an exec (reuse there is the caller's choice, and leftovers already possible):
     wiping :data:`SCRATCH` there took the wipe's own exec wrapper's files on Daytona, which
-    failed every wipe."""
+    failed every wipe. Without ``keep`` (the local backend's namespaces), the two directories
+    are also made as new (:data:`_UNMARK`, with the sandbox's ``python3``)."""
     but = f" ! -path {keep}" if keep else ""
+    unmark = "" if keep else f""" && python3 -I -S -c '{_UNMARK}' "$w" /tmp"""
     return (
         'w=$(pwd) && [ "$w" != / ] && chmod -R u+rwX -- "$w" /tmp 2>/dev/null; '
         f'find "$w" /tmp -mindepth 1 -maxdepth 1{but} -exec rm -rf -- {{}} + 2>/dev/null; '
-        f'[ -z "$(find "$w" /tmp -mindepth 1 -maxdepth 1{but} -print -quit 2>/dev/null)" ]'
+        f'[ -z "$(find "$w" /tmp -mindepth 1 -maxdepth 1{but} -print -quit 2>/dev/null)" ]' + unmark
     )
 
 
