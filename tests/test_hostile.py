@@ -1485,6 +1485,36 @@ def test_a_rollout_leaves_no_marks_on_its_directories_for_the_next(
     assert seen == f"[{unmarked}, {unmarked}]", seen
 
 
+def test_a_rollout_leaves_nothing_beside_its_workdir_for_the_next(
+    tier: str, local_root: Path
+) -> None:
+    """With a workdir below ``/workspace``, the rest of ``/workspace`` (``$HOME``: dotfiles,
+    ``~/.local`` site-packages) is writable too: what a rollout leaves there must not reach
+    the next rollout of the reused sandbox, whose workdir is there again."""
+    from sandboxkit.tools import Rollout, SandboxLender
+
+    if tier == "rlimits":
+        pytest.skip("the rlimits tier's sandboxes are replaced, not reused, and $HOME the host's")
+    mark = uuid.uuid4().hex
+
+    async def rollouts() -> tuple[str, str]:
+        backend = get_backend("subprocess", root=local_root)
+        lender = SandboxLender(backend, workdir="/workspace/project")
+        first = Rollout(lender, timeout=10)
+        await first.arun_shell(f'echo {mark} > ../left; echo {mark} > "$HOME/.profile"')
+        await first.arelease()
+        second = Rollout(lender, timeout=10)
+        seen = await second.arun_shell('pwd; ls -A /workspace; cat ../left "$HOME/.profile"')
+        await second.arelease()
+        await lender.aclose()
+        return seen, repr(lender.stats)
+
+    seen, stats = asyncio.run(rollouts())
+    assert "reused=1" in stats
+    assert seen.startswith("/workspace/project\nproject\n"), seen
+    assert mark not in seen, seen
+
+
 def test_a_rollout_released_mid_call_leaves_its_late_writes_to_no_one(
     tier: str, local_root: Path
 ) -> None:

@@ -45,9 +45,9 @@ _UNMARK = (
     '        if n.startswith(("user.", "system.posix_acl_")):\n'
     "            os.removexattr(p, n)\n"
 )
-"""Gives the workdir and ``/tmp`` themselves, which emptying them keeps, a new local
-sandbox's mode, the time now and none of the extended attributes (or ACLs) a program put
-there: nothing a rollout writes on them reaches the next. Raises where one stays."""
+"""Gives the wiped directories themselves, which emptying them keeps, a new local sandbox's
+mode, the time now and none of the extended attributes (or ACLs) a program put there: nothing
+a rollout writes on them reaches the next. Raises where one stays."""
 
 
 def wipe_script(keep: str | None = None) -> str:
@@ -55,14 +55,17 @@ def wipe_script(keep: str | None = None) -> str:
     but ``keep``; fails unless both are empty after. ``keep`` is for backends where processes
     may outlive an exec (reuse there is the caller's choice, and leftovers already possible):
     wiping :data:`SCRATCH` there took the wipe's own exec wrapper's files on Daytona, which
-    failed every wipe. Without ``keep`` (the local backend's namespaces), the two directories
-    are also made as new (:data:`_UNMARK`, with the sandbox's ``python3``)."""
+    failed every wipe. Without ``keep`` (the local backend's namespaces), it empties all that
+    is writable there, ``/workspace`` (``$HOME``, and whatever holds a workdir below it) and
+    ``/tmp``, makes the workdir again, and makes both as new (:data:`_UNMARK`, with the
+    sandbox's ``python3``)."""
     but = f" ! -path {keep}" if keep else ""
-    unmark = "" if keep else f""" && python3 -I -S -c '{_UNMARK}' "$w" /tmp"""
+    roots = '"$w" /tmp' if keep else "/workspace /tmp"
+    remake = "" if keep else f""" && mkdir -p -- "$w" && python3 -I -S -c '{_UNMARK}' {roots}"""
     return (
-        'w=$(pwd) && [ "$w" != / ] && chmod -R u+rwX -- "$w" /tmp 2>/dev/null; '
-        f'find "$w" /tmp -mindepth 1 -maxdepth 1{but} -exec rm -rf -- {{}} + 2>/dev/null; '
-        f'[ -z "$(find "$w" /tmp -mindepth 1 -maxdepth 1{but} -print -quit 2>/dev/null)" ]' + unmark
+        f'w=$(pwd) && [ "$w" != / ] && chmod -R u+rwX -- {roots} 2>/dev/null; '
+        f"find {roots} -mindepth 1 -maxdepth 1{but} -exec rm -rf -- {{}} + 2>/dev/null; "
+        f'[ -z "$(find {roots} -mindepth 1 -maxdepth 1{but} -print -quit 2>/dev/null)" ]' + remake
     )
 
 
