@@ -1548,6 +1548,39 @@ def test_a_rollout_released_mid_call_leaves_its_late_writes_to_no_one(
         assert "late" not in listing, listing
 
 
+@pytest.mark.slow
+def test_a_release_cancelled_while_a_call_runs_still_hands_the_sandbox_back(
+    tier: str, local_root: Path
+) -> None:
+    """A caller that gives up waiting on ``arelease`` (a timeout around it) while a call of
+    the rollout still runs: that call still answers with text, and the sandbox still goes
+    back to the lender (wiped for the next rollout, or replaced), rather than staying leased
+    to no one."""
+    from sandboxkit.tools import Rollout, SandboxLender
+
+    async def rollouts() -> tuple[str, str, int]:
+        lender = SandboxLender(get_backend("subprocess", root=local_root))
+        first = Rollout(lender, timeout=10)
+        await first.arun_shell("true")
+        call = asyncio.ensure_future(first.arun_shell("sleep 1; echo late > late.txt; echo done"))
+        await asyncio.sleep(0.2)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(first.arelease(), 0.1)
+        answer = await call
+        await lender.asettle()
+        second = Rollout(lender, timeout=10)
+        listing = await second.arun_shell("ls -A")
+        reused = lender.stats.reused  # the first sandbox, wiped, or the spare replacing it
+        await second.arelease()
+        await lender.aclose()
+        return answer, listing, reused
+
+    answer, listing, reused = asyncio.run(rollouts())
+    assert answer == "done"
+    assert reused == 1
+    assert "late" not in listing, listing
+
+
 def test_concurrent_first_calls_of_a_rollout_share_one_sandbox(tier: str, local_root: Path) -> None:
     """Two calls racing to lease the rollout's sandbox get the same one (a second lease would
     be a sandbox no one gives back until the run ends)."""

@@ -135,9 +135,9 @@ class Rollout:
     def _idle(self) -> None:
         """No call in flight: hand back what is done with (all of it once released)."""
         if self._released:
-            if self._drained is not None:  # arelease hands back, awaiting it
-                self._drained.set_result(None)
-                return
+            if self._drained is not None and not self._drained.done():
+                self._drained.set_result(None)  # arelease hands back, awaiting it
+                return  # (unless it was cancelled while waiting: then handed back here)
             self._finish_sandbox()
         done, self._done = self._done, []
         for sandbox in done:
