@@ -328,3 +328,23 @@ def test_arguments_that_are_not_text_and_a_closed_class_are_errors_the_model_rea
     env.run_python("x = 1")
     env_class.close_all()
     assert "NameError" in env.run_python("x")  # a new lender, a new sandbox
+
+
+def test_text_no_command_line_or_path_can_hold_is_an_error_the_model_reads(
+    env_class: type[SandboxEnvironment],
+) -> None:
+    """JSON strings can hold a NUL (``"\\u0000"``) and lone surrogates (``"\\ud800"``), which
+    no argv, path or UTF-8 encoder takes: tools answer with text on both exec paths rather
+    than raise."""
+    env = env_class()
+    env.reset(**ROW)
+    nul = "error: a command line or a path cannot hold a NUL character"
+    assert env.run_shell("echo a\0b") == nul
+    assert env.read_file("a\0b").endswith(nul)
+    assert env.write_file("a\0b", "x") == "error: a path cannot hold a NUL character"
+    cell = env.run_python("x = 1\0")  # the kernel's own frames are not the model's business
+    assert cell.startswith(("ValueError", "SyntaxError")) and "null bytes" in cell, cell
+    assert env.write_file("s\ud800.txt", "t\ud800") == "wrote 2 bytes to s?.txt"
+    assert env.read_file("s\ud800.txt") == "t?"
+    assert env.run_shell("echo \ud800; ls") == "?\ns?.txt"
+    assert env.run_python("'\ud800'") == "'?'"

@@ -1416,6 +1416,105 @@ def test_what_a_rollout_leaves_reaches_no_later_rollout(tier: str, local_root: P
         assert Path("/etc/hostname").read_bytes() == hostname
 
 
+def test_a_rollout_leaves_nothing_in_dev_for_the_next(tier: str, local_root: Path) -> None:
+    """``/dev`` is outside the wipe (the workdir and ``/tmp``) and, under the warm template,
+    the template's for its life: a file, a FIFO or a link a rollout leaves there must not
+    reach the next rollout of the reused sandbox."""
+    from sandboxkit.tools import Rollout, SandboxLender
+
+    if tier == "rlimits":
+        pytest.skip("the rlimits tier has the host's /dev (docs/isolation.md)")
+    mark = uuid.uuid4().hex
+
+    async def rollouts() -> tuple[str, str]:
+        lender = SandboxLender(get_backend("subprocess", root=local_root))
+        first = Rollout(lender, timeout=10)
+        await first.arun_shell(
+            f"echo {mark} > /dev/left; mkfifo /dev/fifo; ln -s /workspace /dev/link"
+        )
+        await first.arun_python(f"open('/dev/py', 'w').write('{mark}')")
+        await first.arelease()
+        second = Rollout(lender, timeout=10)
+        seen = await second.arun_shell("ls -A /dev; cat /dev/left /dev/py")
+        await second.arelease()
+        await lender.aclose()
+        return seen, repr(lender.stats)
+
+    seen, stats = asyncio.run(rollouts())
+    assert "reused=1" in stats
+    assert mark not in seen and "fifo" not in seen and "link" not in seen, seen
+
+
+def test_a_rollout_leaves_no_marks_on_its_directories_for_the_next(
+    tier: str, local_root: Path
+) -> None:
+    """The wipe empties the workdir and ``/tmp`` but keeps the directories themselves: data a
+    rollout hides in their extended attributes, modes or times must not reach the next rollout
+    of the reused sandbox."""
+    from sandboxkit.tools import Rollout, SandboxLender
+
+    if tier == "rlimits":
+        pytest.skip("the rlimits tier's sandboxes are replaced, not reused, and /tmp is the host's")
+    mark = uuid.uuid4().hex
+    plant = (
+        "python3 -c \"import os\nfor p in (os.getcwd(), '/tmp'):\n"
+        f"    os.setxattr(p, 'user.m', b'{mark}')\""
+        "; chmod 1705 /tmp; touch -d @123456789 . /tmp"
+    )
+    show = (
+        "import os\n[(os.listxattr(p), oct(s.st_mode), min(s.st_mtime, s.st_atime) < 2e8)"
+        " for p in (os.getcwd(), '/tmp') for s in [os.stat(p)]]"
+    )
+
+    async def rollouts() -> tuple[str, str, str]:
+        lender = SandboxLender(get_backend("subprocess", root=local_root))
+        first = Rollout(lender, timeout=10)
+        planted = await first.arun_shell(plant)
+        await first.arelease()
+        second = Rollout(lender, timeout=10)
+        seen = await second.arun_python(show)
+        await second.arelease()
+        await lender.aclose()
+        return planted, seen, repr(lender.stats)
+
+    planted, seen, stats = asyncio.run(rollouts())
+    if "Error" in planted:
+        pytest.skip(f"no user extended attributes on this kernel's tmpfs: {planted}")
+    assert "reused=1" in stats
+    unmarked = "([], '0o40700', False)"
+    assert seen == f"[{unmarked}, {unmarked}]", seen
+
+
+def test_a_rollout_leaves_nothing_beside_its_workdir_for_the_next(
+    tier: str, local_root: Path
+) -> None:
+    """With a workdir below ``/workspace``, the rest of ``/workspace`` (``$HOME``: dotfiles,
+    ``~/.local`` site-packages) is writable too: what a rollout leaves there must not reach
+    the next rollout of the reused sandbox, whose workdir is there again."""
+    from sandboxkit.tools import Rollout, SandboxLender
+
+    if tier == "rlimits":
+        pytest.skip("the rlimits tier's sandboxes are replaced, not reused, and $HOME the host's")
+    mark = uuid.uuid4().hex
+
+    async def rollouts() -> tuple[str, str]:
+        backend = get_backend("subprocess", root=local_root)
+        lender = SandboxLender(backend, workdir="/workspace/project")
+        first = Rollout(lender, timeout=10)
+        await first.arun_shell(f'echo {mark} > ../left; echo {mark} > "$HOME/.profile"')
+        await first.arelease()
+        second = Rollout(lender, timeout=10)
+        seen = await second.arun_shell('pwd; ls -A /workspace; cat ../left "$HOME/.profile"')
+        await second.arelease()
+        await lender.aclose()
+        return seen, repr(lender.stats)
+
+    seen, stats = asyncio.run(rollouts())
+    assert "reused=1" in stats
+    assert seen.startswith("/workspace/project\nproject\n"), seen
+    assert mark not in seen, seen
+
+
 def test_a_rollout_released_mid_call_leaves_its_late_writes_to_no_one(
     tier: str, local_root: Path
 ) -> None:
@@ -1447,6 +1546,39 @@ def test_a_rollout_released_mid_call_leaves_its_late_writes_to_no_one(
 
     for listing in asyncio.run(rollouts()):
         assert "late" not in listing, listing
+
+
+@pytest.mark.slow
+def test_a_release_cancelled_while_a_call_runs_still_hands_the_sandbox_back(
+    tier: str, local_root: Path
+) -> None:
+    """A caller that gives up waiting on ``arelease`` (a timeout around it) while a call of
+    the rollout still runs: that call still answers with text, and the sandbox still goes
+    back to the lender (wiped for the next rollout, or replaced), rather than staying leased
+    to no one."""
+    from sandboxkit.tools import Rollout, SandboxLender
+
+    async def rollouts() -> tuple[str, str, int]:
+        lender = SandboxLender(get_backend("subprocess", root=local_root))
+        first = Rollout(lender, timeout=10)
+        await first.arun_shell("true")
+        call = asyncio.ensure_future(first.arun_shell("sleep 1; echo late > late.txt; echo done"))
+        await asyncio.sleep(0.2)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(first.arelease(), 0.1)
+        answer = await call
+        await lender.asettle()
+        second = Rollout(lender, timeout=10)
+        listing = await second.arun_shell("ls -A")
+        reused = lender.stats.reused  # the first sandbox, wiped, or the spare replacing it
+        await second.arelease()
+        await lender.aclose()
+        return answer, listing, reused
+
+    answer, listing, reused = asyncio.run(rollouts())
+    assert answer == "done"
+    assert reused == 1
+    assert "late" not in listing, listing
 
 
 def test_concurrent_first_calls_of_a_rollout_share_one_sandbox(tier: str, local_root: Path) -> None:

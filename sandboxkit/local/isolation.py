@@ -262,6 +262,10 @@ def bwrap_argv(
         "--ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger",
         "--dev", "/dev",
         "--size", str(64 * 1024 * 1024), "--tmpfs", "/dev/shm",
+        # /dev's own tmpfs is the warm template's for its life, outside any wipe: what an exec
+        # left there would reach the sandbox's later execs (another rollout's). /dev/shm and
+        # the devices are mounts of their own and stay writable.
+        "--remount-ro", "/dev",
         "--bind", str(workspace), "/workspace",
         "--bind", str(tmp), "/tmp",
         "--remount-ro", "/",

@@ -112,7 +112,7 @@ def run_cell(code: str, namespace: dict[str, object]) -> bool:
     Whether it ran without raising."""
     try:
         tree = ast.parse(code, CELL)
-    except SyntaxError:
+    except (SyntaxError, ValueError):  # ValueError: a NUL in the code (before Python 3.12)
         traceback.print_exc(limit=0)
         return False
     last = None

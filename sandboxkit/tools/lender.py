@@ -32,17 +32,40 @@ SCRATCH = "/tmp/.sandboxkit"
 directory per exec: the wipe's own too)."""
 
 
+_UNMARK = (
+    "import os, sys\n"
+    "for p in sys.argv[1:]:\n"
+    "    os.chmod(p, 0o700)\n"
+    "    os.utime(p)\n"
+    "    try:\n"
+    "        names = os.listxattr(p)\n"
+    "    except OSError:\n"
+    "        names = []\n"
+    "    for n in names:\n"
+    '        if n.startswith(("user.", "system.posix_acl_")):\n'
+    "            os.removexattr(p, n)\n"
+)
+"""Gives the wiped directories themselves, which emptying them keeps, a new local sandbox's
+mode, the time now and none of the extended attributes (or ACLs) a program put there: nothing
+a rollout writes on them reaches the next. Raises where one stays."""
+
+
 def wipe_script(keep: str | None = None) -> str:
     """Empty the workdir and ``/tmp`` (giving back the permissions a program took away first)
     but ``keep``; fails unless both are empty after. ``keep`` is for backends where processes
     may outlive an exec (reuse there is the caller's choice, and leftovers already possible):
     wiping :data:`SCRATCH` there took the wipe's own exec wrapper's files on Daytona, which
-    failed every wipe."""
+    failed every wipe. Without ``keep`` (the local backend's namespaces), it empties all that
+    is writable there, ``/workspace`` (``$HOME``, and whatever holds a workdir below it) and
+    ``/tmp``, makes the workdir again, and makes both as new (:data:`_UNMARK`, with the
+    sandbox's ``python3``)."""
     but = f" ! -path {keep}" if keep else ""
+    roots = '"$w" /tmp' if keep else "/workspace /tmp"
+    remake = "" if keep else f""" && mkdir -p -- "$w" && python3 -I -S -c '{_UNMARK}' {roots}"""
     return (
-        'w=$(pwd) && [ "$w" != / ] && chmod -R u+rwX -- "$w" /tmp 2>/dev/null; '
-        f'find "$w" /tmp -mindepth 1 -maxdepth 1{but} -exec rm -rf -- {{}} + 2>/dev/null; '
-        f'[ -z "$(find "$w" /tmp -mindepth 1 -maxdepth 1{but} -print -quit 2>/dev/null)" ]'
+        f'w=$(pwd) && [ "$w" != / ] && chmod -R u+rwX -- {roots} 2>/dev/null; '
+        f"find {roots} -mindepth 1 -maxdepth 1{but} -exec rm -rf -- {{}} + 2>/dev/null; "
+        f'[ -z "$(find {roots} -mindepth 1 -maxdepth 1{but} -print -quit 2>/dev/null)" ]' + remake
     )
 
 

@@ -80,6 +80,12 @@ def trim(text: str, limit: int) -> str:
     return f"{text[:head]}\n[... {cut} characters trimmed ...]\n{text[len(text) - tail :]}"
 
 
+def _utf8(text: str) -> str:
+    """Model-written text as a command line, a path or a message can carry it: the lone
+    surrogates JSON can spell (``"\\ud800"``), which no encoder takes, become ``?``."""
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
 class Rollout:
     """One rollout's tools; ``timeout`` seconds and ``max_output`` characters per call."""
 
@@ -135,9 +141,9 @@ class Rollout:
     def _idle(self) -> None:
         """No call in flight: hand back what is done with (all of it once released)."""
         if self._released:
-            if self._drained is not None:  # arelease hands back, awaiting it
-                self._drained.set_result(None)
-                return
+            if self._drained is not None and not self._drained.done():
+                self._drained.set_result(None)  # arelease hands back, awaiting it
+                return  # (unless it was cancelled while waiting: then handed back here)
             self._finish_sandbox()
         done, self._done = self._done, []
         for sandbox in done:
@@ -153,6 +159,9 @@ class Rollout:
 
     async def _exec(self, tool: str, argv: list[str], stdin: bytes = b"") -> ExecResult | str:
         """The exec's result, or the text that tells the model why there is none."""
+        if any("\0" in arg for arg in argv):
+            return "error: a command line or a path cannot hold a NUL character"
+        argv = [_utf8(arg) for arg in argv]
         try:
             async with self._using() as sandbox:
                 if tool == "run_python" and not self._kernel_ready:
@@ -208,7 +217,10 @@ class Rollout:
 
     async def awrite_file(self, path: str, content: str) -> str:
         started = time.monotonic()
-        data = content.encode("utf-8", "replace")
+        path, data = _utf8(path), content.encode("utf-8", "replace")
+        if "\0" in path:
+            self._record("write_file", started, error=True)
+            return "error: a path cannot hold a NUL character"
         if len(data) > self.max_file_bytes:
             self._record("write_file", started, error=True)
             return f"error: {len(data)} bytes is over the limit of {self.max_file_bytes}"
@@ -236,7 +248,7 @@ class Rollout:
                 timed_out=not isinstance(result, str) and result.timed_out,
             )
             why = result if isinstance(result, str) else result.stderr.strip() or "timed out"
-            return f"error: could not read {path}: {why}"
+            return f"error: could not read {_utf8(path)}: {why}"
         self._record("read_file", started, error=False)
         return trim(result.stdout, self.max_output)
 
