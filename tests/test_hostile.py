@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import socket
+import tempfile
 import threading
 import time
 import uuid
@@ -1513,6 +1514,40 @@ def test_a_rollout_leaves_nothing_beside_its_workdir_for_the_next(
     assert "reused=1" in stats
     assert seen.startswith("/workspace/project\nproject\n"), seen
     assert mark not in seen, seen
+
+
+def test_a_wipe_empties_the_sandboxs_temporary_directory_not_the_hosts(
+    tier: str, local_root: Path
+) -> None:
+    """A lender told to reuse sandboxes where /tmp is the host's (the rlimits tier) wipes the
+    sandbox's own temporary directory: what another program keeps in the host's /tmp (a
+    world-writable directory, as Ray's sockets are in) is not the wipe's to remove."""
+    from sandboxkit.tools import SandboxLender
+
+    host = Path(tempfile.mkdtemp(prefix="sandboxkit-host-", dir="/tmp"))
+    host.chmod(0o777)
+    (host / "socket").write_text("theirs")
+    (host / "socket").chmod(0o666)
+
+    async def wipe() -> tuple[str, int]:
+        lender = SandboxLender(get_backend("subprocess", root=local_root), reuse=True)
+        try:
+            sandbox = await lender.alease()
+            made = await sandbox.aexec(["sh", "-c", 'echo x > "${TMPDIR:-/tmp}/mine"'])
+            assert made.ok, made.stderr
+            await lender.areturn(sandbox)
+            again = await lender.alease()
+            left = await again.aexec(["sh", "-c", 'ls -A "${TMPDIR:-/tmp}"'])
+            return left.stdout, lender.stats.reused
+        finally:
+            await lender.aclose()
+
+    try:
+        left, reused = asyncio.run(wipe())
+        assert (host / "socket").read_text() == "theirs"
+    finally:
+        shutil.rmtree(host, ignore_errors=True)
+    assert left == "" and reused == 1
 
 
 def test_a_rollout_released_mid_call_leaves_its_late_writes_to_no_one(

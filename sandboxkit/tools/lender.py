@@ -51,19 +51,22 @@ a rollout writes on them reaches the next. Raises where one stays."""
 
 
 def wipe_script(keep: str | None = None) -> str:
-    """Empty the workdir and ``/tmp`` (giving back the permissions a program took away first)
-    but ``keep``; fails unless both are empty after. ``keep`` is for backends where processes
-    may outlive an exec (reuse there is the caller's choice, and leftovers already possible):
-    wiping :data:`SCRATCH` there took the wipe's own exec wrapper's files on Daytona, which
-    failed every wipe. Without ``keep`` (the local backend's namespaces), it empties all that
-    is writable there, ``/workspace`` (``$HOME``, and whatever holds a workdir below it) and
-    ``/tmp``, makes the workdir again, and makes both as new (:data:`_UNMARK`, with the
-    sandbox's ``python3``)."""
+    """Empty the workdir and the sandbox's temporary directory (giving back the permissions a
+    program took away first) but ``keep``; fails unless both are empty after. The temporary
+    directory is ``$TMPDIR`` where the backend sets one: a local sandbox without a mount
+    namespace of its own sees the host's ``/tmp``, which is not its to empty. ``keep`` is for
+    backends where processes may outlive an exec (reuse there is the caller's choice, and
+    leftovers already possible): wiping :data:`SCRATCH` there took the wipe's own exec
+    wrapper's files on Daytona, which failed every wipe. Without ``keep`` (the local backend's
+    namespaces), it empties all that is writable there, ``/workspace`` (``$HOME``, and whatever
+    holds a workdir below it) and ``/tmp``, makes the workdir again, and makes both as new
+    (:data:`_UNMARK`, with the sandbox's ``python3``)."""
     but = f" ! -path {keep}" if keep else ""
-    roots = '"$w" /tmp' if keep else "/workspace /tmp"
+    roots = '"$w" "$t"' if keep else "/workspace /tmp"
     remake = "" if keep else f""" && mkdir -p -- "$w" && python3 -I -S -c '{_UNMARK}' {roots}"""
     return (
-        f'w=$(pwd) && [ "$w" != / ] && chmod -R u+rwX -- {roots} 2>/dev/null; '
+        'w=$(pwd) && t=${TMPDIR:-/tmp} && [ "$w" != / ] && [ "$t" != / ] || exit 1; '
+        f"chmod -R u+rwX -- {roots} 2>/dev/null; "
         f"find {roots} -mindepth 1 -maxdepth 1{but} -exec rm -rf -- {{}} + 2>/dev/null; "
         f'[ -z "$(find {roots} -mindepth 1 -maxdepth 1{but} -print -quit 2>/dev/null)" ]' + remake
     )
