@@ -6,6 +6,7 @@ lacks is the provider's problem, said as such, never a 0.0 for the model's code.
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 import shutil
@@ -558,3 +559,50 @@ def test_memory_the_data_limit_does_not_count_is_still_a_memory_limit(
     outcome = judge(sandbox, UNCOUNTED_MEMORY[language], language, timeout=10.0)
     assert outcome.verdict is Verdict.MEMORY_LIMIT, outcome
     assert "its peak memory was" in outcome.detail, outcome
+
+
+WIDENED = r"""
+#include <bits/stdc++.h>
+#include <sched.h>
+// Takes every CPU (its judge may use one) and spins in threads until it has used 1.3 s of CPU
+// time, a limit of 1 s, in less wall-clock time than the judge waits before it first looks at
+// the program's clock; prints the sum only if it got there (a loaded machine may not let it).
+double cpu() {
+    timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+int main() {
+    long long a, b;
+    std::cin >> a >> b;
+    cpu_set_t all;
+    CPU_ZERO(&all);
+    for (int i = 0; i < CPU_SETSIZE; i++) CPU_SET(i, &all);
+    sched_setaffinity(0, sizeof all, &all);
+    auto start = std::chrono::steady_clock::now();
+    std::atomic<bool> stop{false};
+    std::vector<std::thread> spin;
+    for (int i = 0; i < 3; i++) spin.emplace_back([&] { while (!stop) {} });
+    while (cpu() < 1.3 && std::chrono::steady_clock::now() - start < std::chrono::milliseconds(800)) {}
+    stop = true;
+    for (auto& t : spin) t.join();
+    std::cout << (cpu() >= 1.3 ? a + b : -1) << std::endl;
+}
+"""
+
+
+def test_cpu_time_used_between_the_judges_looks_still_counts(sandbox: Sandbox) -> None:
+    """The judge reads a program's CPU clock now and then, first after the limit divided by
+    the CPUs it may use itself (one, here: a trainer pinned to some cores); a program that
+    takes more CPUs than that, spends 1.3 s of CPU time against a limit of 1 s and exits
+    before the judge's first look was accepted. Its CPU time at exit is a time limit."""
+    needs("cpp17")
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("needs two CPUs")
+    harness = StdioTests([SUM], 1.0, language="cpp17")
+    request = harness.request(WIDENED)
+    pinned = ["taskset", "-c", "0", *request.argv]
+    result = sandbox.exec(pinned, stdin=request.stdin, timeout=request.timeout)
+    outcome = harness.judge(result, request)
+    # A wrong answer when the machine was too busy to give it the CPU time; never accepted.
+    assert outcome.verdict in (Verdict.TIME_LIMIT, Verdict.WRONG_ANSWER), outcome

@@ -604,11 +604,13 @@ def zygote(ctl: socket.socket, code: str, setup: str, program: Record | None) ->
 
 def report_exit(pid: int, sock: socket.socket) -> None:
     """Z: wait for the program's process to end (T kills it at its time limit), then send
-    T its exit status as ``os.waitstatus_to_exitcode`` gives it (``-N``: killed by signal N)
-    and its peak memory (KiB). The program cannot reach this socket."""
+    T its exit status as ``os.waitstatus_to_exitcode`` gives it (``-N``: killed by signal N),
+    its peak memory (KiB) and the CPU seconds it used, all its threads'. The program cannot
+    reach this socket."""
     with contextlib.suppress(OSError):  # T gave up on the test, or no status to have
         _, status, usage = os.wait4(pid, 0)
-        sock.sendall(b"%d %d" % (os.waitstatus_to_exitcode(status), usage.ru_maxrss))
+        cpu = usage.ru_utime + usage.ru_stime
+        sock.sendall(b"%d %d %.6f" % (os.waitstatus_to_exitcode(status), usage.ru_maxrss, cpu))
     sock.close()
 
 
@@ -1257,7 +1259,11 @@ def run_stdio(job: Record, t_end: socket.socket, report: Reporter) -> None:
         def run(box: list[Channel], data: bytes = stdin_text.encode()) -> Record:
             channel = box[0]
             out, err = collect(channel, data, job.get("output_cap", 1 << 20))
-            exit_code, rss = ended(channel)
+            exit_code, rss, cpu = ended(channel)
+            if cpu is not None and cpu >= channel.clock.limit:
+                # The clock looks only now and then: what a program used since its last look
+                # (many threads, on more CPUs than this process may use) counts all the same.
+                raise TimeUp("cpu", f"used more than {channel.clock.limit:g}s of CPU time")
             record: Record = {"status": "exited", "exit": exit_code, "rss": rss}
             if exit_code != 0 and err:
                 record["stderr"] = err
@@ -1279,10 +1285,10 @@ def run_stdio(job: Record, t_end: socket.socket, report: Reporter) -> None:
         report.emit({"test": index, **found}, keep=("output",))
 
 
-def ended(channel: Channel) -> tuple[int | None, int | None]:
-    """The program's exit status (``-N``: killed by signal N) and peak memory (KiB), once its
-    process has ended (its threads joined, within its time limit); None if the zygote could
-    not say."""
+def ended(channel: Channel) -> tuple[int | None, int | None, float | None]:
+    """The program's exit status (``-N``: killed by signal N), peak memory (KiB) and CPU
+    seconds, once its process has ended (its threads joined, within its time limit); None if
+    the zygote could not say."""
     if channel.exit_sock is None:
         raise RemoteError("the candidate's process came without a channel for its exit status")
     sent = b""
@@ -1294,10 +1300,10 @@ def ended(channel: Channel) -> tuple[int | None, int | None]:
             chunk = b""
         if not chunk:
             try:
-                status, rss = (int(n) for n in sent.split())
+                status, rss, cpu = sent.split()
+                return int(status), int(rss), float(cpu)
             except ValueError:
-                return None, None
-            return status, rss
+                return None, None, None
         sent = (sent + chunk)[:48]
 
 
