@@ -606,3 +606,37 @@ def test_cpu_time_used_between_the_judges_looks_still_counts(sandbox: Sandbox) -
     outcome = harness.judge(result, request)
     # A wrong answer when the machine was too busy to give it the CPU time; never accepted.
     assert outcome.verdict in (Verdict.TIME_LIMIT, Verdict.WRONG_ANSWER), outcome
+
+
+ESM_EVERYWHERE = r"""
+import os
+# Where Node looks for the nearest package.json of a later completion's main.js: its "type"
+# would load every CommonJS program as a module (``require`` is not defined: a runtime error).
+os.makedirs(".sandboxkit", exist_ok=True)
+for place in ("package.json", ".sandboxkit/package.json"):
+    with open(place, "w") as planted:
+        planted.write('{"type": "module"}')
+print(sum(map(int, input().split())))
+"""
+COMMONJS_SUM = (
+    'const fs = require("fs");\n'
+    'const [a, b] = fs.readFileSync(0, "utf8").trim().split(/\\s+/).map(Number);\n'
+    "console.log(a + b);\n"
+)
+
+
+def test_files_an_earlier_completion_leaves_do_not_change_how_a_program_loads(
+    sandbox: Sandbox,
+) -> None:
+    """Completions share a pool's sandboxes: one that leaves a package.json saying
+    ``"type": "module"`` in the working directory made every later JavaScript program there
+    that uses ``require`` a runtime error (its siblings' rewards lowered, its own advantage
+    raised). Each run's directory holds a package.json of its own, the nearest one."""
+    needs("javascript")
+    try:
+        planted = judge(sandbox, ESM_EVERYWHERE, "python")
+        assert planted.verdict is Verdict.ACCEPTED, planted
+        outcome = judge(sandbox, COMMONJS_SUM, "javascript")
+        assert outcome.verdict is Verdict.ACCEPTED, outcome
+    finally:
+        sandbox.exec(["rm", "-f", "package.json", ".sandboxkit/package.json"])

@@ -808,6 +808,9 @@ def build(native: Record, code: str, program: Record) -> tuple[list[str], Env]:
         )
     with open(native["source"], "w", encoding="utf-8") as source:
         source.write(code + native.get("epilogue", ""))
+    for name, text in native.get("files", {}).items():
+        with open(name, "w", encoding="utf-8") as beside:
+            beside.write(text)
     argv = list(native["compile"])
     if argv:
         limits = program["compile_limits"]
