@@ -23,7 +23,7 @@ from sandboxkit.contest import languages
 from sandboxkit.contest.languages import Language, language_for, register_language
 from sandboxkit.errors import CircuitOpenError
 from sandboxkit.harness import StdioTests
-from sandboxkit.outcomes import Outcome, Verdict
+from sandboxkit.outcomes import Outcome, OutcomeKind, Verdict
 from sandboxkit.rewards import stdio_tests_reward
 
 pytestmark = pytest.mark.slow
@@ -579,11 +579,11 @@ int main() {
     CPU_ZERO(&all);
     for (int i = 0; i < CPU_SETSIZE; i++) CPU_SET(i, &all);
     sched_setaffinity(0, sizeof all, &all);
-    auto start = std::chrono::steady_clock::now();
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(800);
     std::atomic<bool> stop{false};
     std::vector<std::thread> spin;
     for (int i = 0; i < 3; i++) spin.emplace_back([&] { while (!stop) {} });
-    while (cpu() < 1.3 && std::chrono::steady_clock::now() - start < std::chrono::milliseconds(800)) {}
+    while (cpu() < 1.3 && std::chrono::steady_clock::now() < until) {}
     stop = true;
     for (auto& t : spin) t.join();
     std::cout << (cpu() >= 1.3 ? a + b : -1) << std::endl;
@@ -640,3 +640,38 @@ def test_files_an_earlier_completion_leaves_do_not_change_how_a_program_loads(
         assert outcome.verdict is Verdict.ACCEPTED, outcome
     finally:
         sandbox.exec(["rm", "-f", "package.json", ".sandboxkit/package.json"])
+
+
+FILL_FILES = r"""
+import os
+# Takes every file the sandbox's disk can hold (where it is capped), and leaves them there.
+room = os.statvfs(".")
+made = 0
+if 0 < room.f_files <= 1 << 20:
+    os.makedirs("filler", exist_ok=True)
+    try:
+        while True:
+            open(f"filler/{made}", "w").close()
+            made += 1
+    except OSError:
+        pass
+print(sum(map(int, input().split())) if made else "uncapped")
+"""
+
+
+def test_a_disk_an_earlier_completion_filled_is_the_sandboxs_problem(sandbox: Sandbox) -> None:
+    """A completion that leaves the sandbox's disk full made every later compiled program
+    there an error (0.0: no room for its run's directory). Nothing of such a program has run:
+    its outcome is ``infra`` (no reward) saying so, and the sandbox builds again once the
+    files are gone."""
+    needs("cpp17")
+    try:
+        filled = judge(sandbox, FILL_FILES, "python", timeout=20.0)
+        if filled.verdict is not Verdict.ACCEPTED:
+            pytest.skip(f"the sandbox's disk has no cap of files here: {filled.detail}")
+        outcome = judge(sandbox, SUM_CPP, "cpp17")
+        assert outcome.kind is OutcomeKind.INFRA, outcome
+        assert "the sandbox's disk is full" in outcome.detail, outcome
+    finally:
+        sandbox.exec(["rm", "-rf", "filler"])
+    assert judge(sandbox, SUM_CPP, "cpp17").verdict is Verdict.ACCEPTED

@@ -780,8 +780,8 @@ def exec_program(sock: socket.socket, err: socket.socket, argv: list[str], env: 
 
 
 class BuildError(Exception):
-    """Z could not make the program runnable: ``kind`` ``compile`` (its code) or
-    ``toolchain`` (the sandbox lacks the language's tools)."""
+    """Z could not make the program runnable: ``kind`` ``compile`` (its code), ``toolchain``
+    (the sandbox lacks the language's tools) or ``sandbox`` (its disk is full)."""
 
     def __init__(self, kind: str, detail: str) -> None:
         super().__init__(detail)
@@ -806,11 +806,17 @@ def build(native: Record, code: str, program: Record) -> tuple[list[str], Env]:
             f"the sandbox has no {native['toolchain'] or tools[0]} for {native['language']}"
             f" (install it in the image: {native['install']})",
         )
-    with open(native["source"], "w", encoding="utf-8") as source:
-        source.write(code + native.get("epilogue", ""))
-    for name, text in native.get("files", {}).items():
-        with open(name, "w", encoding="utf-8") as beside:
-            beside.write(text)
+    short = disk_short(work)
+    if short:
+        raise BuildError("sandbox", disk_full(short))
+    try:
+        with open(native["source"], "w", encoding="utf-8") as source:
+            source.write(code + native.get("epilogue", ""))
+        for name, text in native.get("files", {}).items():
+            with open(name, "w", encoding="utf-8") as beside:
+                beside.write(text)
+    except OSError as exc:  # nothing of this program has run yet: not its doing
+        raise BuildError("sandbox", disk_full(exc.strerror or str(exc))) from None
     argv = list(native["compile"])
     if argv:
         limits = program["compile_limits"]
@@ -829,6 +835,26 @@ def build(native: Record, code: str, program: Record) -> tuple[list[str], Env]:
     if found is None:
         raise BuildError("toolchain", f"the sandbox has no {run[0]} for {native['language']}")
     return [found, *run[1:]], env
+
+
+DISK_HEADROOM = (32 << 20, 256)
+"""Bytes and files a build needs free on the sandbox's disk: with less, the disk is taken
+(by files earlier programs there left), and a compile there would fail for it."""
+
+
+def disk_short(path: str) -> str:
+    """What the disk holding ``path`` lacks for a build ("" when it has room)."""
+    room = os.statvfs(path)
+    if room.f_bavail * room.f_frsize < DISK_HEADROOM[0]:
+        return f"{room.f_bavail * room.f_frsize >> 20} MiB free"
+    if room.f_files and room.f_favail < DISK_HEADROOM[1]:
+        return f"{room.f_favail} files free"
+    return ""
+
+
+def disk_full(said: str) -> str:
+    """Why a sandbox cannot build programs: its disk (an ``infra`` outcome, not a 0.0)."""
+    return f"the sandbox's disk is full ({said}): files earlier programs there left?"
 
 
 def run_tool(argv: list[str], env: Env, limits: Record) -> tuple[int | None, str]:
@@ -1391,8 +1417,14 @@ def main() -> None:
     if program is not None and program.get("dir"):
         for place in ("dir", "cache"):  # absolute: the zygote works in the run's directory
             program[place] = os.path.abspath(program[place])
-        os.makedirs(program["dir"], exist_ok=True)
-        hold_run(program["dir"])
+        try:
+            os.makedirs(program["dir"], exist_ok=True)
+            hold_run(program["dir"])
+        except OSError as exc:  # no zygote started: none will hold the key
+            report = Reporter(bytes.fromhex(key_memory[:].decode()))
+            report.emit({"load_error": disk_full(exc.strerror or str(exc)), "build": "sandbox"})
+            report.emit({"done": True})
+            return
     make_undumpable()
     zygote_pid, t_end = start_zygote(code, setup, program)
     # Only now, in T alone: T forks nothing else.
