@@ -6,6 +6,7 @@ lacks is the provider's problem, said as such, never a 0.0 for the model's code.
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 import shutil
@@ -22,7 +23,7 @@ from sandboxkit.contest import languages
 from sandboxkit.contest.languages import Language, language_for, register_language
 from sandboxkit.errors import CircuitOpenError
 from sandboxkit.harness import StdioTests
-from sandboxkit.outcomes import Outcome, Verdict
+from sandboxkit.outcomes import Outcome, OutcomeKind, Verdict
 from sandboxkit.rewards import stdio_tests_reward
 
 pytestmark = pytest.mark.slow
@@ -558,3 +559,119 @@ def test_memory_the_data_limit_does_not_count_is_still_a_memory_limit(
     outcome = judge(sandbox, UNCOUNTED_MEMORY[language], language, timeout=10.0)
     assert outcome.verdict is Verdict.MEMORY_LIMIT, outcome
     assert "its peak memory was" in outcome.detail, outcome
+
+
+WIDENED = r"""
+#include <bits/stdc++.h>
+#include <sched.h>
+// Takes every CPU (its judge may use one) and spins in threads until it has used 1.3 s of CPU
+// time, a limit of 1 s, in less wall-clock time than the judge waits before it first looks at
+// the program's clock; prints the sum only if it got there (a loaded machine may not let it).
+double cpu() {
+    timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+int main() {
+    long long a, b;
+    std::cin >> a >> b;
+    cpu_set_t all;
+    CPU_ZERO(&all);
+    for (int i = 0; i < CPU_SETSIZE; i++) CPU_SET(i, &all);
+    sched_setaffinity(0, sizeof all, &all);
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(800);
+    std::atomic<bool> stop{false};
+    std::vector<std::thread> spin;
+    for (int i = 0; i < 3; i++) spin.emplace_back([&] { while (!stop) {} });
+    while (cpu() < 1.3 && std::chrono::steady_clock::now() < until) {}
+    stop = true;
+    for (auto& t : spin) t.join();
+    std::cout << (cpu() >= 1.3 ? a + b : -1) << std::endl;
+}
+"""
+
+
+def test_cpu_time_used_between_the_judges_looks_still_counts(sandbox: Sandbox) -> None:
+    """The judge reads a program's CPU clock now and then, first after the limit divided by
+    the CPUs it may use itself (one, here: a trainer pinned to some cores); a program that
+    takes more CPUs than that, spends 1.3 s of CPU time against a limit of 1 s and exits
+    before the judge's first look was accepted. Its CPU time at exit is a time limit."""
+    needs("cpp17")
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("needs two CPUs")
+    harness = StdioTests([SUM], 1.0, language="cpp17")
+    request = harness.request(WIDENED)
+    pinned = ["taskset", "-c", "0", *request.argv]
+    result = sandbox.exec(pinned, stdin=request.stdin, timeout=request.timeout)
+    outcome = harness.judge(result, request)
+    # A wrong answer when the machine was too busy to give it the CPU time; never accepted.
+    assert outcome.verdict in (Verdict.TIME_LIMIT, Verdict.WRONG_ANSWER), outcome
+
+
+ESM_EVERYWHERE = r"""
+import os
+# Where Node looks for the nearest package.json of a later completion's main.js: its "type"
+# would load every CommonJS program as a module (``require`` is not defined: a runtime error).
+os.makedirs(".sandboxkit", exist_ok=True)
+for place in ("package.json", ".sandboxkit/package.json"):
+    with open(place, "w") as planted:
+        planted.write('{"type": "module"}')
+print(sum(map(int, input().split())))
+"""
+COMMONJS_SUM = (
+    'const fs = require("fs");\n'
+    'const [a, b] = fs.readFileSync(0, "utf8").trim().split(/\\s+/).map(Number);\n'
+    "console.log(a + b);\n"
+)
+
+
+def test_files_an_earlier_completion_leaves_do_not_change_how_a_program_loads(
+    sandbox: Sandbox,
+) -> None:
+    """Completions share a pool's sandboxes: one that leaves a package.json saying
+    ``"type": "module"`` in the working directory made every later JavaScript program there
+    that uses ``require`` a runtime error (its siblings' rewards lowered, its own advantage
+    raised). Each run's directory holds a package.json of its own, the nearest one."""
+    needs("javascript")
+    try:
+        planted = judge(sandbox, ESM_EVERYWHERE, "python")
+        assert planted.verdict is Verdict.ACCEPTED, planted
+        outcome = judge(sandbox, COMMONJS_SUM, "javascript")
+        assert outcome.verdict is Verdict.ACCEPTED, outcome
+    finally:
+        sandbox.exec(["rm", "-f", "package.json", ".sandboxkit/package.json"])
+
+
+FILL_FILES = r"""
+import os
+# Takes every file the sandbox's disk can hold (where it is capped), and leaves them there.
+room = os.statvfs(".")
+made = 0
+if 0 < room.f_files <= 1 << 20:
+    os.makedirs("filler", exist_ok=True)
+    try:
+        while True:
+            open(f"filler/{made}", "w").close()
+            made += 1
+    except OSError:
+        pass
+print(sum(map(int, input().split())) if made else "uncapped")
+"""
+
+
+def test_a_disk_an_earlier_completion_filled_is_the_sandboxs_problem(sandbox: Sandbox) -> None:
+    """A completion that leaves the sandbox's disk full made every later compiled program
+    there an error (0.0: no room for its run's directory). Nothing of such a program has run:
+    its outcome is ``infra`` (no reward) saying so, and the sandbox builds again once the
+    files are gone."""
+    needs("cpp17")
+    try:
+        filled = judge(sandbox, FILL_FILES, "python", timeout=20.0)
+        if filled.verdict is not Verdict.ACCEPTED:
+            pytest.skip(f"the sandbox's disk has no cap of files here: {filled.detail}")
+        outcome = judge(sandbox, SUM_CPP, "cpp17")
+        assert outcome.kind is OutcomeKind.INFRA, outcome
+        assert "the sandbox's disk is full" in outcome.detail, outcome
+    finally:
+        sandbox.exec(["rm", "-rf", "filler"])
+    assert judge(sandbox, SUM_CPP, "cpp17").verdict is Verdict.ACCEPTED

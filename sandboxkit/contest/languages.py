@@ -50,6 +50,11 @@ class Language:
     env: Mapping[str, str] = field(default_factory=dict)
     epilogue: str = ""
     """Source appended to the program before it compiles (after it: its line numbers hold)."""
+    files: Mapping[str, str] = field(default_factory=dict)
+    """Files written beside the source (name: text), so that what the toolchain would look
+    for in the directories above, where earlier completions in the sandbox could write (Node:
+    the nearest ``package.json``, whose ``"type"`` decides how ``main.js`` loads), is the
+    judge's own."""
 
     @property
     def compiled(self) -> bool:
@@ -88,6 +93,7 @@ class Language:
             "env": dict(self.env),
             "memory": memory_mb << 20 if self.memory_rlimit else 0,
             "epilogue": self.epilogue,
+            "files": dict(self.files),
         }
 
 
@@ -235,6 +241,7 @@ for _entry in (
         "node",
         "apt install nodejs",
         memory_rlimit=False,
+        files={"package.json": "{}\n"},
     ),
 ):
     register_language(_entry)

@@ -59,8 +59,8 @@ class Records:
     load_error: str | None = None
     load_timeout: bool = False
     build: str = ""
-    """Why a program could not be built: ``compile`` (its code) or ``toolchain`` (the
-    sandbox's)."""
+    """Why a program could not be built: ``compile`` (its code), ``toolchain`` or ``sandbox``
+    (the sandbox's: no compiler, a full disk)."""
     tests: dict[int, dict[str, Any]] = field(default_factory=dict)
     done: bool = False
     foreign: bool = False

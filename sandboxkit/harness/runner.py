@@ -604,11 +604,13 @@ def zygote(ctl: socket.socket, code: str, setup: str, program: Record | None) ->
 
 def report_exit(pid: int, sock: socket.socket) -> None:
     """Z: wait for the program's process to end (T kills it at its time limit), then send
-    T its exit status as ``os.waitstatus_to_exitcode`` gives it (``-N``: killed by signal N)
-    and its peak memory (KiB). The program cannot reach this socket."""
+    T its exit status as ``os.waitstatus_to_exitcode`` gives it (``-N``: killed by signal N),
+    its peak memory (KiB) and the CPU seconds it used, all its threads'. The program cannot
+    reach this socket."""
     with contextlib.suppress(OSError):  # T gave up on the test, or no status to have
         _, status, usage = os.wait4(pid, 0)
-        sock.sendall(b"%d %d" % (os.waitstatus_to_exitcode(status), usage.ru_maxrss))
+        cpu = usage.ru_utime + usage.ru_stime
+        sock.sendall(b"%d %d %.6f" % (os.waitstatus_to_exitcode(status), usage.ru_maxrss, cpu))
     sock.close()
 
 
@@ -778,8 +780,8 @@ def exec_program(sock: socket.socket, err: socket.socket, argv: list[str], env: 
 
 
 class BuildError(Exception):
-    """Z could not make the program runnable: ``kind`` ``compile`` (its code) or
-    ``toolchain`` (the sandbox lacks the language's tools)."""
+    """Z could not make the program runnable: ``kind`` ``compile`` (its code), ``toolchain``
+    (the sandbox lacks the language's tools) or ``sandbox`` (its disk is full)."""
 
     def __init__(self, kind: str, detail: str) -> None:
         super().__init__(detail)
@@ -804,8 +806,17 @@ def build(native: Record, code: str, program: Record) -> tuple[list[str], Env]:
             f"the sandbox has no {native['toolchain'] or tools[0]} for {native['language']}"
             f" (install it in the image: {native['install']})",
         )
-    with open(native["source"], "w", encoding="utf-8") as source:
-        source.write(code + native.get("epilogue", ""))
+    short = disk_short(work)
+    if short:
+        raise BuildError("sandbox", disk_full(short))
+    try:
+        with open(native["source"], "w", encoding="utf-8") as source:
+            source.write(code + native.get("epilogue", ""))
+        for name, text in native.get("files", {}).items():
+            with open(name, "w", encoding="utf-8") as beside:
+                beside.write(text)
+    except OSError as exc:  # nothing of this program has run yet: not its doing
+        raise BuildError("sandbox", disk_full(exc.strerror or str(exc))) from None
     argv = list(native["compile"])
     if argv:
         limits = program["compile_limits"]
@@ -824,6 +835,26 @@ def build(native: Record, code: str, program: Record) -> tuple[list[str], Env]:
     if found is None:
         raise BuildError("toolchain", f"the sandbox has no {run[0]} for {native['language']}")
     return [found, *run[1:]], env
+
+
+DISK_HEADROOM = (32 << 20, 256)
+"""Bytes and files a build needs free on the sandbox's disk: with less, the disk is taken
+(by files earlier programs there left), and a compile there would fail for it."""
+
+
+def disk_short(path: str) -> str:
+    """What the disk holding ``path`` lacks for a build ("" when it has room)."""
+    room = os.statvfs(path)
+    if room.f_bavail * room.f_frsize < DISK_HEADROOM[0]:
+        return f"{room.f_bavail * room.f_frsize >> 20} MiB free"
+    if room.f_files and room.f_favail < DISK_HEADROOM[1]:
+        return f"{room.f_favail} files free"
+    return ""
+
+
+def disk_full(said: str) -> str:
+    """Why a sandbox cannot build programs: its disk (an ``infra`` outcome, not a 0.0)."""
+    return f"the sandbox's disk is full ({said}): files earlier programs there left?"
 
 
 def run_tool(argv: list[str], env: Env, limits: Record) -> tuple[int | None, str]:
@@ -1257,7 +1288,11 @@ def run_stdio(job: Record, t_end: socket.socket, report: Reporter) -> None:
         def run(box: list[Channel], data: bytes = stdin_text.encode()) -> Record:
             channel = box[0]
             out, err = collect(channel, data, job.get("output_cap", 1 << 20))
-            exit_code, rss = ended(channel)
+            exit_code, rss, cpu = ended(channel)
+            if cpu is not None and cpu >= channel.clock.limit:
+                # The clock looks only now and then: what a program used since its last look
+                # (many threads, on more CPUs than this process may use) counts all the same.
+                raise TimeUp("cpu", f"used more than {channel.clock.limit:g}s of CPU time")
             record: Record = {"status": "exited", "exit": exit_code, "rss": rss}
             if exit_code != 0 and err:
                 record["stderr"] = err
@@ -1279,10 +1314,10 @@ def run_stdio(job: Record, t_end: socket.socket, report: Reporter) -> None:
         report.emit({"test": index, **found}, keep=("output",))
 
 
-def ended(channel: Channel) -> tuple[int | None, int | None]:
-    """The program's exit status (``-N``: killed by signal N) and peak memory (KiB), once its
-    process has ended (its threads joined, within its time limit); None if the zygote could
-    not say."""
+def ended(channel: Channel) -> tuple[int | None, int | None, float | None]:
+    """The program's exit status (``-N``: killed by signal N), peak memory (KiB) and CPU
+    seconds, once its process has ended (its threads joined, within its time limit); None if
+    the zygote could not say."""
     if channel.exit_sock is None:
         raise RemoteError("the candidate's process came without a channel for its exit status")
     sent = b""
@@ -1294,10 +1329,10 @@ def ended(channel: Channel) -> tuple[int | None, int | None]:
             chunk = b""
         if not chunk:
             try:
-                status, rss = (int(n) for n in sent.split())
+                status, rss, cpu = sent.split()
+                return int(status), int(rss), float(cpu)
             except ValueError:
-                return None, None
-            return status, rss
+                return None, None, None
         sent = (sent + chunk)[:48]
 
 
@@ -1382,8 +1417,14 @@ def main() -> None:
     if program is not None and program.get("dir"):
         for place in ("dir", "cache"):  # absolute: the zygote works in the run's directory
             program[place] = os.path.abspath(program[place])
-        os.makedirs(program["dir"], exist_ok=True)
-        hold_run(program["dir"])
+        try:
+            os.makedirs(program["dir"], exist_ok=True)
+            hold_run(program["dir"])
+        except OSError as exc:  # no zygote started: none will hold the key
+            report = Reporter(bytes.fromhex(key_memory[:].decode()))
+            report.emit({"load_error": disk_full(exc.strerror or str(exc)), "build": "sandbox"})
+            report.emit({"done": True})
+            return
     make_undumpable()
     zygote_pid, t_end = start_zygote(code, setup, program)
     # Only now, in T alone: T forks nothing else.

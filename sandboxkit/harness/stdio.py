@@ -129,7 +129,7 @@ class StdioTests:
         total = len(self.cases)
         records = read_records(result, request)
         if records.load_error is not None and records.build:
-            if records.build == "toolchain":
+            if records.build in ("toolchain", "sandbox"):
                 return Outcome(OutcomeKind.INFRA, 0, total, records.load_error, result.duration)
             return Outcome(
                 OutcomeKind.ERROR,
