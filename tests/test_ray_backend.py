@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -15,6 +16,7 @@ import textwrap
 import uuid
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -29,7 +31,9 @@ from sandboxkit.errors import (
 
 pytest.importorskip("ray")
 
-from sandboxkit.backends.ray import SandboxActor
+from ray._private.services import canonicalize_bootstrap_address
+
+from sandboxkit.backends.ray import SandboxActor, _running_cluster
 from sandboxkit.protocol import SandboxSpec
 from sandboxkit.testing.ray import node_environment
 
@@ -242,3 +246,35 @@ def test_a_node_without_namespaces_is_refused_unless_its_environment_chose_rlimi
         assert asyncio.run(actor.exec(["echo", "made"], 30, None, None, None)).stdout == "made\n"
     finally:
         asyncio.run(actor.stop())
+
+
+def test_a_cluster_that_does_not_answer_is_no_cluster_not_a_hang(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cluster a killed ``ray start`` left recorded on this machine is no cluster to join
+    (``ray.init`` would retry its address for minutes: a create starts a local Ray instead);
+    an address given outright that does not answer is a transient error, at once."""
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{probe.getsockname()[1]}"
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "ray" / "ray_current_cluster").write_text(dead)
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    found = canonicalize_bootstrap_address(None)  # what ray.init would have joined
+    assert found is not None and found.endswith(dead.partition(":")[2])
+    assert _running_cluster(None) is None
+    done = driver(
+        f"""
+        from sandboxkit import get_backend
+        from sandboxkit.errors import TransientBackendError
+        try:
+            with get_backend("ray", address={dead!r}) as client:
+                client.list()
+        except TransientBackendError as exc:
+            print("transient:", exc)
+        """,
+        dict(os.environ),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith(f"transient: no Ray cluster answers at {dead}"), done.stdout

@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import ray
+from ray._private.services import canonicalize_bootstrap_address
 from ray.actor import ActorHandle
 from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
 
@@ -53,6 +54,8 @@ NAMESPACE = "sandboxkit"
 """The Ray namespace of every sandbox's actor, whatever the driver's own namespace."""
 DEFAULT_CREATE_TIMEOUT = 300.0
 STOP_GRACE_SECONDS = 10.0
+_PROBE_TIMEOUT = 5.0
+"""Seconds a cluster's head has to accept a TCP connection before it counts as down."""
 """How long ``stop`` waits for the actor to stop its sandbox before killing it anyway."""
 logger = logging.getLogger("sandboxkit.ray")
 T = TypeVar("T")
@@ -184,21 +187,34 @@ class RayBackend:
 
     def _connect(self, start: bool) -> bool:
         """Connect this process to the cluster, starting a local one only if ``start``;
-        False when there is no cluster to find."""
+        False when there is no cluster to find. An address is tried with a TCP connect
+        first: ``ray.init`` retries one that does not answer for minutes (a cluster a killed
+        ``ray start`` left recorded, a head that is down)."""
         with _connecting:
             if ray.is_initialized():
                 return True
-            address = self.address if self.address or start else "auto"
+            address = self.address
+            if address in (None, "auto"):
+                address = _running_cluster("auto" if address or not start else None)
+                if address is None and not start:
+                    return False
+            elif address != "local":
+                try:
+                    probe_ray(address, _PROBE_TIMEOUT)
+                except ValueError as exc:
+                    raise BackendMisconfiguredError(f"{exc} ({RAY_ADDRESS_VAR})") from None
+                except OSError as exc:
+                    raise TransientBackendError(
+                        f"no Ray cluster answers at {address}: {exc}"
+                    ) from None
             try:
                 ray.init(
-                    address=address,
+                    address=address or "local",
                     include_dashboard=False,
                     log_to_driver=False,
                     logging_level=logging.WARNING,
                 )
             except ConnectionError as exc:
-                if address == "auto" and "Could not find any running Ray instance" in str(exc):
-                    return False
                 raise TransientBackendError(f"no Ray cluster at {address}: {exc}") from exc
             return True
 
@@ -365,6 +381,23 @@ class RayBackend:
         """Forget the actor handles; the connection is the process's (others may use it) and
         the sandboxes outlive the client until stopped."""
         self._handles.clear()
+
+
+def _running_cluster(search: str | None) -> str | None:
+    """The address of the cluster Ray's own ``search`` finds on this machine, if it answers:
+    None, the one ``ray start`` recorded; ``auto``, else any head running here."""
+    try:
+        found: str | None = canonicalize_bootstrap_address(search)
+    except ConnectionError:  # nothing recorded, no head running
+        return None
+    if found is None:
+        return None
+    try:
+        probe_ray(found, _PROBE_TIMEOUT)
+    except OSError as exc:
+        logger.warning("the Ray cluster recorded at %s does not answer (%s): ignored", found, exc)
+        return None
+    return found
 
 
 def probe_ray(address: str, timeout: float) -> str:
