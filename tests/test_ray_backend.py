@@ -4,7 +4,6 @@ from the driver, and where a sandbox goes (on a local Ray cluster, ``sandboxkit.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import shutil
@@ -14,7 +13,6 @@ import sys
 import tempfile
 import textwrap
 import uuid
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,9 +29,12 @@ from sandboxkit.errors import (
 
 pytest.importorskip("ray")
 
+import ray
 from ray._private.services import canonicalize_bootstrap_address
 
-from sandboxkit.backends.ray import SandboxActor, _running_cluster
+from sandboxkit.backends.ray import NAMESPACE, OWNER_TAG, _RemoteSandbox, _running_cluster
+from sandboxkit.backends.subprocess import SubprocessBackend
+from sandboxkit.portal import run_sync
 from sandboxkit.protocol import SandboxSpec
 from sandboxkit.testing.ray import node_environment
 
@@ -221,31 +222,52 @@ def test_doctor_reports_the_ray_backend(ray_env: object) -> None:
     assert "[ok  ] api " in done.stdout
 
 
-@pytest.mark.parametrize("chosen", [None, "rlimits"])
+@pytest.mark.parametrize("chosen", ["auto", "rlimits"])
 def test_a_node_without_namespaces_is_refused_unless_its_environment_chose_rlimits(
-    monkeypatch: pytest.MonkeyPatch, chosen: str | None
+    ray_client: SandboxClient, chosen: str
 ) -> None:
     """On a node whose sandboxes fell back to the rlimits tier, code has the node's network,
     and with it Ray's GCS, which asks no credentials: the actor refuses to make a sandbox there
     unless the node's environment set that tier itself."""
-    monkeypatch.setenv("SANDBOXKIT_BWRAP", "/nonexistent/bwrap")  # namespaces fail here
-    if chosen:
-        monkeypatch.setenv(ISOLATION_VAR, chosen)
-    else:
-        monkeypatch.delenv(ISOLATION_VAR, raising=False)
-    actor = SandboxActor({})
-    spec = SandboxSpec(tags=("test-ray-tier",))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # the weak tier's warning
-        if not chosen:
-            with pytest.raises(BackendMisconfiguredError, match=r"GCS.*SANDBOXKIT_ISOLATION="):
-                asyncio.run(actor.create(spec))
-            return
-        asyncio.run(actor.create(spec))
+    ray_client.list()  # this process joins the cluster
+    env = {"SANDBOXKIT_BWRAP": "/nonexistent/bwrap", ISOLATION_VAR: chosen}  # no namespaces
+    ray_id = f"sbx-tier{uuid.uuid4().hex[:8]}"
+    actor = _RemoteSandbox.options(
+        name=f"{ray_id} {{}}", namespace=NAMESPACE, runtime_env={"env_vars": env}
+    ).remote({}, ray_id)
     try:
-        assert asyncio.run(actor.exec(["echo", "made"], 30, None, None, None)).stdout == "made\n"
+        if chosen == "auto":
+            with pytest.raises(BackendMisconfiguredError, match=r"GCS.*SANDBOXKIT_ISOLATION="):
+                ray.get(actor.create.remote(SandboxSpec()), timeout=120)
+            return
+        ray.get(actor.create.remote(SandboxSpec()), timeout=120)
+        made = ray.get(actor.exec.remote(["echo", "made"], 30, None, None, None), timeout=60)
+        assert made.stdout == "made\n"
+        ray.get(actor.stop.remote(), timeout=60)
     finally:
-        asyncio.run(actor.stop())
+        ray.kill(actor)
+
+
+def test_a_sandbox_whose_actor_died_is_stopped_by_the_next_on_its_node(
+    ray_client: SandboxClient, tag: str
+) -> None:
+    """An actor killed before it stopped its sandbox (``ray.kill``, the OOM killer) leaves the
+    sandbox's directory on its node (on a root node a tmpfs, in memory): the next sandbox
+    made there stops it, and no sandbox of a live actor."""
+    local = SubprocessBackend()
+    doomed, kept = ray_client.sandbox(tags=[tag]), ray_client.sandbox(tags=[tag])
+    assert len(run_sync(local.list(tags=[tag]))) == 2
+    name = next(
+        n
+        for n in ray.util.list_named_actors(all_namespaces=True)
+        if n["name"].startswith(doomed.id)
+    )
+    ray.kill(ray.get_actor(name["name"], NAMESPACE))
+    assert len(run_sync(local.list(tags=[tag]))) == 2  # the directory outlived its actor
+    ray_client.sandbox(tags=[tag])
+    assert len(run_sync(local.list(tags=[tag]))) == 2  # the orphan went, the next came
+    assert kept.exec(["echo", "alive"]).stdout == "alive\n"
+    assert all(not t.startswith(OWNER_TAG) for t in kept.info().tags)
 
 
 def test_a_cluster_that_does_not_answer_is_no_cluster_not_a_hang(

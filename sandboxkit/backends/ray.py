@@ -13,7 +13,9 @@ run left with one listing and no call to each actor. It reserves ``cpu`` CPUs (a
 finds no free room waits up to ``create_timeout`` and then is a transient error pools retry.
 Calls go to the actor, whose local backend builds each exec's environment from the spec
 alone: nothing of the driver's or the Ray worker's environment reaches a program. An actor
-that died under a call is a lost sandbox. Setup, costs and limits: docs/scale.md.
+that died under a call is a lost sandbox (the next sandbox made on its node stops what it
+left). A node must give the namespaces tier, or its environment must choose rlimits
+outright. Setup, costs and limits: docs/scale.md.
 """
 
 from __future__ import annotations
@@ -35,12 +37,13 @@ from urllib.parse import urlsplit
 import ray
 from ray._private.services import canonicalize_bootstrap_address
 from ray.actor import ActorHandle
-from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
+from ray.exceptions import ActorUnavailableError, RayActorError, RayError, RayTaskError
 
 from ..config import ISOLATION_VAR, setting
 from ..errors import (
     BackendError,
     BackendMisconfiguredError,
+    SandboxError,
     SandboxLostError,
     SandboxNotFoundError,
     TransientBackendError,
@@ -54,6 +57,8 @@ NAMESPACE = "sandboxkit"
 """The Ray namespace of every sandbox's actor, whatever the driver's own namespace."""
 DEFAULT_CREATE_TIMEOUT = 300.0
 STOP_GRACE_SECONDS = 10.0
+OWNER_TAG = "sandboxkit-ray-actor="
+"""Tags each local sandbox with the cluster (its GCS address) and the Ray id of its actor."""
 _PROBE_TIMEOUT = 5.0
 """Seconds a cluster's head has to accept a TCP connection before it counts as down."""
 """How long ``stop`` waits for the actor to stop its sandbox before killing it anyway."""
@@ -65,8 +70,10 @@ _connecting = threading.Lock()
 class SandboxActor:
     """One sandbox: a sandbox of the local backend on the node Ray placed this actor on."""
 
-    def __init__(self, local_options: Mapping[str, Any]) -> None:
+    def __init__(self, local_options: Mapping[str, Any], ray_id: str) -> None:
         self.local_options = dict(local_options)
+        self.ray_id = ray_id
+        """The sandbox's id on the Ray backend (its actor's name starts with it)."""
         self.backend: SubprocessBackend | None = None
         self.sandbox_id: str | None = None
 
@@ -82,9 +89,15 @@ class SandboxActor:
             options = {**options, "memory_mb": spec.memory_mb}
         self.backend = SubprocessBackend(**options)
         _check_tier(self.backend)
+        owner = f"{OWNER_TAG}{ray.get_runtime_context().gcs_address}/"
+        try:
+            await _stop_orphans(self.backend, owner)
+        except (RayError, SandboxError, OSError) as exc:  # a sweep missed is no failed create
+            logger.warning("could not stop this node's orphaned sandboxes: %r", exc)
+        spec = dataclasses.replace(spec, tags=(*spec.tags, owner + self.ray_id))
         info = await self.backend.create(spec)
         self.sandbox_id = info.id
-        return info
+        return _untagged(info)
 
     async def exec(
         self,
@@ -107,7 +120,7 @@ class SandboxActor:
 
     async def info(self) -> SandboxInfo:
         local, sandbox_id = self._sandbox()
-        return await local.get(sandbox_id)
+        return _untagged(await local.get(sandbox_id))
 
     async def stop(self) -> None:
         if self.backend is not None and self.sandbox_id is not None:
@@ -116,6 +129,26 @@ class SandboxActor:
 
 
 _RemoteSandbox = ray.remote(SandboxActor)
+
+
+def _untagged(info: SandboxInfo) -> SandboxInfo:
+    """``info`` without the tag that names its actor (the actor's business, not the user's)."""
+    return dataclasses.replace(info, tags=tuple(t for t in info.tags if OWNER_TAG not in t))
+
+
+async def _stop_orphans(local: SubprocessBackend, owner: str) -> None:
+    """Stop this node's sandboxes of this cluster whose actor died without stopping them
+    (``ray.kill``, which ``stop`` falls back on, the OOM killer): their directories, on a root
+    node a tmpfs in memory, would stay until someone reaped the node by hand. Each sandbox
+    carries ``owner`` + its Ray id; an actor is named before its sandbox is made, so a
+    sandbox being made has a live name."""
+    names = await asyncio.to_thread(ray.util.list_named_actors, all_namespaces=True)
+    live = {owner + n["name"].partition(" ")[0] for n in names if n["namespace"] == NAMESPACE}
+    for info in await local.list():
+        orphaned = [t for t in info.tags if t.startswith(owner) and t not in live]
+        if orphaned:
+            logger.warning("stopping sandbox %s: its actor died without it", orphaned[0])
+            await local.stop(info.id)
 
 
 def _check_tier(local: SubprocessBackend) -> None:
@@ -291,7 +324,7 @@ class RayBackend:
             lifetime="detached",
             max_restarts=0,
             **resources,
-        ).remote(self.local_options)
+        ).remote(self.local_options, sandbox_id)
         try:
             await asyncio.wait_for(
                 self._call(sandbox_id, handle.create.remote(spec)), self.create_timeout
