@@ -1616,6 +1616,37 @@ def test_a_release_cancelled_while_a_call_runs_still_hands_the_sandbox_back(
     assert "late" not in listing, listing
 
 
+def test_a_release_cancelled_during_the_wipe_still_hands_the_sandbox_back(
+    tier: str, local_root: Path
+) -> None:
+    """A caller that gives up on ``arelease`` while the sandbox is being wiped (no call in
+    flight, a slow wipe of many files): the wipe goes on, and the sandbox is lent again (or
+    replaced) rather than held by no one until the lender closes."""
+    from sandboxkit.tools import Rollout, SandboxLender
+
+    async def rollouts() -> tuple[int, int]:
+        client = get_backend("subprocess", root=local_root)
+        lender = SandboxLender(client)
+        first = Rollout(lender, timeout=30)
+        await first.arun_shell("mkdir d && cd d && seq 3000 | xargs touch")
+        release = asyncio.ensure_future(first.arelease())
+        await asyncio.sleep(0.02)
+        release.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await release
+        await lender.asettle()
+        second = Rollout(lender, timeout=10)
+        await second.arun_shell("true")
+        counts = lender.stats.reused, len(await client.alist())
+        await second.arelease()
+        await lender.aclose()
+        return counts
+
+    reused, live = asyncio.run(rollouts())
+    assert reused == 1  # the first sandbox, wiped, or the spare replacing it
+    assert live == 1  # and no other
+
+
 def test_concurrent_first_calls_of_a_rollout_share_one_sandbox(tier: str, local_root: Path) -> None:
     """Two calls racing to lease the rollout's sandbox get the same one (a second lease would
     be a sandbox no one gives back until the run ends)."""

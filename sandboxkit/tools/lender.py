@@ -192,14 +192,17 @@ class SandboxLender:
         if not self.closed:
             self._spare()
 
-    def give_back(self, sandbox: Sandbox) -> None:
+    def give_back(self, sandbox: Sandbox) -> asyncio.Future[None]:
         """:meth:`areturn` in the background, on the running loop: a rollout's ``reset`` need
-        not wait for the wipe (:meth:`aclose` waits for what is still in flight)."""
+        not wait for the wipe (:meth:`aclose` waits for what is still in flight), and a
+        caller that awaits it and gives up does not stop a wipe half-way (the sandbox would
+        be neither lent again nor stopped until the lender closed)."""
         task = asyncio.ensure_future(self.areturn(sandbox))
         self._background.add(task)
         self._returning.add(task)
         task.add_done_callback(self._background.discard)
         task.add_done_callback(self._returning.discard)
+        return task
 
     def _spare(self) -> None:
         """Create an idle sandbox in the background, for the next holder."""

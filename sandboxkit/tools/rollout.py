@@ -273,7 +273,7 @@ class Rollout:
             await self._drained
         self._finish_sandbox()
         done, self._done = self._done, []
-        await asyncio.gather(*(self.lender.areturn(sandbox) for sandbox in done))
+        await asyncio.shield(asyncio.gather(*(self.lender.give_back(sandbox) for sandbox in done)))
 
 
 def tool_metrics(rollouts: Sequence[ToolRollout]) -> dict[str, float]:
