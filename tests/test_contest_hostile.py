@@ -118,6 +118,32 @@ HOSTILE = {
     "JavaScript infinite loop": Hostile(
         "javascript", "let n = 0;\nfor (;;) { n++; }\n", (Verdict.TIME_LIMIT,), "CPU time"
     ),
+    "JavaScript holding memory outside V8's heap": Hostile(
+        "javascript",
+        "const kept = Buffer.alloc(600 << 20, 1);  // typed arrays: no --max-old-space-size\n"
+        "const [a, b] = require('fs').readFileSync(0, 'utf8').trim().split(/\\s+/).map(Number);\n"
+        "console.log(a + b + kept[4096] - 1);\n",
+        (Verdict.MEMORY_LIMIT,),
+        "peak memory",
+    ),
+    "Java holding memory outside its heap": Hostile(
+        "java",
+        "import java.util.Scanner;\n"
+        "public class Main {\n"
+        "    public static void main(String[] args) throws Exception {\n"
+        '        var field = sun.misc.Unsafe.class.getDeclaredField("theUnsafe");\n'
+        "        field.setAccessible(true);  // Unsafe: no -Xmx\n"
+        "        var unsafe = (sun.misc.Unsafe) field.get(null);\n"
+        "        long size = 600L << 20, kept = unsafe.allocateMemory(size);\n"
+        "        unsafe.setMemory(kept, size, (byte) 1);\n"
+        "        Scanner in = new Scanner(System.in);\n"
+        "        int sum = in.nextInt() + in.nextInt();\n"
+        "        System.out.println(sum + unsafe.getByte(kept + 4096) - 1);\n"
+        "    }\n"
+        "}\n",
+        (Verdict.MEMORY_LIMIT,),
+        "peak memory",
+    ),
     "Go goroutine flood": Hostile(
         "go",
         "package main\n\nfunc main() {\n\tfor {\n\t\tgo func() { select {} }()\n\t}\n}\n",

@@ -42,6 +42,10 @@ class Language:
     so reserved address space does not count; the stack has its own limit). Off for runtimes
     that start threads of their own (the JVM, Node): glibc gives each thread a stack as large
     as the main one's limit, which counts; their own flags (``-Xmx``) bound them instead."""
+    runtime_mb: int = 0
+    """Memory the runtime itself takes (the JVM, V8), beyond the limit the program gets: a
+    test whose peak memory passes the limit by more is ``memory_limit`` (what its own flags
+    leave out: Node's typed arrays and young generation, Java's ``Unsafe``)."""
     precompiled_header: str = ""
     """A header (``bits/stdc++.h``) the sandbox precompiles once with the same flags and
     offers first on the include path."""
@@ -208,6 +212,7 @@ for _entry in (
         "javac",
         "apt install default-jdk-headless",
         memory_rlimit=False,
+        runtime_mb=64,
         class_pattern=r"^\s*public\s+(?:final\s+)?class\s+([A-Za-z_]\w*)",
     ),
     Language(
@@ -241,6 +246,7 @@ for _entry in (
         "node",
         "apt install nodejs",
         memory_rlimit=False,
+        runtime_mb=64,
         files={"package.json": "{}\n"},
     ),
 ):

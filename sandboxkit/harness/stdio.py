@@ -178,8 +178,10 @@ class StdioTests:
         if code != 0:
             return self._failure(code, record.get("rss"), stderr)
         rss = record.get("rss")
-        if self.lang.memory_rlimit and isinstance(rss, int) and rss << 10 > self.memory_mb << 20:
-            # RLIMIT_DATA leaves out the stack and shared mappings; judges go by peak memory.
+        allowed = (self.memory_mb + self.lang.runtime_mb) << 20
+        if isinstance(rss, int) and rss << 10 > allowed:
+            # Judges go by peak memory: RLIMIT_DATA leaves out the stack and shared mappings,
+            # a runtime's own flags what it keeps outside its heap.
             return Verdict.MEMORY_LIMIT, 0.0, f"its peak memory was {rss >> 10} MiB"
         if "output" in record:
             assert self.checker is not None
