@@ -18,8 +18,9 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,6 +32,7 @@ from sandboxkit.local.isolation import Tier, namespaces_failure
 from sandboxkit.local.seccomp import SYSCALLS, native_arch, syscall_number, unsupported
 from sandboxkit.portal import run_sync
 from sandboxkit.testing.remote import processes_with
+from sandboxkit.tools import Rollout, SandboxLender
 
 PY = "python3"
 CAP = 64 * 1024
@@ -1375,8 +1377,6 @@ def test_what_a_rollout_leaves_reaches_no_later_rollout(tier: str, local_root: P
     option, with a newline, a link to a host file, in /tmp), poisons the interpreter's copy of
     cloudpickle, keeps a variable and leaves a detached process writing: the rollout after it
     on the same lender, in the reused (wiped) sandbox or a new one, finds none of it."""
-    from sandboxkit.tools import Rollout, SandboxLender
-
     hostname = Path("/etc/hostname").read_bytes() if Path("/etc/hostname").exists() else None
     # The rlimits tier sees the host's processes, whose command lines may quote this file:
     # the survivor is looked for by a mark made now.
@@ -1417,31 +1417,43 @@ def test_what_a_rollout_leaves_reaches_no_later_rollout(tier: str, local_root: P
         assert Path("/etc/hostname").read_bytes() == hostname
 
 
+async def after_a_rollout(
+    local_root: Path,
+    plant: Callable[[Rollout], Awaitable[str]],
+    look: Callable[[Rollout], Awaitable[str]],
+    **options: Any,
+) -> tuple[str, str, str]:
+    """What ``plant`` said in a rollout, what ``look`` sees in the next on the same lender
+    (made with ``options``, closed after), and the lender's stats."""
+    lender = SandboxLender(get_backend("subprocess", root=local_root), **options)
+    first = Rollout(lender, timeout=10)
+    planted = await plant(first)
+    await first.arelease()
+    second = Rollout(lender, timeout=10)
+    seen = await look(second)
+    await second.arelease()
+    await lender.aclose()
+    return planted, seen, repr(lender.stats)
+
+
 def test_a_rollout_leaves_nothing_in_dev_for_the_next(tier: str, local_root: Path) -> None:
     """``/dev`` is outside the wipe (the workdir and ``/tmp``) and, under the warm template,
     the template's for its life: a file, a FIFO or a link a rollout leaves there must not
     reach the next rollout of the reused sandbox."""
-    from sandboxkit.tools import Rollout, SandboxLender
-
     if tier == "rlimits":
         pytest.skip("the rlimits tier has the host's /dev (docs/isolation.md)")
     mark = uuid.uuid4().hex
 
-    async def rollouts() -> tuple[str, str]:
-        lender = SandboxLender(get_backend("subprocess", root=local_root))
-        first = Rollout(lender, timeout=10)
+    async def plant(first: Rollout) -> str:
         await first.arun_shell(
             f"echo {mark} > /dev/left; mkfifo /dev/fifo; ln -s /workspace /dev/link"
         )
-        await first.arun_python(f"open('/dev/py', 'w').write('{mark}')")
-        await first.arelease()
-        second = Rollout(lender, timeout=10)
-        seen = await second.arun_shell("ls -A /dev; cat /dev/left /dev/py")
-        await second.arelease()
-        await lender.aclose()
-        return seen, repr(lender.stats)
+        return await first.arun_python(f"open('/dev/py', 'w').write('{mark}')")
 
-    seen, stats = asyncio.run(rollouts())
+    def look(second: Rollout) -> Awaitable[str]:
+        return second.arun_shell("ls -A /dev; cat /dev/left /dev/py")
+
+    _, seen, stats = asyncio.run(after_a_rollout(local_root, plant, look))
     assert "reused=1" in stats
     assert mark not in seen and "fifo" not in seen and "link" not in seen, seen
 
@@ -1452,8 +1464,6 @@ def test_a_rollout_leaves_no_marks_on_its_directories_for_the_next(
     """The wipe empties the workdir and ``/tmp`` but keeps the directories themselves: data a
     rollout hides in their extended attributes, modes or times must not reach the next rollout
     of the reused sandbox."""
-    from sandboxkit.tools import Rollout, SandboxLender
-
     if tier == "rlimits":
         pytest.skip("the rlimits tier's sandboxes are replaced, not reused, and /tmp is the host's")
     mark = uuid.uuid4().hex
@@ -1467,18 +1477,11 @@ def test_a_rollout_leaves_no_marks_on_its_directories_for_the_next(
         " for p in (os.getcwd(), '/tmp') for s in [os.stat(p)]]"
     )
 
-    async def rollouts() -> tuple[str, str, str]:
-        lender = SandboxLender(get_backend("subprocess", root=local_root))
-        first = Rollout(lender, timeout=10)
-        planted = await first.arun_shell(plant)
-        await first.arelease()
-        second = Rollout(lender, timeout=10)
-        seen = await second.arun_python(show)
-        await second.arelease()
-        await lender.aclose()
-        return planted, seen, repr(lender.stats)
-
-    planted, seen, stats = asyncio.run(rollouts())
+    planted, seen, stats = asyncio.run(
+        after_a_rollout(
+            local_root, lambda first: first.arun_shell(plant), lambda r: r.arun_python(show)
+        )
+    )
     if "Error" in planted:
         pytest.skip(f"no user extended attributes on this kernel's tmpfs: {planted}")
     assert "reused=1" in stats
@@ -1492,25 +1495,20 @@ def test_a_rollout_leaves_nothing_beside_its_workdir_for_the_next(
     """With a workdir below ``/workspace``, the rest of ``/workspace`` (``$HOME``: dotfiles,
     ``~/.local`` site-packages) is writable too: what a rollout leaves there must not reach
     the next rollout of the reused sandbox, whose workdir is there again."""
-    from sandboxkit.tools import Rollout, SandboxLender
-
     if tier == "rlimits":
         pytest.skip("the rlimits tier's sandboxes are replaced, not reused, and $HOME the host's")
     mark = uuid.uuid4().hex
 
-    async def rollouts() -> tuple[str, str]:
-        backend = get_backend("subprocess", root=local_root)
-        lender = SandboxLender(backend, workdir="/workspace/project")
-        first = Rollout(lender, timeout=10)
-        await first.arun_shell(f'echo {mark} > ../left; echo {mark} > "$HOME/.profile"')
-        await first.arelease()
-        second = Rollout(lender, timeout=10)
-        seen = await second.arun_shell('pwd; ls -A /workspace; cat ../left "$HOME/.profile"')
-        await second.arelease()
-        await lender.aclose()
-        return seen, repr(lender.stats)
-
-    seen, stats = asyncio.run(rollouts())
+    _, seen, stats = asyncio.run(
+        after_a_rollout(
+            local_root,
+            lambda first: first.arun_shell(
+                f'echo {mark} > ../left; echo {mark} > "$HOME/.profile"'
+            ),
+            lambda second: second.arun_shell('pwd; ls -A /workspace; cat ../left "$HOME/.profile"'),
+            workdir="/workspace/project",
+        )
+    )
     assert "reused=1" in stats
     assert seen.startswith("/workspace/project\nproject\n"), seen
     assert mark not in seen, seen
@@ -1522,8 +1520,6 @@ def test_a_wipe_empties_the_sandboxs_temporary_directory_not_the_hosts(
     """A lender told to reuse sandboxes where /tmp is the host's (the rlimits tier) wipes the
     sandbox's own temporary directory: what another program keeps in the host's /tmp (a
     world-writable directory, as Ray's sockets are in) is not the wipe's to remove."""
-    from sandboxkit.tools import SandboxLender
-
     host = Path(tempfile.mkdtemp(prefix="sandboxkit-host-", dir="/tmp"))
     host.chmod(0o777)
     (host / "socket").write_text("theirs")
@@ -1556,7 +1552,6 @@ def test_a_rollout_released_mid_call_leaves_its_late_writes_to_no_one(
     """Released while two of its calls still run (the second on the cold path while the first
     holds the warm template), rollout A's sandbox goes back only once both end: no later
     rollout can find what they write after the release."""
-    from sandboxkit.tools import Rollout, SandboxLender
 
     async def rollouts() -> list[str]:
         lender = SandboxLender(get_backend("subprocess", root=local_root))
@@ -1591,7 +1586,6 @@ def test_a_release_cancelled_while_a_call_runs_still_hands_the_sandbox_back(
     the rollout still runs: that call still answers with text, and the sandbox still goes
     back to the lender (wiped for the next rollout, or replaced), rather than staying leased
     to no one."""
-    from sandboxkit.tools import Rollout, SandboxLender
 
     async def rollouts() -> tuple[str, str, int]:
         lender = SandboxLender(get_backend("subprocess", root=local_root))
@@ -1622,7 +1616,6 @@ def test_a_release_cancelled_during_the_wipe_still_hands_the_sandbox_back(
     """A caller that gives up on ``arelease`` while the sandbox is being wiped (no call in
     flight, a slow wipe of many files): the wipe goes on, and the sandbox is lent again (or
     replaced) rather than held by no one until the lender closes."""
-    from sandboxkit.tools import Rollout, SandboxLender
 
     async def rollouts() -> tuple[int, int]:
         client = get_backend("subprocess", root=local_root)
@@ -1650,7 +1643,6 @@ def test_a_release_cancelled_during_the_wipe_still_hands_the_sandbox_back(
 def test_concurrent_first_calls_of_a_rollout_share_one_sandbox(tier: str, local_root: Path) -> None:
     """Two calls racing to lease the rollout's sandbox get the same one (a second lease would
     be a sandbox no one gives back until the run ends)."""
-    from sandboxkit.tools import Rollout, SandboxLender
 
     async def rollout() -> tuple[list[str], int]:
         lender = SandboxLender(get_backend("subprocess", root=local_root))
