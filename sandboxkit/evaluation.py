@@ -15,8 +15,14 @@ from dataclasses import dataclass
 
 from .client import Sandbox
 from .contest.languages import Language
-from .errors import INFRASTRUCTURE_ERRORS, DeadlineExceededError, SandboxError
+from .errors import (
+    INFRASTRUCTURE_ERRORS,
+    DeadlineExceededError,
+    SandboxError,
+    SandboxLostError,
+)
 from .harness import Harness
+from .harness.records import spent
 from .outcomes import Outcome, OutcomeKind
 from .pool import SandboxPool
 from .protocol import ExecResult
@@ -84,7 +90,11 @@ async def run_plan(pool: SandboxPool, plan: Plan, *, deadline: float | None = No
     request = harness.request(plan.code)
 
     async def attempt(sandbox: Sandbox) -> ExecResult:
-        return await sandbox.aexec(request.argv, stdin=request.stdin, timeout=request.timeout)
+        result = await sandbox.aexec(request.argv, stdin=request.stdin, timeout=request.timeout)
+        why = spent(result, request)
+        if why is not None:  # not this completion's doing: judge it on another sandbox
+            raise SandboxLostError(f"sandbox {sandbox.id} can build no more: {why}")
+        return result
 
     started = time.monotonic()
     try:

@@ -701,3 +701,25 @@ def test_a_disk_an_earlier_completion_filled_is_the_sandboxs_problem(sandbox: Sa
     finally:
         sandbox.exec(["rm", "-rf", "filler"])
     assert judge(sandbox, SUM_CPP, "cpp17").verdict is Verdict.ACCEPTED
+
+
+def test_a_completion_after_one_that_filled_the_disk_is_judged_on_another_sandbox() -> None:
+    """Through a reward, the pool replaces a sandbox whose disk an earlier completion filled
+    and judges the next completion again on another: its reward stands (1.0), neither a 0.0
+    nor a None it did nothing to earn."""
+    needs("cpp17")
+    reward = stdio_tests_reward("subprocess", pool_size=1, timeout=20.0)
+    sums = {"test_cases": [{"input": "1 2", "output": "3"}]}
+
+    def score(language: str, code: str) -> list[float | None]:
+        row = {**sums, "language": language}
+        fenced = f"```{language}\n{code}\n```"
+        return reward(prompts=["Add."], completions=[fenced], verification_info=[row])
+
+    try:
+        if score("python", FILL_FILES) != [1.0]:
+            pytest.skip("the sandbox's disk has no cap of files here")
+        assert score("cpp", SUM_CPP) == [1.0]
+        assert reward.last_batch is not None and reward.last_batch.outcomes == {"passed": 1}
+    finally:
+        reward.close()

@@ -94,6 +94,16 @@ def read_records(result: ExecResult, request: RunRequest) -> Records:
     return found
 
 
+def spent(result: ExecResult, request: RunRequest) -> str | None:
+    """Why the sandbox can build no more programs, as the runner said (its disk is full:
+    files earlier programs there left), before anything of this one ran; None when it can.
+    A pool replaces such a sandbox and runs the completion again on another."""
+    if not request.key or '"build": "sandbox"' not in result.stdout:
+        return None
+    records = read_records(result, request)
+    return records.load_error if records.build == "sandbox" else None
+
+
 def last_line(text: str) -> str:
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return lines[-1][:500] if lines else ""
