@@ -15,7 +15,7 @@ section (``ray_backend.py``) sets the Ray backend's calls and batches against th
 backend's on a local Ray cluster of one, then two nodes. Prints markdown tables and writes JSON.
 
     PYTHONPATH=. python benchmarks/run.py [--quick | --smoke]
-        [--only local|remote|contest|tools|ranks|ray] [--json PATH]
+        [--only local|remote|contest|tools|ranks|ray ...] [--json PATH]
 """
 
 from __future__ import annotations
@@ -1097,7 +1097,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         choices=("local", "remote", "contest", "tools", "ranks", "ray"),
+        nargs="+",
         default=None,
+        help="the sections to run (default: all)",
     )
     parser.add_argument("--json", type=Path, default=None, help="where to write the results")
     parser.add_argument("--local-pool-size", type=int, default=CORES * 2)
@@ -1134,19 +1136,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             "naive_threads": THREADS,
         },
     )
+
+    def wanted(section: str) -> bool:
+        return args.only is None or section in args.only
+
     started = time.perf_counter()
-    if args.only in (None, "local"):
+    if wanted("local"):
         run_local(sizes, args.local_pool_size, report, log)
-    if args.only in (None, "remote"):
+    if wanted("remote"):
         run_overhead(sizes, args.remote_pool_size, report, log)
         run_remote(sizes, args.remote_pool_size, report, log)
-    if args.only in (None, "contest"):
+    if wanted("contest"):
         run_contest(sizes, contest_pools, report, log)
-    if args.only in (None, "tools"):
+    if wanted("tools"):
         run_tools(sizes, report, log)
-    if args.only in (None, "ranks"):
+    if wanted("ranks"):
         run_ranks(sizes, report, log)
-    if args.only in (None, "ray"):
+    if wanted("ray"):
         run_ray(sizes, report, log)
     evaluate_targets(report)
     report.machine["load_average_end"] = list(os.getloadavg())

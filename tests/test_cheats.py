@@ -430,7 +430,7 @@ def test_long_results_do_not_overflow_the_judges_channel(sandbox: Sandbox) -> No
 
 @pytest.mark.slow
 def test_time_limits_are_cpu_time_with_a_wall_clock_backstop(sandbox: Sandbox) -> None:
-    """Under CPU hogs on every core, a program that needs 1.5 s of CPU per test still passes a
+    """Under CPU hogs on every core, a program that needs 1 s of CPU per test still passes a
     5 s limit; one that spins fails on CPU time, one that sleeps on the wall-clock backstop."""
     import os
     import subprocess
@@ -438,12 +438,12 @@ def test_time_limits_are_cpu_time_with_a_wall_clock_backstop(sandbox: Sandbox) -
 
     hogs = [
         subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
-        for _ in range(4 * (os.cpu_count() or 1))
+        for _ in range(2 * (os.cpu_count() or 1))
     ]
     try:
         busy = (
             "import time\ndef slow_add(a, b):\n    start = time.process_time()\n"
-            "    while time.process_time() - start < 1.5:\n        pass\n    return a + b\n"
+            "    while time.process_time() - start < 1:\n        pass\n    return a + b\n"
         )
         harness = AssertTests(["assert slow_add(2, 3) == 5", "assert slow_add(1, 1) == 2"])
         outcome = judge(sandbox, harness, busy)
