@@ -57,11 +57,11 @@ NAMESPACE = "sandboxkit"
 """The Ray namespace of every sandbox's actor, whatever the driver's own namespace."""
 DEFAULT_CREATE_TIMEOUT = 300.0
 STOP_GRACE_SECONDS = 10.0
+"""How long ``stop`` waits for the actor to stop its sandbox before killing it anyway."""
 OWNER_TAG = "sandboxkit-ray-actor="
 """Tags each local sandbox with the cluster (its GCS address) and the Ray id of its actor."""
 _PROBE_TIMEOUT = 5.0
 """Seconds a cluster's head has to accept a TCP connection before it counts as down."""
-"""How long ``stop`` waits for the actor to stop its sandbox before killing it anyway."""
 logger = logging.getLogger("sandboxkit.ray")
 T = TypeVar("T")
 _connecting = threading.Lock()
@@ -133,7 +133,9 @@ _RemoteSandbox = ray.remote(SandboxActor)
 
 def _untagged(info: SandboxInfo) -> SandboxInfo:
     """``info`` without the tag that names its actor (the actor's business, not the user's)."""
-    return dataclasses.replace(info, tags=tuple(t for t in info.tags if OWNER_TAG not in t))
+    return dataclasses.replace(
+        info, tags=tuple(t for t in info.tags if not t.startswith(OWNER_TAG))
+    )
 
 
 async def _stop_orphans(local: SubprocessBackend, owner: str) -> None:

@@ -98,6 +98,8 @@ def spent(result: ExecResult, request: RunRequest) -> str | None:
     """Why the sandbox can build no more programs, as the runner said (its disk is full:
     files earlier programs there left), before anything of this one ran; None when it can.
     A pool replaces such a sandbox and runs the completion again on another."""
+    # A look for the record's text first (json.dumps's spacing, as the runner writes it):
+    # the records are read and checked only when it is there.
     if not request.key or '"build": "sandbox"' not in result.stdout:
         return None
     records = read_records(result, request)
