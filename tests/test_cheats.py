@@ -13,6 +13,7 @@ import pytest
 
 from sandboxkit import Sandbox
 from sandboxkit.harness import AssertTests, FunctionTask, FunctionTests, Harness, StdioTests
+from sandboxkit.harness.records import spent
 from sandboxkit.outcomes import Outcome, OutcomeKind
 from sandboxkit.protocol import ExecResult
 from sandboxkit.rewards import function_tests_reward
@@ -412,6 +413,26 @@ def test_records_that_are_not_the_runners_never_count(sandbox: Sandbox) -> None:
         assert harness.judge(tampered, request).passed == 0
     other = harness.request(EVENS_WRONG)  # the same records under another exec's key
     assert harness.judge(result, other).kind is OutcomeKind.ERROR
+
+
+def test_a_forged_full_disk_record_neither_retries_nor_excuses_a_program(
+    sandbox: Sandbox,
+) -> None:
+    """A pool judges a completion again on another sandbox when the runner says the disk is
+    full before the build. A wrong program that writes that record (to its stdout, its stderr,
+    the exec's stdout where a weaker path reaches it, with a replayed seal) is still judged
+    wrong where it ran: not retried, not an ``infra`` outcome."""
+    line = '{"load_error": "the sandbox\'s disk is full", "build": "sandbox"}'
+    program = f"import sys\nprint({line!r})\nprint({line!r}, file=sys.stderr)\nprint(4)\n"
+    harness = StdioTests([("1 2", "3")], timeout=5)
+    request = harness.request(program)
+    result = sandbox.exec(request.argv, stdin=request.stdin, timeout=request.timeout)
+    seal = result.stdout.splitlines()[0].partition(" ")[0]
+    for extra in ("", f"{line}\n", f"{seal} {line}\n"):
+        tampered = ExecResult(0, stdout_bytes=(result.stdout + extra).encode())
+        assert spent(tampered, request) is None
+        outcome = harness.judge(tampered, request)
+        assert outcome.kind is OutcomeKind.FAILED and outcome.passed == 0, outcome
 
 
 def test_long_results_do_not_overflow_the_judges_channel(sandbox: Sandbox) -> None:

@@ -1507,6 +1507,46 @@ def test_a_rollout_leaves_nothing_beside_its_workdir_for_the_next(
     assert mark not in seen, seen
 
 
+SYSV_PLANT = r"""
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+segment = libc.shmget(0x5EED, 4096, 0o1666)
+ctypes.memmove(libc.shmat(segment, None, 0), b"MARK", 4)
+queue = libc.msgget(0x5EED, 0o1666)
+message = (ctypes.c_long * 3)(1, int.from_bytes(b"MARK", "little"), 0)
+print(segment >= 0, queue >= 0, libc.msgsnd(queue, message, 16, 0) == 0)
+"""
+SYSV_LOOK = r"""
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+segment, queue = libc.shmget(0x5EED, 0, 0), libc.msgget(0x5EED, 0)
+seen = ctypes.string_at(libc.shmat(segment, None, 0), 4) if segment >= 0 else b""
+print(segment, queue, seen)
+"""
+
+
+def test_a_rollout_leaves_no_ipc_objects_for_the_next(tier: str, local_root: Path) -> None:
+    """System V shared memory and message queues outlive the process that made them, in the
+    IPC namespace it ran in: one a rollout made (with a key the next one can guess) must not
+    be there for the next rollout of the reused sandbox."""
+    if tier == "rlimits":
+        pytest.skip("the rlimits tier shares the host's IPC objects (docs/isolation.md)")
+    mark = uuid.uuid4().hex[:4]
+
+    planted, seen, stats = asyncio.run(
+        after_a_rollout(
+            local_root,
+            lambda first: first.arun_python(SYSV_PLANT.replace("MARK", mark)),
+            lambda second: second.arun_python(SYSV_LOOK),
+        )
+    )
+    assert planted.startswith("True True True"), planted
+    assert "reused=1" in stats
+    assert seen.startswith("-1 -1 b''"), seen
+
+
 def test_a_wipe_empties_the_sandboxs_temporary_directory_not_the_hosts(
     tier: str, local_root: Path
 ) -> None:
