@@ -36,7 +36,7 @@ from sandboxkit.backends.ray import NAMESPACE, OWNER_TAG, _RemoteSandbox, _runni
 from sandboxkit.backends.subprocess import SubprocessBackend
 from sandboxkit.portal import run_sync
 from sandboxkit.protocol import SandboxSpec
-from sandboxkit.testing.ray import node_environment
+from sandboxkit.testing.ray import CLUSTER_CPUS, node_environment
 
 pytestmark = pytest.mark.slow  # each test starts Ray actors, a second or more on this machine
 SECRET_VAR = "SANDBOXKIT_RAY_DRIVER_SECRET"
@@ -168,11 +168,11 @@ def test_a_sandbox_no_node_can_hold_fails_at_once(ray_client: SandboxClient, tag
 
 
 def test_a_sandbox_that_fits_waits_for_room_then_gives_up(ray_env: object, tag: str) -> None:
-    """Placement by CPU: with the cluster's 8 CPUs held by one sandbox, the next waits for
+    """Placement by CPU: with all the cluster's CPUs held by one sandbox, the next waits for
     room until ``create_timeout``, then fails as a transient error leaving no actor behind;
     once room is made, it is placed."""
     with get_backend("ray", create_timeout=2) as client:
-        big = client.sandbox(tags=[tag], cpu=8)
+        big = client.sandbox(tags=[tag], cpu=CLUSTER_CPUS)
         with pytest.raises(TransientBackendError, match=r"no room on the Ray cluster"):
             client.sandbox(tags=[tag])
         assert [i.id for i in client.list(tags=[tag])] == [big.id]
@@ -187,7 +187,7 @@ def test_a_sandbox_a_dead_driver_left_waiting_for_room_is_found_and_reaped(
     """A driver killed while its create waits for room leaves an actor that Ray would place
     later, holding a CPU with no one to stop it: its tags find it at once, and stopping it
     does not wait for the room it never got."""
-    big = ray_client.sandbox(tags=[tag], cpu=8)
+    big = ray_client.sandbox(tags=[tag], cpu=CLUSTER_CPUS)
     made = driver(
         f"""
         import os, threading
@@ -204,7 +204,7 @@ def test_a_sandbox_a_dead_driver_left_waiting_for_room_is_found_and_reaped(
         assert [i.id for i in session.reap(tags=[tag, "waiting"])] == [waiting[0].id]
     assert [i.id for i in ray_client.list(tags=[tag])] == [big.id]
     big.stop()
-    with ray_client.sandbox(tags=[tag], cpu=8) as sb:  # nothing holds a CPU any more
+    with ray_client.sandbox(tags=[tag], cpu=CLUSTER_CPUS) as sb:  # nothing holds a CPU any more
         assert sb.exec(["true"]).ok
 
 

@@ -2,7 +2,7 @@
 
 Enable them in a ``conftest.py`` with ``pytest_plugins = ["sandboxkit.testing.ray"]``:
 
-- ``ray_cluster`` (session): a head node of 8 logical CPUs started for the tests, no dashboard
+- ``ray_cluster`` (session): a head node of 16 logical CPUs started for the tests, no dashboard
   (skips, naming the extra, without ``ray``); this process stays connected to it until the
   session ends, then the cluster's processes are stopped;
 - ``ray_env``: ``RAY_ADDRESS`` pointing at it, so code under test that calls
@@ -23,8 +23,9 @@ from ..local.isolation import namespaces_failure
 if TYPE_CHECKING:
     from ray.cluster_utils import Cluster
 
-CLUSTER_CPUS = 8
-"""Logical CPUs: more sandboxes (one CPU each) than a test holds at once, whatever the host."""
+CLUSTER_CPUS = 16
+"""Logical CPUs: more sandboxes (one CPU each) than a test holds at once, whatever the host
+(an environment's judging pool of 8, with its rollouts' sandboxes and their spares)."""
 
 
 def node_environment() -> dict[str, str]:
