@@ -141,8 +141,8 @@ HOSTILE = {
         "        System.out.println(sum + unsafe.getByte(kept + 4096) - 1);\n"
         "    }\n"
         "}\n",
-        (Verdict.MEMORY_LIMIT,),
-        "peak memory",
+        # Filling 600 MB after the JVM's start may pass 1 s of CPU on a loaded machine first.
+        (Verdict.MEMORY_LIMIT, Verdict.TIME_LIMIT),
     ),
     "Go goroutine flood": Hostile(
         "go",
