@@ -381,6 +381,37 @@ def test_taking_away_the_sandbox_directories_leaves_the_next_exec_working(
     assert (r.returncode, r.stdout) == (0, "[]\n"), r.stderr
 
 
+@pytest.mark.parametrize(
+    "attack",
+    [
+        "os.unlink(meta)",
+        "os.rename(meta, meta + '.gone')",
+        "m = json.load(open(meta)); m['env']['INJECTED'] = 'yes'; os.unlink(meta); "
+        "open(meta, 'w').write(json.dumps(m))",
+        "os.chmod(os.path.dirname(meta), 0o777)",
+    ],
+    ids=["unlink", "rename", "rewrite", "chmod"],
+)
+def test_a_program_cannot_make_its_sandbox_look_stopped_or_set_later_envs(
+    hostile: tuple[SandboxClient, Sandbox, str], attack: str
+) -> None:
+    """The host's record of a sandbox sits beside its workspace (a path the rlimits tier's
+    programs can name). Were it the program's, it could make its sandbox look stopped (a lost
+    sandbox is retried, then scored None) or put variables in the environment of the pool's
+    later completions."""
+    _, sb, _ = hostile
+    prog = (
+        "import json, os\n"
+        "meta = os.path.join(os.path.dirname(os.getcwd()), 'sandbox.json')\n"
+        f"try:\n    {attack}\nexcept OSError as exc:\n    print(type(exc).__name__)\n"
+        "else:\n    print('done')\n"
+    )
+    code, out, err, _ = run(sb, prog)  # no SandboxLostError: the sandbox is not stopped
+    assert (code, out) != (0, "done\n"), err  # refused (read-only, missing, not its own)
+    r = sb.exec([PY, "-c", "import os; print(os.environ.get('INJECTED'))"], timeout=30)
+    assert (r.returncode, r.stdout) == (0, "None\n"), r.stderr
+
+
 def test_removing_from_the_host_follows_no_link_a_program_planted(
     hostile: tuple[SandboxClient, Sandbox, str], tmp_path: Path
 ) -> None:

@@ -263,11 +263,18 @@ class SubprocessBackend:
             path.joinpath(*sandbox_parts(spec.workdir, DEFAULT_WORKDIR)[1:]).mkdir(
                 parents=True, exist_ok=True
             )
+            # Only what the program may write is its own: the sandbox's directory, and
+            # sandbox.json in it, stay the host's, so a program (in the rlimits tier, where it
+            # can name them) can neither rewrite the environment of later execs nor make its
+            # sandbox look stopped (a lost sandbox is retried, and ends as None).
             for sub in ("workspace", "tmp"):
                 for dirpath, _dirs, _files in os.walk(path / sub):
                     self._chown(Path(dirpath))
-            self._chown(path)
-            (path / _META).write_text(json.dumps(meta))  # last: the sandbox exists from here
+            # Last: the sandbox exists from here. Only the host reads it (the spec's env is
+            # no business of other sandboxes, which can list this directory in rlimits).
+            fd = os.open(path / _META, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "w") as out:
+                out.write(json.dumps(meta))
         except BaseException:
             with contextlib.suppress(OSError):
                 self._discard(path)
