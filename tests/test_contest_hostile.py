@@ -6,6 +6,7 @@ lacks is the provider's problem, said as such, never a 0.0 for the model's code.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -635,6 +636,7 @@ def test_cpu_time_used_between_the_judges_looks_still_counts(sandbox: Sandbox) -
 
 
 ESM_EVERYWHERE = r"""
+import json
 import os
 # Where Node looks for the nearest package.json of a later completion's main.js: its "type"
 # would load every CommonJS program as a module (``require`` is not defined: a runtime error).
@@ -669,6 +671,7 @@ def test_files_an_earlier_completion_leaves_do_not_change_how_a_program_loads(
 
 
 FILL_FILES = r"""
+import json
 import os
 # Takes every file the sandbox's disk can hold (where it is capped), and leaves them there.
 room = os.statvfs(".")
@@ -721,5 +724,103 @@ def test_a_completion_after_one_that_filled_the_disk_is_judged_on_another_sandbo
             pytest.skip("the sandbox's disk has no cap of files here")
         assert score("cpp", SUM_CPP) == [1.0]
         assert reward.last_batch is not None and reward.last_batch.outcomes == {"passed": 1}
+    finally:
+        reward.close()
+
+
+# -- the language is the row's, never the completion's ---------------------------------------
+
+ADD_PY = "def add(a, b):\n    return a + b\n"
+SUM_RS = (
+    "use std::io::Read;\nfn main() { let mut s = String::new();\n"
+    "  std::io::stdin().read_to_string(&mut s).unwrap();\n"
+    "  let v: Vec<i64> = s.split_whitespace().map(|x| x.parse().unwrap()).collect();\n"
+    '  println!("{}", v[0] + v[1]); }\n'
+)
+SUM_GO = (
+    'package main\nimport "fmt"\n'
+    "func main() { var a, b int64; fmt.Scan(&a, &b); fmt.Println(a + b) }\n"
+)
+APPS_CALLS = {"input_output": json.dumps({"inputs": [[1, 2]], "outputs": [[3]], "fn_name": "add"})}
+LCB_CALLS = {
+    "public_test_cases": json.dumps([{"input": "1\n2", "output": "3", "testtype": "functional"}]),
+    "metadata": json.dumps({"func_name": "add"}),
+}
+CODECONTESTS = {"public_tests": {"input": ["1 2\n"], "output": ["3\n"]}}
+SWITCHED = {
+    # name: (row, completion, reward, outcome)
+    "APPS call-based row, the function in a C++ block": (
+        APPS_CALLS,
+        "```cpp\nint add(int a, int b) { return a + b; }\n```",
+        0.0,
+        "empty: stdio_tests_reward: no Python 3 code in the completion (its code blocks are "
+        "tagged cpp)",
+    ),
+    "APPS call-based row, a right Python block, then a C++ fence": (
+        APPS_CALLS,
+        f"```python\n{ADD_PY}```\nIn C++:\n```cpp\nint add(int a, int b) {{ return a + b; }}\n```",
+        1.0,
+        "passed 1/1",
+    ),
+    "LiveCodeBench functional row, the function in a Java block": (
+        LCB_CALLS,
+        "```java\nclass Solution { int add(int a, int b) { return a + b; } }\n```",
+        0.0,
+        "empty: stdio_tests_reward: no Python 3 code in the completion (its code blocks are "
+        "tagged java)",
+    ),
+    "CodeContests row, a right program in Rust": (
+        CODECONTESTS,
+        f"```rust\n{SUM_RS}```",
+        0.0,
+        "empty: stdio_tests_reward: no Python 3 code in the completion (its code blocks are "
+        "tagged rust)",
+    ),
+    "CodeContests row, a right program in Go after a Python block": (
+        CODECONTESTS,
+        f"```python\nprint(0)\n```\n```go\n{SUM_GO}```",
+        0.0,
+        "failed 0/1: test 0: wrong answer",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", SWITCHED)
+def test_a_completion_in_another_language_than_its_rows_is_its_own_failure(name: str) -> None:
+    """A row that names no language (APPS, TACO, CodeContests, LiveCodeBench) was judged in
+    the language of the completion's last block: a C++ fence made a call-based row
+    ``unsupported`` (``None``), a language the sandbox lacks (Rust, Go here) ``infra``
+    (``None``, and the breaker). By those datasets' convention the row is Python: code in
+    another language is the completion's failure, saying so."""
+    row, completion, score, said = SWITCHED[name]
+    reward = stdio_tests_reward("subprocess", timeout=5, pool_size=1)
+    seen: dict[str, list[str]] = {}
+    try:
+        scores = reward(
+            prompts=["p"],
+            completions=[completion],
+            log_extra=seen.__setitem__,
+            **{column: [value] for column, value in row.items()},
+        )
+    finally:
+        reward.close()
+    assert (scores, seen["stdio_tests_reward_outcome"]) == ([score], [said])
+
+
+def test_a_batch_of_completions_in_languages_the_sandbox_lacks_is_scored_not_stopped() -> None:
+    """Four completions answering a CodeContests row in Go and Rust: judged in their own
+    languages, a sandbox without those compilers made them ``infra`` and the batch a
+    ``CircuitOpenError`` into the trainer (where the compilers are there, four rewards the
+    row's language did not ask for). Each is a 0.0 now."""
+    reward = stdio_tests_reward("subprocess", timeout=5, pool_size=2)
+    completions = [f"```go\n{SUM_GO}```", f"```rust\n{SUM_RS}```"] * 2
+    try:
+        scores = reward(
+            prompts=["p"] * 4,
+            completions=completions,
+            **{column: [value] * 4 for column, value in CODECONTESTS.items()},
+        )
+        assert reward.last_batch is not None
+        assert (scores, reward.last_batch.outcomes) == ([0.0] * 4, {"empty": 4})
     finally:
         reward.close()
