@@ -824,3 +824,149 @@ def test_a_batch_of_completions_in_languages_the_sandbox_lacks_is_scored_not_sto
         assert (scores, reward.last_batch.outcomes) == ([0.0] * 4, {"empty": 4})
     finally:
         reward.close()
+
+
+# -- a checker the output makes fail ---------------------------------------------------------
+
+STALLED_CHECKER = r"""
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <csignal>
+// testlib's convention (exit 0 accepts, 1 rejects, 3 is _fail), led astray by its output:
+// "fail" makes it _fail, "crash" crashes it, "loop" never ends it.
+int main(int argc, char** argv) {
+    char out[64] = "", ans[64] = "";
+    FILE* o = fopen(argv[2], "r");
+    FILE* a = fopen(argv[3], "r");
+    if (!o || !a || fscanf(a, "%63s", ans) != 1) return 3;
+    if (fscanf(o, "%63s", out) != 1) return 1;
+    if (!strcmp(out, "fail")) { fprintf(stderr, "unexpected token %s\n", out); return 3; }
+    if (!strcmp(out, "crash")) raise(SIGSEGV);
+    if (!strcmp(out, "loop")) for (volatile unsigned long n = 0;; n++) {}
+    return strcmp(out, ans) ? 1 : 0;
+}
+"""
+BROKEN_CHECKER = "int main() { return 3; }\n"
+"""A checker that fails whatever it reads: the jury's own answer too."""
+SAYS = "import sys\nprint({word!r} if input() == '1 2' else 3)\n"
+"""A program printing ``word`` on the first test and the right answer on the others."""
+THREE_SUMS = [SUM, ("2 1", "3"), ("3 0", "3")]
+
+
+@pytest.fixture(scope="module")
+def checker_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if shutil.which("g++") is None:
+        pytest.skip("checker programs compile with g++")
+    return tmp_path_factory.mktemp("checkers")
+
+
+def judge_checked(sb: Sandbox, word: str, checker: Any, cases: list[tuple[str, str]]) -> Outcome:
+    harness = StdioTests(cases, 2.0, checker=checker)
+    request = harness.request(SAYS.format(word=word))
+    result = sb.exec(request.argv, stdin=request.stdin, timeout=request.timeout)
+    return harness.judge(result, request)
+
+
+@pytest.mark.parametrize(
+    ("word", "said"),
+    [("fail", "failed (exit 3): unexpected token fail"), ("crash", "was killed by signal 11")],
+)
+def test_an_output_that_makes_the_checker_program_fail_is_a_wrong_answer(
+    sandbox: Sandbox, checker_cache: Path, word: str, said: str
+) -> None:
+    """testlib's ``_fail`` (exit 3) or a crash, brought on by what the program printed, was
+    ``infra`` (``None``), where any other wrong output is a wrong answer. The checker accepts
+    the jury's answer, so the failure is the output's: a wrong answer (its other tests stand)."""
+    from sandboxkit.contest.checkers import ProgramChecker
+
+    checker = ProgramChecker(STALLED_CHECKER, cache_dir=checker_cache)
+    outcome = judge_checked(sandbox, word, checker, THREE_SUMS)
+    assert (outcome.kind, outcome.verdict, outcome.test_scores) == (
+        OutcomeKind.FAILED,
+        Verdict.WRONG_ANSWER,
+        (0.0, 1.0, 1.0),
+    ), outcome
+    assert outcome.detail.startswith("test 0: wrong answer (the checker failed on it: "), outcome
+    assert said in outcome.detail, outcome
+
+
+def test_an_output_that_stalls_the_checker_is_a_wrong_answer_that_ends_the_checking(
+    sandbox: Sandbox, checker_cache: Path
+) -> None:
+    """An output that keeps the checker past its limit was ``infra``; each such output held
+    the judge for the checker's whole limit. It is a wrong answer, and the program's later
+    outputs go unchecked (wrong answers too): one checker limit per program at most."""
+    from sandboxkit.contest.checkers import ProgramChecker
+
+    checker = ProgramChecker(STALLED_CHECKER, timeout=1.0, cache_dir=checker_cache)
+    outcome = judge_checked(sandbox, "loop", checker, THREE_SUMS)
+    assert (outcome.kind, outcome.verdict, outcome.test_scores) == (
+        OutcomeKind.FAILED,
+        Verdict.WRONG_ANSWER,
+        (0.0, 0.0, 0.0),
+    ), outcome
+    assert "ran past its 1.0 s time limit" in outcome.detail, outcome
+
+
+def test_an_output_a_python_checker_raises_on_is_a_wrong_answer(sandbox: Sandbox) -> None:
+    """A checker function that reads a number raised on ``abc``: ``infra`` (``None``). The
+    same function is fine on the jury's answer: a wrong answer. Its check of the jury's
+    answer runs once per test, whatever the number of programs judged."""
+    from sandboxkit.contest.checkers import PythonChecker
+
+    calls: list[str] = []
+
+    def same_number(input: str, output: str, answer: str) -> bool:
+        calls.append(output)
+        return int(output) == int(answer)
+
+    checker = PythonChecker(same_number)
+    for _ in range(2):
+        outcome = judge_checked(sandbox, "abc", checker, THREE_SUMS)
+        assert (outcome.verdict, outcome.test_scores) == (Verdict.WRONG_ANSWER, (0.0, 1.0, 1.0))
+        assert "ValueError: invalid literal for int()" in outcome.detail, outcome
+    assert sorted(calls) == sorted(["abc\n", "3\n", "3\n"] * 2 + ["3"]), calls  # "3": the jury
+
+
+@pytest.mark.parametrize("kind", ["program", "python"])
+def test_a_checker_that_fails_on_the_jurys_answer_too_is_the_problems_fault(
+    sandbox: Sandbox, checker_cache: Path, kind: str
+) -> None:
+    """Only a checker that fails on the jury's own answer as well is broken whatever the
+    output: ``infra`` (no reward, and the circuit breaker), saying so."""
+    from sandboxkit.contest.checkers import ProgramChecker, PythonChecker
+
+    def broken(input: str, output: str, answer: str) -> bool:
+        raise KeyError("no such test")
+
+    checker: Any = (
+        ProgramChecker(BROKEN_CHECKER, cache_dir=checker_cache)
+        if kind == "program"
+        else PythonChecker(broken)
+    )
+    outcome = judge_checked(sandbox, "fail", checker, [SUM])
+    assert outcome.kind is OutcomeKind.INFRA, outcome
+    assert "the checker fails on the jury's own answer: " in outcome.detail, outcome
+
+
+def test_a_batch_of_outputs_that_make_a_rows_checker_fail_is_scored_not_stopped(
+    checker_cache: Path,
+) -> None:
+    """Four completions whose outputs make the row's checker program ``_fail`` or crash
+    through ``stdio_tests_reward``: four ``None`` and a ``CircuitOpenError`` into the trainer.
+    Each is a 0.0 now."""
+    spec = {"kind": "program", "source": STALLED_CHECKER}
+    reward = stdio_tests_reward("subprocess", timeout=5, pool_size=2)
+    completions = [f"```python\nprint({word!r})\n```" for word in ("fail", "crash") * 2]
+    try:
+        scores = reward(
+            prompts=["p"] * 4,
+            completions=completions,
+            checker=[spec] * 4,
+            **{column: [value] * 4 for column, value in CODECONTESTS.items()},
+        )
+        assert reward.last_batch is not None
+        assert (scores, reward.last_batch.verdicts) == ([0.0] * 4, {"wrong_answer": 4})
+    finally:
+        reward.close()
