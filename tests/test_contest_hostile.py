@@ -25,6 +25,7 @@ from sandboxkit.contest.languages import Language, language_for, register_langua
 from sandboxkit.errors import CircuitOpenError
 from sandboxkit.harness import StdioTests
 from sandboxkit.outcomes import Outcome, OutcomeKind, Verdict
+from sandboxkit.portal import run_sync
 from sandboxkit.rewards import stdio_tests_reward
 
 pytestmark = pytest.mark.slow
@@ -439,6 +440,13 @@ int main() {
 """
 
 
+POISONING = (
+    "mkdir -p .sandboxkit/run-poison && cd .sandboxkit/run-poison && "
+    "g++ -std=gnu++17 -o poison ../../poison.cpp && echo '{mode} 1 2' | ./poison"
+)
+"""POISON run as a program of a run's directory would (it reaches the cache from there)."""
+
+
 @pytest.fixture(scope="module")
 def poison_gch(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     """``POISON_HEADER`` precompiled with the judge's own flags, by the g++ the sandbox runs
@@ -462,12 +470,18 @@ def test_a_poisoned_precompiled_header_never_reaches_the_next_completion(
     what the link pointed to could be rewritten, and every C++ completion got a wrong answer."""
     sandbox.exec(["rm", "-rf", ".sandboxkit"])  # as a fresh sandbox: no cache yet
     sandbox.write_file("poison.gch", poison_gch)
-    assert judge(sandbox, PLANT, "python", [("planted", "planted")]).verdict is Verdict.ACCEPTED
+    sandbox.write_file("poison.cpp", POISON.encode())
+    # A contest program may write no file: the planting is done by other execs in the sandbox.
+    assert judge(sandbox, PLANT, "python", [("planted", "planted")]).verdict is not (
+        Verdict.ACCEPTED
+    )
+    planted = sandbox.exec(["python3", "-c", PLANT], stdin="planted", timeout=60)
+    assert planted.stdout == "planted\n", planted
     built = judge(sandbox, SUM_CPP, "cpp17")
     assert built.verdict is Verdict.ACCEPTED, built
     for mode in ("in-place", "replace"):
-        poison = judge(sandbox, POISON, "cpp17", [(f"{mode} 1 2", "3")])
-        assert poison.verdict is Verdict.ACCEPTED, (mode, poison)  # it found headers to poison
+        poison = sandbox.exec(["sh", "-c", POISONING.format(mode=mode)], timeout=120)
+        assert poison.stdout == "3\n", (mode, poison)  # it found headers to poison
         after = judge(sandbox, SUM_CPP, "cpp17")
         assert after.verdict is Verdict.ACCEPTED, (mode, after)
     again = judge(sandbox, SUM_CPP, "cpp17")
@@ -636,7 +650,6 @@ def test_cpu_time_used_between_the_judges_looks_still_counts(sandbox: Sandbox) -
 
 
 ESM_EVERYWHERE = r"""
-import json
 import os
 # Where Node looks for the nearest package.json of a later completion's main.js: its "type"
 # would load every CommonJS program as a module (``require`` is not defined: a runtime error).
@@ -662,8 +675,9 @@ def test_files_an_earlier_completion_leaves_do_not_change_how_a_program_loads(
     raised). Each run's directory holds a package.json of its own, the nearest one."""
     needs("javascript")
     try:
-        planted = judge(sandbox, ESM_EVERYWHERE, "python")
-        assert planted.verdict is Verdict.ACCEPTED, planted
+        assert judge(sandbox, ESM_EVERYWHERE, "python").verdict is Verdict.RUNTIME_ERROR
+        planted = sandbox.exec(["python3", "-c", ESM_EVERYWHERE], stdin="1 2", timeout=60)
+        assert planted.stdout == "3\n", planted  # another exec (a program may write no file)
         outcome = judge(sandbox, COMMONJS_SUM, "javascript")
         assert outcome.verdict is Verdict.ACCEPTED, outcome
     finally:
@@ -671,7 +685,6 @@ def test_files_an_earlier_completion_leaves_do_not_change_how_a_program_loads(
 
 
 FILL_FILES = r"""
-import json
 import os
 # Takes every file the sandbox's disk can hold (where it is capped), and leaves them there.
 room = os.statvfs(".")
@@ -695,9 +708,10 @@ def test_a_disk_an_earlier_completion_filled_is_the_sandboxs_problem(sandbox: Sa
     files are gone."""
     needs("cpp17")
     try:
-        filled = judge(sandbox, FILL_FILES, "python", timeout=20.0)
-        if filled.verdict is not Verdict.ACCEPTED:
-            pytest.skip(f"the sandbox's disk has no cap of files here: {filled.detail}")
+        # Another exec in the sandbox (a contest program may write no file)
+        filled = sandbox.exec(["python3", "-c", FILL_FILES], stdin="1 2", timeout=60)
+        if filled.stdout != "3\n":
+            pytest.skip(f"the sandbox's disk has no cap of files here: {filled}")
         outcome = judge(sandbox, SUM_CPP, "cpp17")
         assert outcome.kind is OutcomeKind.INFRA, outcome
         assert "the sandbox's disk is full" in outcome.detail, outcome
@@ -720,7 +734,9 @@ def test_a_completion_after_one_that_filled_the_disk_is_judged_on_another_sandbo
         return reward(prompts=["Add."], completions=[fenced], verification_info=[row])
 
     try:
-        if score("python", FILL_FILES) != [1.0]:
+        fill = ["python3", "-c", FILL_FILES]  # another exec: a contest program writes no file
+        filled = run_sync(reward.pool.arun(lambda sb: sb.aexec(fill, stdin="1 2", timeout=60)))
+        if filled.stdout != "3\n":
             pytest.skip("the sandbox's disk has no cap of files here")
         assert score("cpp", SUM_CPP) == [1.0]
         assert reward.last_batch is not None and reward.last_batch.outcomes == {"passed": 1}
@@ -970,3 +986,123 @@ def test_a_batch_of_outputs_that_make_a_rows_checker_fail_is_scored_not_stopped(
         assert (scores, reward.last_batch.verdicts) == ([0.0] * 4, {"wrong_answer": 4})
     finally:
         reward.close()
+
+
+# -- memory held in files ------------------------------------------------------------------
+
+HELD_PY = """import os
+a, b = map(int, input().split())
+{hold}
+block = bytes(range(256)) * 4096
+for i in range(48):
+    os.pwrite(fd, block, i << 20)
+assert all(os.pread(fd, 1 << 20, i << 20) == block for i in range(48))
+print(a + b)
+"""
+HELD_CPP = """#include <bits/stdc++.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+int main() {{
+  long long a, b; std::cin >> a >> b;
+  int fd = {hold};
+  if (fd < 0) {{ perror("open"); return 1; }}
+  static char block[1 << 20]; memset(block, 7, sizeof block);
+  for (long i = 0; i < 48; i++)
+    if (pwrite(fd, block, sizeof block, i << 20) != (ssize_t)sizeof block) {{
+      perror("pwrite");
+      return 1;
+    }}
+  for (long i = 0; i < 48; i++)
+    if (pread(fd, block, sizeof block, i << 20) != (ssize_t)sizeof block || block[9] != 7) return 1;
+  std::cout << a + b << std::endl;
+}}
+"""
+SYMLINKS_PY = """import os
+a, b = map(int, input().split())
+for i in range(12288):  # 48 MiB in the links' targets
+    try:
+        os.symlink(f"{i:08}" + "x" * 4000, f"/tmp/held-{i}")
+    except OSError as error:
+        raise OSError(error.strerror) from None  # not the 4 KB target in the traceback
+assert all(os.readlink(f"/tmp/held-{i}").startswith(f"{i:08}") for i in range(12288))
+print(a + b)
+"""
+PIPES_CPP = """#include <bits/stdc++.h>
+#include <fcntl.h>
+#include <unistd.h>
+int main() {
+  long long a, b; std::cin >> a >> b;
+  static char block[1 << 20]; memset(block, 7, sizeof block);
+  std::vector<std::array<int, 2>> pipes(48);  // 48 MiB in the pipes' buffers
+  for (auto& p : pipes) {
+    if (pipe(p.data()) || fcntl(p[1], F_SETPIPE_SZ, 1 << 20) < (1 << 20)) {
+      perror("pipe");
+      return 1;
+    }
+    if (write(p[1], block, sizeof block) != (ssize_t)sizeof block) { perror("write"); return 1; }
+  }
+  for (auto& p : pipes)
+    if (read(p[0], block, sizeof block) != (ssize_t)sizeof block || block[9] != 7) return 1;
+  std::cout << a + b << std::endl;
+}
+"""
+EROFS, EPERM = "Read-only file system", "Operation not permitted"
+HELD = {
+    # name: (language, program, what its first refused call says)
+    "Python, a file in /tmp": (
+        "python",
+        HELD_PY.format(hold="fd = os.open('/tmp/held', os.O_RDWR | os.O_CREAT, 0o600)"),
+        EROFS,
+    ),
+    "Python, a file in the working directory": (
+        "python",
+        HELD_PY.format(hold="fd = os.open('held', os.O_RDWR | os.O_CREAT, 0o600)"),
+        EROFS,
+    ),
+    "Python, a file in /dev/shm": (
+        "python",
+        HELD_PY.format(hold="fd = os.open('/dev/shm/held', os.O_RDWR | os.O_CREAT, 0o600)"),
+        EROFS,
+    ),
+    "Python, a memfd": ("python", HELD_PY.format(hold="fd = os.memfd_create('held')"), EPERM),
+    "Python, an unlinked temporary file": (
+        "python",
+        HELD_PY.format(hold="import tempfile\nheld = tempfile.TemporaryFile()\nfd = held.fileno()"),
+        "No usable temporary directory found",  # it tried to write in each
+    ),
+    "Python, the targets of symlinks": ("python", SYMLINKS_PY, EROFS),
+    "C++, a file in /tmp": (
+        "cpp17",
+        HELD_CPP.format(hold='open("/tmp/held", O_RDWR | O_CREAT, 0600)'),
+        EROFS,
+    ),
+    "C++, a shared memory object": (
+        "cpp17",
+        HELD_CPP.format(hold='shm_open("/held", O_RDWR | O_CREAT, 0600)'),
+        EROFS,
+    ),
+    "C++, a memfd": ("cpp17", HELD_CPP.format(hold='memfd_create("held", 0)'), EPERM),
+    "C++, the buffers of pipes": ("cpp17", PIPES_CPP, EPERM),
+    "C++, an unlinked file (O_TMPFILE)": (
+        "cpp17",
+        HELD_CPP.format(hold='open(".", O_TMPFILE | O_RDWR, 0600)'),
+        EROFS,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", HELD)
+def test_memory_held_in_files_or_shared_memory_is_not_free(sandbox: Sandbox, name: str) -> None:
+    """48 MiB of working data kept in a file (in /tmp, the working directory, /dev/shm, a
+    memfd, an unlinked file) or in symlinks' targets, through ``pwrite``/``pread``, under a
+    limit of 32 MB: accepted, where the same data in memory is a memory limit (its process's
+    memory counts; the files' did not). A program may not make or write files, or make
+    shared memory, as on a contest judge: the call fails, and the program with it."""
+    language, code, said = HELD[name]
+    try:
+        outcome = judge(sandbox, code, language, memory_mb=32, timeout=5.0)
+    finally:
+        sandbox.exec(["sh", "-c", "rm -rf /tmp/held* held /dev/shm/held*"])
+    assert outcome.verdict is Verdict.RUNTIME_ERROR, outcome
+    assert said in outcome.detail, outcome

@@ -643,7 +643,9 @@ def limit_program(program: Record) -> None:
     memory = (program.get("native") or {}).get("memory", program.get("memory"))
     if memory:
         set_limit(resource.RLIMIT_DATA, int(memory))
+    set_limit(resource.RLIMIT_FSIZE, 0)  # where no filter below holds: files stay empty
     forbid_processes()
+    forbid_storage()
 
 
 SECCOMP_CALLS = {
@@ -666,7 +668,6 @@ def forbid_processes() -> None:
     ``clone``); a signal to another process, ``tkill`` and pidfds with ``EPERM``; a call of
     another ABI kills the process. Where the machine or the kernel has no such filter,
     nothing changes."""
-    import ctypes
     import errno
     import struct
 
@@ -709,6 +710,88 @@ def forbid_processes() -> None:
         struct.pack("HBBI", op, jump(i, yes), jump(i, no), k)
         for i, (op, k, yes, no) in enumerate(body)
     ) + b"".join(struct.pack("HBBI", 0x06, 0, 0, value) for value in returns)
+    install_filter(code)
+
+
+STORAGE_CALLS = {
+    # open and openat (the argument holding their flags); calls that make files, directories
+    # or links: creat, mkdir(at), mknod(at), link(at), symlink(at), truncate; calls that make
+    # memory of the kernel's: memfd_create, memfd_secret, shmget, msgget, mq_open, socket,
+    # socketpair, io_uring_setup (whose requests pass no filter), openat2 (flags out of
+    # reach); fcntl (its F_SETPIPE_SZ)
+    "x86_64": (
+        ((2, 1), (257, 2)),
+        (85, 83, 258, 133, 259, 86, 265, 88, 266, 76),
+        (319, 447, 29, 68, 240, 41, 53, 425, 437),
+        72,
+    ),
+    "aarch64": (
+        ((56, 2),),
+        (34, 33, 37, 36, 45),
+        (279, 447, 194, 186, 180, 198, 199, 425, 437),
+        25,
+    ),
+}
+"""Per machine, the calls :func:`forbid_storage` filters."""
+WRITE_FLAGS = 0o3 | 0o100 | 0o1000
+"""``O_WRONLY``, ``O_RDWR``, ``O_CREAT``, ``O_TRUNC`` (``O_TMPFILE`` needs write access)."""
+F_SETPIPE_SZ = 1031
+
+
+def forbid_storage() -> None:
+    """C, before a program: it may read files, not write, make or truncate any (``EROFS``),
+    nor make shared memory, message queues, sockets or larger pipes (``EPERM``), as a contest
+    judge allows (a seccomp filter, inherited through ``execve``): what it kept there would be
+    memory its limit does not count (``RLIMIT_DATA`` and peak memory are the process's: 64
+    MiB in ``/tmp`` passed a limit of 32 MB). Memory it maps shared counts in its peak. Where
+    the machine has no such filter, ``RLIMIT_FSIZE`` (0) keeps its files empty."""
+    import errno
+    import struct
+
+    found = STORAGE_CALLS.get(os.uname().machine)
+    if found is None:
+        return
+    opens, makes, kernel, fcntl = found
+    arch = SECCOMP_CALLS[os.uname().machine][0]
+    allow, kill = 0x7FFF0000, 0x80000000
+    erofs, eperm = 0x50000 | errno.EROFS, 0x50000 | errno.EPERM
+    load, equal, has_bits = 0x20, 0x15, 0x45
+    returns = [allow, erofs, eperm, kill]
+    # (opcode, operand, jump if true, if false): a return value, the name of a check of an
+    # argument below, or None (the next instruction)
+    body: list[tuple[int, int, int | str | None, int | str | None]] = [
+        (load, 4, None, None),
+        (equal, arch, None, kill),
+        (load, 0, None, None),
+        *((equal, number, erofs, None) for number in makes),
+        *((equal, number, eperm, None) for number in kernel),
+        *((equal, number, f"flags {argument}", None) for number, argument in opens),
+        (equal, fcntl, "pipe size", allow),
+    ]
+    checks = {}
+    for _, argument in opens:  # an open's flags (their low half)
+        checks[f"flags {argument}"] = len(body)
+        body += [(load, 16 + 8 * argument, None, None), (has_bits, WRITE_FLAGS, erofs, allow)]
+    checks["pipe size"] = len(body)  # fcntl's command
+    body += [(load, 24, None, None), (equal, F_SETPIPE_SZ, eperm, allow)]
+
+    def jump(at: int, to: int | str | None) -> int:
+        if to is None:
+            return 0
+        target = checks[to] if isinstance(to, str) else len(body) + returns.index(to)
+        return target - at - 1
+
+    code = b"".join(
+        struct.pack("HBBI", op, jump(i, yes), jump(i, no), k)
+        for i, (op, k, yes, no) in enumerate(body)
+    ) + b"".join(struct.pack("HBBI", 0x06, 0, 0, value) for value in returns)
+    install_filter(code)
+
+
+def install_filter(code: bytes) -> None:
+    """Install a seccomp filter (classic BPF, ``code``) on this thread and what it starts."""
+    import ctypes
+
     filters = ctypes.create_string_buffer(code)
 
     class Program(ctypes.Structure):
