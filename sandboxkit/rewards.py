@@ -34,7 +34,7 @@ from .outcomes import Outcome, OutcomeKind, Verdict
 from .pool import PoolStats, SandboxPool
 from .portal import run_sync
 from .registry import BackendLike, sandbox_keywords_for
-from .sanitize import Completion, block_tags, completion_text
+from .sanitize import Completion, block_tags, completion_text, extract_code
 from .tools.rollout import ToolRollout, tool_metrics
 
 Planner = Callable[[int, Any, Completion, Mapping[str, Sequence[Any]]], Plan]
@@ -528,8 +528,9 @@ def stdio_tests_reward(
         if planned.outcome is not None and planned.outcome.kind is OutcomeKind.ERROR:
             # Python's syntax, checked here before any sandbox: its compile error.
             return Plan(outcome=replace(planned.outcome, verdict=Verdict.COMPILE_ERROR))
-        if planned.outcome is not None and planned.outcome.kind is OutcomeKind.EMPTY:
-            return Plan(outcome=replace(planned.outcome, detail=_no_code(lang, completion)))
+        empty = planned.outcome is not None and planned.outcome.kind is OutcomeKind.EMPTY
+        if empty and not extract_code(completion, language=lang):  # not too large, say
+            return Plan(outcome=Outcome(OutcomeKind.EMPTY, detail=_no_code(lang, completion)))
         return planned
 
     def mapping(outcome: Outcome) -> float:

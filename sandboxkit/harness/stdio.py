@@ -63,7 +63,9 @@ class StdioTests:
     A Python program ends as ``python3`` ends a script: its non-daemon threads are joined (a
     thread that never ends runs into the time limit), its ``atexit`` handlers run and its
     streams are flushed. Every program's main thread may use a stack of
-    ``runner.STACK_BYTES``; ``memory_mb`` bounds what it allocates (``RLIMIT_DATA``)."""
+    ``runner.STACK_BYTES``; ``memory_mb`` bounds what it allocates (``RLIMIT_DATA``), and it
+    keeps no data outside its process (no file written, no shared memory object:
+    ``runner.forbid_storage``)."""
 
     cases: Sequence[tuple[str, str]]
     """(input, expected output) pairs; expected outputs stay on the host."""
