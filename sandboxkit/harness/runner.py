@@ -63,6 +63,9 @@ if TYPE_CHECKING:  # typing's imports would slow every run; annotations are neve
     Record: TypeAlias = dict[str, Any]
     Names: TypeAlias = dict[str, dict[str, Any]]
     Env: TypeAlias = dict[str, str]
+    Instruction: TypeAlias = tuple[int, int, int | str | None, int | str | None]
+    """A seccomp filter's (opcode, operand, where it jumps if true, where if false): a value
+    of its returns, the name of a labelled instruction, or None (the next one)."""
 
 MAX_FRAME = 64 * 1024 * 1024
 """Bytes of one frame at most: a result whose encoding is longer fails its test, saying so."""
@@ -669,7 +672,6 @@ def forbid_processes() -> None:
     another ABI kills the process. Where the machine or the kernel has no such filter,
     nothing changes."""
     import errno
-    import struct
 
     found = SECCOMP_CALLS.get(os.uname().machine)
     if found is None:
@@ -682,7 +684,7 @@ def forbid_processes() -> None:
     own = "own"
     # (opcode, operand, where it jumps if true, if false): a return value below, ``own`` the
     # check of a signal's target, None the next instruction
-    body: list[tuple[int, int, int | str | None, int | str | None]] = [
+    body: list[Instruction] = [
         (load, 4, None, None),  # the call's ABI
         (equal, arch, None, kill),
         (load, 0, None, None),  # its number
@@ -697,20 +699,7 @@ def forbid_processes() -> None:
         (load, 16, None, None),  # own: the signal's target (a pid_t, the low half)
         (equal, os.getpid(), allow, eperm),
     ]
-    returns = [allow, eagain, enosys, eperm, kill]
-    own_at = len(body) - 2
-
-    def jump(at: int, to: int | str | None) -> int:
-        if to is None:
-            return 0
-        target = own_at if to == own else len(body) + returns.index(int(to))
-        return target - at - 1
-
-    code = b"".join(
-        struct.pack("HBBI", op, jump(i, yes), jump(i, no), k)
-        for i, (op, k, yes, no) in enumerate(body)
-    ) + b"".join(struct.pack("HBBI", 0x06, 0, 0, value) for value in returns)
-    install_filter(code)
+    install_filter(body, [allow, eagain, enosys, eperm, kill], {own: len(body) - 2})
 
 
 STORAGE_CALLS = {
@@ -746,7 +735,6 @@ def forbid_storage() -> None:
     MiB in ``/tmp`` passed a limit of 32 MB). Memory it maps shared counts in its peak. Where
     the machine has no such filter, ``RLIMIT_FSIZE`` (0) keeps its files empty."""
     import errno
-    import struct
 
     found = STORAGE_CALLS.get(os.uname().machine)
     if found is None:
@@ -759,7 +747,7 @@ def forbid_storage() -> None:
     returns = [allow, erofs, eperm, kill]
     # (opcode, operand, jump if true, if false): a return value, the name of a check of an
     # argument below, or None (the next instruction)
-    body: list[tuple[int, int, int | str | None, int | str | None]] = [
+    body: list[Instruction] = [
         (load, 4, None, None),
         (equal, arch, None, kill),
         (load, 0, None, None),
@@ -774,24 +762,26 @@ def forbid_storage() -> None:
         body += [(load, 16 + 8 * argument, None, None), (has_bits, WRITE_FLAGS, erofs, allow)]
     checks["pipe size"] = len(body)  # fcntl's command
     body += [(load, 24, None, None), (equal, F_SETPIPE_SZ, eperm, allow)]
+    install_filter(body, returns, checks)
+
+
+def install_filter(body: list[Instruction], returns: list[int], labels: dict[str, int]) -> None:
+    """Assemble a seccomp filter (classic BPF: ``body``, then a return of each of
+    ``returns``; ``labels`` name instructions of the body by index) and install it on this
+    thread and what it starts."""
+    import ctypes
+    import struct
 
     def jump(at: int, to: int | str | None) -> int:
         if to is None:
             return 0
-        target = checks[to] if isinstance(to, str) else len(body) + returns.index(to)
+        target = labels[to] if isinstance(to, str) else len(body) + returns.index(to)
         return target - at - 1
 
     code = b"".join(
         struct.pack("HBBI", op, jump(i, yes), jump(i, no), k)
         for i, (op, k, yes, no) in enumerate(body)
     ) + b"".join(struct.pack("HBBI", 0x06, 0, 0, value) for value in returns)
-    install_filter(code)
-
-
-def install_filter(code: bytes) -> None:
-    """Install a seccomp filter (classic BPF, ``code``) on this thread and what it starts."""
-    import ctypes
-
     filters = ctypes.create_string_buffer(code)
 
     class Program(ctypes.Structure):
