@@ -1050,21 +1050,18 @@ int main() {
 EROFS, EPERM = "Read-only file system", "Operation not permitted"
 HELD = {
     # name: (language, program, what its first refused call says)
-    "Python, a file in /tmp": (
-        "python",
-        HELD_PY.format(hold="fd = os.open('/tmp/held', os.O_RDWR | os.O_CREAT, 0o600)"),
-        EROFS,
-    ),
-    "Python, a file in the working directory": (
-        "python",
-        HELD_PY.format(hold="fd = os.open('held', os.O_RDWR | os.O_CREAT, 0o600)"),
-        EROFS,
-    ),
-    "Python, a file in /dev/shm": (
-        "python",
-        HELD_PY.format(hold="fd = os.open('/dev/shm/held', os.O_RDWR | os.O_CREAT, 0o600)"),
-        EROFS,
-    ),
+    **{
+        f"Python, a file in {where}": (
+            "python",
+            HELD_PY.format(hold=f"fd = os.open({path!r}, os.O_RDWR | os.O_CREAT, 0o600)"),
+            EROFS,
+        )
+        for where, path in (
+            ("/tmp", "/tmp/held"),
+            ("the working directory", "held"),
+            ("/dev/shm", "/dev/shm/held"),
+        )
+    },
     "Python, a memfd": ("python", HELD_PY.format(hold="fd = os.memfd_create('held')"), EPERM),
     "Python, an unlinked temporary file": (
         "python",
