@@ -12,6 +12,7 @@ import re
 import secrets
 import shutil
 import subprocess
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from sandboxkit import Sandbox
+from sandboxkit import Sandbox, get_backend
 from sandboxkit.contest import languages
 from sandboxkit.contest.languages import Language, language_for, register_language
 from sandboxkit.errors import CircuitOpenError
@@ -1103,3 +1104,29 @@ def test_memory_held_in_files_or_shared_memory_is_not_free(sandbox: Sandbox, nam
         sandbox.exec(["sh", "-c", "rm -rf /tmp/held* held /dev/shm/held*"])
     assert outcome.verdict is Verdict.RUNTIME_ERROR, outcome
     assert said in outcome.detail, outcome
+
+
+@pytest.mark.parametrize("language", ["python", "cpp17"])
+def test_in_the_rlimits_tier_the_hosts_tmp_holds_no_program_data_either(
+    monkeypatch: pytest.MonkeyPatch, language: str
+) -> None:
+    """Where user namespaces are missing, a sandbox's /tmp is the host's: the runner's own
+    filter holds there too, and nothing of the program reaches the host's disk."""
+    if os.geteuid() != 0:
+        pytest.skip("the rlimits tier runs code as another uid only on a root host")
+    monkeypatch.setenv("SANDBOXKIT_ISOLATION", "rlimits")
+    place = f"/tmp/held-{secrets.token_hex(4)}"
+    holds = {
+        "python": (HELD_PY, f"fd = os.open({place!r}, os.O_RDWR | os.O_CREAT, 0o600)"),
+        "cpp17": (HELD_CPP, f'open("{place}", O_RDWR | O_CREAT, 0600)'),
+    }
+    program, hold = holds[language]
+    code = program.format(hold=hold)
+    with warnings.catch_warnings():  # the tier's own warning, given once per process
+        warnings.simplefilter("ignore", RuntimeWarning)
+        client = get_backend("subprocess")
+    with client.sandbox() as sb:
+        outcome = judge(sb, code, language, memory_mb=32, timeout=5.0)
+    assert outcome.verdict is Verdict.RUNTIME_ERROR, outcome
+    assert EROFS in outcome.detail, outcome
+    assert not os.path.exists(place)
