@@ -477,7 +477,8 @@ _jury_lock = threading.Lock()
 def _jury_failure(checker: Checker, input: str, answer: str, *, fresh: bool = False) -> str:
     """How ``checker`` fails on the jury's ``answer`` ("" when it does not), remembered;
     ``fresh``: checked again whatever was remembered. A failure of the checkers' sandbox there
-    is raised (no verdict either way), and not remembered."""
+    is raised (no verdict either way); neither it nor running past the time limit (a loaded
+    machine, maybe) is remembered."""
     test = hashlib.sha256(json.dumps([input, answer]).encode()).hexdigest()
     try:
         key: tuple[object, str] | None = (_checker_key(checker), test)
@@ -494,6 +495,7 @@ def _jury_failure(checker: Checker, input: str, answer: str, *, fresh: bool = Fa
         raise
     except Exception as exc:
         failure = f"{type(exc).__name__}: {exc}"[:500]
+        key = None if isinstance(exc, CheckerTimeout) else key
     if key is not None:
         with _jury_lock:
             if len(_jury) >= JURY_CACHE:
