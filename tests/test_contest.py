@@ -12,6 +12,7 @@ import pytest
 
 from sandboxkit import RewardFunction, stdio_tests_reward
 from sandboxkit.contest.formats import parse_tests
+from sandboxkit.harness import StdioTests
 
 CASES = [("1 2\n", "3\n"), ("5 7\n", "12\n"), ("0 0\n", "0\n"), ("10 -3\n", "7\n")]
 READ = "a, b = map(int, input().split())\n"
@@ -373,3 +374,23 @@ def test_each_limit_the_factory_takes_reaches_the_judge(option: str) -> None:
     finally:
         fn.close()
     assert (scores, seen["stdio_tests_reward_outcome"]) == ([score], [said])
+
+
+def test_the_harness_of_a_row_carries_every_limit_the_factory_took() -> None:
+    """The same, for all the limits at once, read off the harness a row is planned with."""
+    fn = stdio_tests_reward(
+        "subprocess",
+        timeout=3.0,
+        memory_mb=64,
+        wall=7.0,
+        output_limit=999,
+        compile_timeout=11.0,
+        compile_memory_mb=333,
+    )
+    row = {"public_tests": [{"input": ["1 2"], "output": ["3"]}]}
+    planned = fn.planner(0, "p", "```python\nprint(3)\n```", row)
+    tests = getattr(planned.harness, "tests", None)
+    assert isinstance(tests, StdioTests), planned
+    limits = (tests.timeout, tests.memory_mb, tests.wall, tests.output_cap)
+    compile_limits = (tests.compile_timeout, tests.compile_memory_mb)
+    assert (limits, compile_limits) == ((3.0, 64, 7.0, 999), (11.0, 333))
