@@ -34,7 +34,7 @@ from .outcomes import Outcome, OutcomeKind, Verdict
 from .pool import PoolStats, SandboxPool
 from .portal import run_sync
 from .registry import BackendLike, sandbox_keywords_for
-from .sanitize import Completion, block_tags, completion_text
+from .sanitize import Completion, block_tags, completion_text, extract_code
 from .tools.rollout import ToolRollout, tool_metrics
 
 Planner = Callable[[int, Any, Completion, Mapping[str, Sequence[Any]]], Plan]
@@ -418,18 +418,19 @@ def function_tests_reward(
     return RewardFunction("function_tests_reward", planner, mapping, backend=backend, **options)
 
 
-def _row_language(named: str | None, fixed: str | None, completion: Completion) -> Language | str:
-    """The language a row's program is judged in: the row's own (open-r1's ``language``),
-    else the reward's ``language``, else that of the completion's last fenced block the
-    table knows, else Python. A name the table lacks comes back as that name."""
-    wanted = named or fixed
-    if wanted:
-        return language_for(wanted) or wanted
-    for tag in reversed(block_tags(completion)):
-        found = language_for(tag)
-        if found is not None:
-            return found
-    return language_for("python") or "python"
+def _row_language(named: str | None, fixed: str | None) -> Language | str:
+    """The language a row's program is judged in: the row's own (open-r1's ``language``, a
+    ``language`` column), else the reward's ``language``, else the convention of the
+    datasets that name none (APPS, TACO, CodeContests, LiveCodeBench): Python. Never the
+    completion's: a completion that picked its language could pick one the sandbox lacks (an
+    ``infra`` outcome) or one a call-based row cannot run (``unsupported``), and so turn its
+    own failure into no reward. A name the table lacks comes back as that name."""
+    wanted = named or fixed or DATASET_CONVENTION
+    return language_for(wanted) or wanted
+
+
+DATASET_CONVENTION = "python"
+"""The language of a row that names none, and of a reward given no ``language=``."""
 
 
 def stdio_tests_reward(
@@ -466,13 +467,16 @@ def stdio_tests_reward(
 
     The language (:mod:`sandboxkit.contest.languages`) is the row's (open-r1's
     ``verification_info`` names it, or the ``language_column``), else ``language``, else
-    the completion's code block's tag, else Python; one the table lacks gets ``None`` (an
-    ``unsupported`` outcome naming it). The output is judged by
+    Python (the convention of APPS, TACO, CodeContests and LiveCodeBench), never the
+    completion's: code in another language is that completion's failure (0.0, saying so). A
+    language the table lacks gets ``None`` (an ``unsupported`` outcome naming it). The output
+    is judged by
     ``checker``, else the row's ``checker_column`` spec
     (:func:`~sandboxkit.contest.checkers.checker_from_spec`), else token by token.
 
     A call-based row (APPS ``fn_name``, LiveCodeBench ``functional``) calls the function
-    instead, comparing results on the host (:mod:`sandboxkit.contest.calls`; Python only)."""
+    instead, comparing results on the host (:mod:`sandboxkit.contest.calls`; Python only),
+    under ``timeout`` alone: memory, wall-clock and output limits are a program's."""
     if scoring not in SCORINGS:
         raise ValueError(f"scoring must be one of {', '.join(SCORINGS)}; got {scoring!r}")
     if language is not None and language_for(language) is None:
@@ -484,7 +488,7 @@ def stdio_tests_reward(
         row = {name: values[i] for name, values in columns.items() if isinstance(values, list)}
         problem = read_tests(row, fixed or detect_columns(list(row)))
         named = problem.language or row.get(language_column)
-        lang = _row_language(str(named) if named else None, language, completion)
+        lang = _row_language(str(named) if named else None, language)
         unsupported = ""
         if not isinstance(lang, Language):
             unsupported = f"language {lang!r} is not in the table (register_language)"
@@ -506,28 +510,40 @@ def stdio_tests_reward(
             judged: Harness = call_tests(problem, timeout=seconds)
         else:
             memory = row.get(memory_limit_column)
-            if not isinstance(memory, (int, float)) or memory <= 0:
-                memory = memory_mb
             spec = row.get(checker_column)
             judged = StdioTests(
                 problem.cases,
                 timeout=seconds,
+                output_cap=output_limit,
                 language=lang,
                 memory_mb=int(memory)
                 if isinstance(memory, (int, float)) and memory > 0
                 else memory_mb,
+                wall=wall,
                 checker=checker or (checker_from_spec(_json(spec)) if spec else None),
+                compile_timeout=compile_timeout,
+                compile_memory_mb=compile_memory_mb,
             )
         planned = plan(completion, ScoredStdioTests(judged, scoring, groups), language=lang)
         if planned.outcome is not None and planned.outcome.kind is OutcomeKind.ERROR:
             # Python's syntax, checked here before any sandbox: its compile error.
             return Plan(outcome=replace(planned.outcome, verdict=Verdict.COMPILE_ERROR))
+        empty = planned.outcome is not None and planned.outcome.kind is OutcomeKind.EMPTY
+        if empty and not extract_code(completion, language=lang):  # not too large, say
+            return Plan(outcome=Outcome(OutcomeKind.EMPTY, detail=_no_code(lang, completion)))
         return planned
 
     def mapping(outcome: Outcome) -> float:
         return outcome.score if outcome.score is not None else 0.0
 
     return RewardFunction("stdio_tests_reward", planner, mapping, backend=backend, **options)
+
+
+def _no_code(lang: Language, completion: Completion) -> str:
+    """Why a completion has no program in its row's language: what its blocks are in."""
+    others = sorted({tag for tag in block_tags(completion) if tag})
+    said = f" (its code blocks are tagged {', '.join(others)})" if others else ""
+    return f"stdio_tests_reward: no {lang.title} code in the completion{said}"
 
 
 def _json(value: Any) -> Any:

@@ -12,6 +12,7 @@ import pytest
 
 from sandboxkit import RewardFunction, stdio_tests_reward
 from sandboxkit.contest.formats import parse_tests
+from sandboxkit.harness import StdioTests
 
 CASES = [("1 2\n", "3\n"), ("5 7\n", "12\n"), ("0 0\n", "0\n"), ("10 -3\n", "7\n")]
 READ = "a, b = map(int, input().split())\n"
@@ -258,11 +259,9 @@ def test_inputs_and_outputs_of_different_lengths_are_a_value_error() -> None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
-def test_the_language_is_the_rows_else_the_code_blocks_and_verdicts_are_logged(
-    reward: RewardFunction,
-) -> None:
-    """A row naming no language is judged in its completion's block's language (C++ here, a
-    Python block in the same batch as Python); each verdict's share is a batch metric."""
+def test_the_language_is_the_rows_and_verdicts_are_logged(reward: RewardFunction) -> None:
+    """A row's ``language`` column decides its language (C++ here, a Python row in the same
+    batch as Python); each verdict's share is a batch metric."""
     row = SHAPES["CodeContests public/private/generated"]
     add = "#include <bits/stdc++.h>\nint main(){long long a,b;std::cin>>a>>b;std::cout<<a+b;}"
     completions = [
@@ -278,6 +277,7 @@ def test_the_language_is_the_rows_else_the_code_blocks_and_verdicts_are_logged(
         completions=completions,
         log_metric=logged.__setitem__,
         log_extra=seen.__setitem__,
+        language=["C++", "cpp", "c++17", None],
         **{name: [value] * 4 for name, value in row.items()},
     )
     assert scores[0] == 1.0 and scores[1] is not None and scores[1] < 1.0, seen
@@ -304,3 +304,93 @@ def test_a_python_program_that_does_not_parse_is_a_compile_error(reward: RewardF
     )
     assert scores == [0.0]
     assert logged["stdio_tests_reward/compile_error_rate"] == 1.0
+
+
+COMPILE_BOMB = (
+    "constexpr long long spin() {\n"
+    "  long long s = 0;\n"
+    "  for (long long i = 0; i < 200000; i++) for (long long j = 0; j < 200000; j++) s += i ^ j;\n"
+    "  return s;\n"
+    "}\n"
+    "static_assert(spin() != 1);  // g++ evaluates 2^25 operations first: seconds\n"
+    "int main() {}\n"
+)
+IOSTREAM_SUM = (
+    "#include <iostream>\n"
+    "int main() { long long a, b; std::cin >> a >> b; std::cout << a + b << std::endl; }\n"
+)
+LONG_LINE = "1 " * 2500
+OPTIONS = {
+    # option: (its value, the row's language, the program, (input, output), the outcome)
+    "compile_timeout": (
+        2.0,
+        "cpp",
+        COMPILE_BOMB,
+        ("", ""),
+        (0.0, "error 0/1: compile error: the compiler ran past 2s"),
+    ),
+    "compile_memory_mb": (
+        32,
+        "cpp",
+        IOSTREAM_SUM,
+        ("1 2", "3"),
+        (0.0, "error 0/1: compile error: virtual memory exhausted: Cannot allocate memory"),
+    ),
+    "wall": (
+        1.0,
+        "python",
+        "import time\ntime.sleep(2)\nprint(sum(map(int, input().split())))",
+        ("1 2", "3"),
+        (0.0, "timeout 0/1: test 0: time limit (still running after 1s of wall-clock time)"),
+    ),
+    "output_limit": (
+        1000,
+        "python",
+        f"print({LONG_LINE!r})",
+        ("", LONG_LINE),
+        (0.0, "failed 0/1: test 0: output limit (wrote more than 1000 bytes of output)"),
+    ),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
+@pytest.mark.parametrize("option", list(OPTIONS))
+def test_each_limit_the_factory_takes_reaches_the_judge(option: str) -> None:
+    """``compile_timeout``, ``compile_memory_mb``, ``wall`` and ``output_limit`` were accepted
+    and never reached the harness: a compile bomb ran 30 s under ``compile_timeout=2``, 5 KB
+    of output scored 1.0 under ``output_limit=1000``, a 2 s sleep 1.0 under ``wall=1``."""
+    value, language, code, (stdin, stdout), (score, said) = OPTIONS[option]
+    fn = stdio_tests_reward("subprocess", timeout=5, pool_size=1, **{option: value})
+    seen: dict[str, list[str]] = {}
+    row = {"test_cases": [{"input": stdin, "output": stdout}], "language": language}
+    try:
+        scores = fn(
+            prompts=["p"],
+            completions=[f"```{language}\n{code}\n```"],
+            verification_info=[row],
+            log_extra=seen.__setitem__,
+        )
+    finally:
+        fn.close()
+    assert (scores, seen["stdio_tests_reward_outcome"]) == ([score], [said])
+
+
+def test_the_harness_of_a_row_carries_every_limit_the_factory_took() -> None:
+    """The same, for all the limits at once, read off the harness a row is planned with."""
+    fn = stdio_tests_reward(
+        "subprocess",
+        timeout=3.0,
+        memory_mb=64,
+        wall=7.0,
+        output_limit=999,
+        compile_timeout=11.0,
+        compile_memory_mb=333,
+    )
+    row = {"public_tests": [{"input": ["1 2"], "output": ["3"]}]}
+    planned = fn.planner(0, "p", "```python\nprint(3)\n```", row)
+    tests = getattr(planned.harness, "tests", None)
+    assert isinstance(tests, StdioTests), planned
+    limits = (tests.timeout, tests.memory_mb, tests.wall, tests.output_cap)
+    compile_limits = (tests.compile_timeout, tests.compile_memory_mb)
+    assert (limits, compile_limits) == ((3.0, 64, 7.0, 999), (11.0, 333))

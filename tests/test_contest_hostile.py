@@ -6,11 +6,13 @@ lacks is the provider's problem, said as such, never a 0.0 for the model's code.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
 import shutil
 import subprocess
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,12 +20,13 @@ from typing import Any
 
 import pytest
 
-from sandboxkit import Sandbox
+from sandboxkit import Sandbox, get_backend
 from sandboxkit.contest import languages
 from sandboxkit.contest.languages import Language, language_for, register_language
 from sandboxkit.errors import CircuitOpenError
 from sandboxkit.harness import StdioTests
 from sandboxkit.outcomes import Outcome, OutcomeKind, Verdict
+from sandboxkit.portal import run_sync
 from sandboxkit.rewards import stdio_tests_reward
 
 pytestmark = pytest.mark.slow
@@ -438,6 +441,13 @@ int main() {
 """
 
 
+POISONING = (
+    "mkdir -p .sandboxkit/run-poison && cd .sandboxkit/run-poison && "
+    "g++ -std=gnu++17 -o poison ../../poison.cpp && echo '{mode} 1 2' | ./poison"
+)
+"""POISON run as a program of a run's directory would (it reaches the cache from there)."""
+
+
 @pytest.fixture(scope="module")
 def poison_gch(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     """``POISON_HEADER`` precompiled with the judge's own flags, by the g++ the sandbox runs
@@ -461,12 +471,18 @@ def test_a_poisoned_precompiled_header_never_reaches_the_next_completion(
     what the link pointed to could be rewritten, and every C++ completion got a wrong answer."""
     sandbox.exec(["rm", "-rf", ".sandboxkit"])  # as a fresh sandbox: no cache yet
     sandbox.write_file("poison.gch", poison_gch)
-    assert judge(sandbox, PLANT, "python", [("planted", "planted")]).verdict is Verdict.ACCEPTED
+    sandbox.write_file("poison.cpp", POISON.encode())
+    # A contest program may write no file: the planting is done by other execs in the sandbox.
+    assert judge(sandbox, PLANT, "python", [("planted", "planted")]).verdict is not (
+        Verdict.ACCEPTED
+    )
+    planted = sandbox.exec(["python3", "-c", PLANT], stdin="planted", timeout=60)
+    assert planted.stdout == "planted\n", planted
     built = judge(sandbox, SUM_CPP, "cpp17")
     assert built.verdict is Verdict.ACCEPTED, built
     for mode in ("in-place", "replace"):
-        poison = judge(sandbox, POISON, "cpp17", [(f"{mode} 1 2", "3")])
-        assert poison.verdict is Verdict.ACCEPTED, (mode, poison)  # it found headers to poison
+        poison = sandbox.exec(["sh", "-c", POISONING.format(mode=mode)], timeout=120)
+        assert poison.stdout == "3\n", (mode, poison)  # it found headers to poison
         after = judge(sandbox, SUM_CPP, "cpp17")
         assert after.verdict is Verdict.ACCEPTED, (mode, after)
     again = judge(sandbox, SUM_CPP, "cpp17")
@@ -660,8 +676,9 @@ def test_files_an_earlier_completion_leaves_do_not_change_how_a_program_loads(
     raised). Each run's directory holds a package.json of its own, the nearest one."""
     needs("javascript")
     try:
-        planted = judge(sandbox, ESM_EVERYWHERE, "python")
-        assert planted.verdict is Verdict.ACCEPTED, planted
+        assert judge(sandbox, ESM_EVERYWHERE, "python").verdict is Verdict.RUNTIME_ERROR
+        planted = sandbox.exec(["python3", "-c", ESM_EVERYWHERE], stdin="1 2", timeout=60)
+        assert planted.stdout == "3\n", planted  # another exec (a program may write no file)
         outcome = judge(sandbox, COMMONJS_SUM, "javascript")
         assert outcome.verdict is Verdict.ACCEPTED, outcome
     finally:
@@ -692,9 +709,10 @@ def test_a_disk_an_earlier_completion_filled_is_the_sandboxs_problem(sandbox: Sa
     files are gone."""
     needs("cpp17")
     try:
-        filled = judge(sandbox, FILL_FILES, "python", timeout=20.0)
-        if filled.verdict is not Verdict.ACCEPTED:
-            pytest.skip(f"the sandbox's disk has no cap of files here: {filled.detail}")
+        # Another exec in the sandbox (a contest program may write no file)
+        filled = sandbox.exec(["python3", "-c", FILL_FILES], stdin="1 2", timeout=60)
+        if filled.stdout != "3\n":
+            pytest.skip(f"the sandbox's disk has no cap of files here: {filled}")
         outcome = judge(sandbox, SUM_CPP, "cpp17")
         assert outcome.kind is OutcomeKind.INFRA, outcome
         assert "the sandbox's disk is full" in outcome.detail, outcome
@@ -717,9 +735,398 @@ def test_a_completion_after_one_that_filled_the_disk_is_judged_on_another_sandbo
         return reward(prompts=["Add."], completions=[fenced], verification_info=[row])
 
     try:
-        if score("python", FILL_FILES) != [1.0]:
+        fill = ["python3", "-c", FILL_FILES]  # another exec: a contest program writes no file
+        filled = run_sync(reward.pool.arun(lambda sb: sb.aexec(fill, stdin="1 2", timeout=60)))
+        if filled.stdout != "3\n":
             pytest.skip("the sandbox's disk has no cap of files here")
         assert score("cpp", SUM_CPP) == [1.0]
         assert reward.last_batch is not None and reward.last_batch.outcomes == {"passed": 1}
     finally:
         reward.close()
+
+
+# -- the language is the row's, never the completion's ---------------------------------------
+
+ADD_PY = "def add(a, b):\n    return a + b\n"
+SUM_RS = (
+    "use std::io::Read;\nfn main() { let mut s = String::new();\n"
+    "  std::io::stdin().read_to_string(&mut s).unwrap();\n"
+    "  let v: Vec<i64> = s.split_whitespace().map(|x| x.parse().unwrap()).collect();\n"
+    '  println!("{}", v[0] + v[1]); }\n'
+)
+SUM_GO = (
+    'package main\nimport "fmt"\n'
+    "func main() { var a, b int64; fmt.Scan(&a, &b); fmt.Println(a + b) }\n"
+)
+APPS_CALLS = {"input_output": json.dumps({"inputs": [[1, 2]], "outputs": [[3]], "fn_name": "add"})}
+LCB_CALLS = {
+    "public_test_cases": json.dumps([{"input": "1\n2", "output": "3", "testtype": "functional"}]),
+    "metadata": json.dumps({"func_name": "add"}),
+}
+CODECONTESTS = {"public_tests": {"input": ["1 2\n"], "output": ["3\n"]}}
+SWITCHED = {
+    # name: (row, completion, reward, outcome)
+    "APPS call-based row, the function in a C++ block": (
+        APPS_CALLS,
+        "```cpp\nint add(int a, int b) { return a + b; }\n```",
+        0.0,
+        "empty: stdio_tests_reward: no Python 3 code in the completion (its code blocks are "
+        "tagged cpp)",
+    ),
+    "APPS call-based row, a right Python block, then a C++ fence": (
+        APPS_CALLS,
+        f"```python\n{ADD_PY}```\nIn C++:\n```cpp\nint add(int a, int b) {{ return a + b; }}\n```",
+        1.0,
+        "passed 1/1",
+    ),
+    "LiveCodeBench functional row, the function in a Java block": (
+        LCB_CALLS,
+        "```java\nclass Solution { int add(int a, int b) { return a + b; } }\n```",
+        0.0,
+        "empty: stdio_tests_reward: no Python 3 code in the completion (its code blocks are "
+        "tagged java)",
+    ),
+    "CodeContests row, a right program in Rust": (
+        CODECONTESTS,
+        f"```rust\n{SUM_RS}```",
+        0.0,
+        "empty: stdio_tests_reward: no Python 3 code in the completion (its code blocks are "
+        "tagged rust)",
+    ),
+    "CodeContests row, a right program in Go after a Python block": (
+        CODECONTESTS,
+        f"```python\nprint(0)\n```\n```go\n{SUM_GO}```",
+        0.0,
+        "failed 0/1: test 0: wrong answer",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", SWITCHED)
+def test_a_completion_in_another_language_than_its_rows_is_its_own_failure(name: str) -> None:
+    """A row that names no language (APPS, TACO, CodeContests, LiveCodeBench) was judged in
+    the language of the completion's last block: a C++ fence made a call-based row
+    ``unsupported`` (``None``), a language the sandbox lacks (Rust, Go here) ``infra``
+    (``None``, and the breaker). By those datasets' convention the row is Python: code in
+    another language is the completion's failure, saying so."""
+    row, completion, score, said = SWITCHED[name]
+    reward = stdio_tests_reward("subprocess", timeout=5, pool_size=1)
+    seen: dict[str, list[str]] = {}
+    try:
+        scores = reward(
+            prompts=["p"],
+            completions=[completion],
+            log_extra=seen.__setitem__,
+            **{column: [value] for column, value in row.items()},
+        )
+    finally:
+        reward.close()
+    assert (scores, seen["stdio_tests_reward_outcome"]) == ([score], [said])
+
+
+def test_a_batch_of_completions_in_languages_the_sandbox_lacks_is_scored_not_stopped() -> None:
+    """Four completions answering a CodeContests row in Go and Rust: judged in their own
+    languages, a sandbox without those compilers made them ``infra`` and the batch a
+    ``CircuitOpenError`` into the trainer (where the compilers are there, four rewards the
+    row's language did not ask for). Each is a 0.0 now."""
+    reward = stdio_tests_reward("subprocess", timeout=5, pool_size=2)
+    completions = [f"```go\n{SUM_GO}```", f"```rust\n{SUM_RS}```"] * 2
+    try:
+        scores = reward(
+            prompts=["p"] * 4,
+            completions=completions,
+            **{column: [value] * 4 for column, value in CODECONTESTS.items()},
+        )
+        assert reward.last_batch is not None
+        assert (scores, reward.last_batch.outcomes) == ([0.0] * 4, {"empty": 4})
+    finally:
+        reward.close()
+
+
+# -- a checker the output makes fail ---------------------------------------------------------
+
+STALLED_CHECKER = r"""
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <csignal>
+// testlib's convention (exit 0 accepts, 1 rejects, 3 is _fail), led astray by its output:
+// "fail" makes it _fail, "crash" crashes it, "loop" never ends it.
+int main(int argc, char** argv) {
+    char out[64] = "", ans[64] = "";
+    FILE* o = fopen(argv[2], "r");
+    FILE* a = fopen(argv[3], "r");
+    if (!o || !a || fscanf(a, "%63s", ans) != 1) return 3;
+    if (fscanf(o, "%63s", out) != 1) return 1;
+    if (!strcmp(out, "fail")) { fprintf(stderr, "unexpected token %s\n", out); return 3; }
+    if (!strcmp(out, "crash")) raise(SIGSEGV);
+    if (!strcmp(out, "loop")) for (volatile unsigned long n = 0;; n++) {}
+    return strcmp(out, ans) ? 1 : 0;
+}
+"""
+BROKEN_CHECKER = "int main() { return 3; }\n"
+"""A checker that fails whatever it reads: the jury's own answer too."""
+SAYS = "import sys\nprint({word!r} if input() == '1 2' else 3)\n"
+"""A program printing ``word`` on the first test and the right answer on the others."""
+THREE_SUMS = [SUM, ("2 1", "3"), ("3 0", "3")]
+
+
+@pytest.fixture(scope="module")
+def checker_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if shutil.which("g++") is None:
+        pytest.skip("checker programs compile with g++")
+    return tmp_path_factory.mktemp("checkers")
+
+
+def judge_checked(sb: Sandbox, word: str, checker: Any, cases: list[tuple[str, str]]) -> Outcome:
+    harness = StdioTests(cases, 2.0, checker=checker)
+    request = harness.request(SAYS.format(word=word))
+    result = sb.exec(request.argv, stdin=request.stdin, timeout=request.timeout)
+    return harness.judge(result, request)
+
+
+@pytest.mark.parametrize(
+    ("word", "said"),
+    [("fail", "failed (exit 3): unexpected token fail"), ("crash", "was killed by signal 11")],
+)
+def test_an_output_that_makes_the_checker_program_fail_is_a_wrong_answer(
+    sandbox: Sandbox, checker_cache: Path, word: str, said: str
+) -> None:
+    """testlib's ``_fail`` (exit 3) or a crash, brought on by what the program printed, was
+    ``infra`` (``None``), where any other wrong output is a wrong answer. The checker accepts
+    the jury's answer, so the failure is the output's: a wrong answer (its other tests stand)."""
+    from sandboxkit.contest.checkers import ProgramChecker
+
+    checker = ProgramChecker(STALLED_CHECKER, cache_dir=checker_cache)
+    outcome = judge_checked(sandbox, word, checker, THREE_SUMS)
+    assert (outcome.kind, outcome.verdict, outcome.test_scores) == (
+        OutcomeKind.FAILED,
+        Verdict.WRONG_ANSWER,
+        (0.0, 1.0, 1.0),
+    ), outcome
+    assert outcome.detail.startswith("test 0: wrong answer (the checker failed on it: "), outcome
+    assert said in outcome.detail, outcome
+
+
+def test_an_output_that_stalls_the_checker_is_a_wrong_answer_that_ends_the_checking(
+    sandbox: Sandbox, checker_cache: Path
+) -> None:
+    """An output that keeps the checker past its limit was ``infra``; each such output held
+    the judge for the checker's whole limit. It is a wrong answer, and the program's later
+    outputs go unchecked (wrong answers too): one checker limit per program at most."""
+    from sandboxkit.contest.checkers import ProgramChecker
+
+    checker = ProgramChecker(STALLED_CHECKER, timeout=1.0, cache_dir=checker_cache)
+    outcome = judge_checked(sandbox, "loop", checker, THREE_SUMS)
+    assert (outcome.kind, outcome.verdict, outcome.test_scores) == (
+        OutcomeKind.FAILED,
+        Verdict.WRONG_ANSWER,
+        (0.0, 0.0, 0.0),
+    ), outcome
+    assert "ran past its 1.0 s time limit" in outcome.detail, outcome
+
+
+def test_an_output_a_python_checker_raises_on_is_a_wrong_answer(sandbox: Sandbox) -> None:
+    """A checker function that reads a number raised on ``abc``: ``infra`` (``None``). The
+    same function is fine on the jury's answer: a wrong answer. Its check of the jury's
+    answer runs once per test, whatever the number of programs judged."""
+    from sandboxkit.contest.checkers import PythonChecker
+
+    calls: list[str] = []
+
+    def same_number(input: str, output: str, answer: str) -> bool:
+        calls.append(output)
+        return int(output) == int(answer)
+
+    checker = PythonChecker(same_number)
+    for _ in range(2):
+        outcome = judge_checked(sandbox, "abc", checker, THREE_SUMS)
+        assert (outcome.verdict, outcome.test_scores) == (Verdict.WRONG_ANSWER, (0.0, 1.0, 1.0))
+        assert "ValueError: invalid literal for int()" in outcome.detail, outcome
+    assert sorted(calls) == sorted(["abc\n", "3\n", "3\n"] * 2 + ["3"]), calls  # "3": the jury
+
+
+@pytest.mark.parametrize("kind", ["program", "python"])
+def test_a_checker_that_fails_on_the_jurys_answer_too_is_the_problems_fault(
+    sandbox: Sandbox, checker_cache: Path, kind: str
+) -> None:
+    """Only a checker that fails on the jury's own answer as well is broken whatever the
+    output: ``infra`` (no reward, and the circuit breaker), saying so."""
+    from sandboxkit.contest.checkers import ProgramChecker, PythonChecker
+
+    def broken(input: str, output: str, answer: str) -> bool:
+        raise KeyError("no such test")
+
+    checker: Any = (
+        ProgramChecker(BROKEN_CHECKER, cache_dir=checker_cache)
+        if kind == "program"
+        else PythonChecker(broken)
+    )
+    outcome = judge_checked(sandbox, "fail", checker, [SUM])
+    assert outcome.kind is OutcomeKind.INFRA, outcome
+    assert "the checker fails on the jury's own answer: " in outcome.detail, outcome
+
+
+def test_a_batch_of_outputs_that_make_a_rows_checker_fail_is_scored_not_stopped(
+    checker_cache: Path,
+) -> None:
+    """Four completions whose outputs make the row's checker program ``_fail`` or crash
+    through ``stdio_tests_reward``: four ``None`` and a ``CircuitOpenError`` into the trainer.
+    Each is a 0.0 now."""
+    spec = {"kind": "program", "source": STALLED_CHECKER}
+    reward = stdio_tests_reward("subprocess", timeout=5, pool_size=2)
+    completions = [f"```python\nprint({word!r})\n```" for word in ("fail", "crash") * 2]
+    try:
+        scores = reward(
+            prompts=["p"] * 4,
+            completions=completions,
+            checker=[spec] * 4,
+            **{column: [value] * 4 for column, value in CODECONTESTS.items()},
+        )
+        assert reward.last_batch is not None
+        assert (scores, reward.last_batch.verdicts) == ([0.0] * 4, {"wrong_answer": 4})
+    finally:
+        reward.close()
+
+
+# -- memory held in files ------------------------------------------------------------------
+
+HELD_PY = """import os
+a, b = map(int, input().split())
+{hold}
+block = bytes(range(256)) * 4096
+for i in range(48):
+    os.pwrite(fd, block, i << 20)
+assert all(os.pread(fd, 1 << 20, i << 20) == block for i in range(48))
+print(a + b)
+"""
+HELD_CPP = """#include <bits/stdc++.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+int main() {{
+  long long a, b; std::cin >> a >> b;
+  int fd = {hold};
+  if (fd < 0) {{ perror("open"); return 1; }}
+  static char block[1 << 20]; memset(block, 7, sizeof block);
+  for (long i = 0; i < 48; i++)
+    if (pwrite(fd, block, sizeof block, i << 20) != (ssize_t)sizeof block) {{
+      perror("pwrite");
+      return 1;
+    }}
+  for (long i = 0; i < 48; i++)
+    if (pread(fd, block, sizeof block, i << 20) != (ssize_t)sizeof block || block[9] != 7) return 1;
+  std::cout << a + b << std::endl;
+}}
+"""
+SYMLINKS_PY = """import os
+a, b = map(int, input().split())
+for i in range(12288):  # 48 MiB in the links' targets
+    try:
+        os.symlink(f"{i:08}" + "x" * 4000, f"/tmp/held-{i}")
+    except OSError as error:
+        raise OSError(error.strerror) from None  # not the 4 KB target in the traceback
+assert all(os.readlink(f"/tmp/held-{i}").startswith(f"{i:08}") for i in range(12288))
+print(a + b)
+"""
+PIPES_CPP = """#include <bits/stdc++.h>
+#include <fcntl.h>
+#include <unistd.h>
+int main() {
+  long long a, b; std::cin >> a >> b;
+  static char block[1 << 20]; memset(block, 7, sizeof block);
+  std::vector<std::array<int, 2>> pipes(48);  // 48 MiB in the pipes' buffers
+  for (auto& p : pipes) {
+    if (pipe(p.data()) || fcntl(p[1], F_SETPIPE_SZ, 1 << 20) < (1 << 20)) {
+      perror("pipe");
+      return 1;
+    }
+    if (write(p[1], block, sizeof block) != (ssize_t)sizeof block) { perror("write"); return 1; }
+  }
+  for (auto& p : pipes)
+    if (read(p[0], block, sizeof block) != (ssize_t)sizeof block || block[9] != 7) return 1;
+  std::cout << a + b << std::endl;
+}
+"""
+EROFS, EPERM = "Read-only file system", "Operation not permitted"
+HELD = {
+    # name: (language, program, what its first refused call says)
+    **{
+        f"Python, a file in {where}": (
+            "python",
+            HELD_PY.format(hold=f"fd = os.open({path!r}, os.O_RDWR | os.O_CREAT, 0o600)"),
+            EROFS,
+        )
+        for where, path in (
+            ("/tmp", "/tmp/held"),
+            ("the working directory", "held"),
+            ("/dev/shm", "/dev/shm/held"),
+        )
+    },
+    "Python, a memfd": ("python", HELD_PY.format(hold="fd = os.memfd_create('held')"), EPERM),
+    "Python, an unlinked temporary file": (
+        "python",
+        HELD_PY.format(hold="import tempfile\nheld = tempfile.TemporaryFile()\nfd = held.fileno()"),
+        "No usable temporary directory found",  # it tried to write in each
+    ),
+    "Python, the targets of symlinks": ("python", SYMLINKS_PY, EROFS),
+    "C++, a file in /tmp": (
+        "cpp17",
+        HELD_CPP.format(hold='open("/tmp/held", O_RDWR | O_CREAT, 0600)'),
+        EROFS,
+    ),
+    "C++, a shared memory object": (
+        "cpp17",
+        HELD_CPP.format(hold='shm_open("/held", O_RDWR | O_CREAT, 0600)'),
+        EROFS,
+    ),
+    "C++, a memfd": ("cpp17", HELD_CPP.format(hold='memfd_create("held", 0)'), EPERM),
+    "C++, the buffers of pipes": ("cpp17", PIPES_CPP, EPERM),
+    "C++, an unlinked file (O_TMPFILE)": (
+        "cpp17",
+        HELD_CPP.format(hold='open(".", O_TMPFILE | O_RDWR, 0600)'),
+        EROFS,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", HELD)
+def test_memory_held_in_files_or_shared_memory_is_not_free(sandbox: Sandbox, name: str) -> None:
+    """48 MiB of working data kept in a file (in /tmp, the working directory, /dev/shm, a
+    memfd, an unlinked file) or in symlinks' targets, through ``pwrite``/``pread``, under a
+    limit of 32 MB: accepted, where the same data in memory is a memory limit (its process's
+    memory counts; the files' did not). A program may not make or write files, or make
+    shared memory, as on a contest judge: the call fails, and the program with it."""
+    language, code, said = HELD[name]
+    try:
+        outcome = judge(sandbox, code, language, memory_mb=32, timeout=5.0)
+    finally:
+        sandbox.exec(["sh", "-c", "rm -rf /tmp/held* held /dev/shm/held*"])
+    assert outcome.verdict is Verdict.RUNTIME_ERROR, outcome
+    assert said in outcome.detail, outcome
+
+
+@pytest.mark.parametrize("language", ["python", "cpp17"])
+def test_in_the_rlimits_tier_the_hosts_tmp_holds_no_program_data_either(
+    monkeypatch: pytest.MonkeyPatch, language: str
+) -> None:
+    """Where user namespaces are missing, a sandbox's /tmp is the host's: the runner's own
+    filter holds there too, and nothing of the program reaches the host's disk."""
+    if os.geteuid() != 0:
+        pytest.skip("the rlimits tier runs code as another uid only on a root host")
+    monkeypatch.setenv("SANDBOXKIT_ISOLATION", "rlimits")
+    place = f"/tmp/held-{secrets.token_hex(4)}"
+    holds = {
+        "python": (HELD_PY, f"fd = os.open({place!r}, os.O_RDWR | os.O_CREAT, 0o600)"),
+        "cpp17": (HELD_CPP, f'open("{place}", O_RDWR | O_CREAT, 0600)'),
+    }
+    program, hold = holds[language]
+    code = program.format(hold=hold)
+    with warnings.catch_warnings():  # the tier's own warning, given once per process
+        warnings.simplefilter("ignore", RuntimeWarning)
+        client = get_backend("subprocess")
+    with client.sandbox() as sb:
+        outcome = judge(sb, code, language, memory_mb=32, timeout=5.0)
+    assert outcome.verdict is Verdict.RUNTIME_ERROR, outcome
+    assert EROFS in outcome.detail, outcome
+    assert not os.path.exists(place)

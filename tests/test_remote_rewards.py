@@ -315,6 +315,7 @@ def test_a_toolchain_the_sandbox_lacks_is_an_infra_outcome_naming_it(
             completions,
             log_extra=seen.__setitem__,
             log_metric=logged.__setitem__,
+            language=["nl", "ns", None],  # the rows' languages, which the image lacks
             **{k: [v] * 3 for k, v in ADD_ROW.items()},
         )
         assert scores == [None, None, 1.0]
@@ -325,7 +326,12 @@ def test_a_toolchain_the_sandbox_lacks_is_an_infra_outcome_naming_it(
         assert logged["stdio_tests_reward/infra_error_rate"] == pytest.approx(2 / 3)
         # A batch mostly made of them stops training with that message.
         with pytest.raises(CircuitOpenError, match=r"4 of 5 .*install it in the image: apt"):
-            reward(["p"] * 5, [*MISSING, *completions], **{k: [v] * 5 for k, v in ADD_ROW.items()})
+            reward(
+                ["p"] * 5,
+                [*MISSING, *completions],
+                language=["nl", "ns", "nl", "ns", None],
+                **{k: [v] * 5 for k, v in ADD_ROW.items()},
+            )
     finally:
         reward.close()
 

@@ -49,10 +49,14 @@ SPEC_SHAPES = (
 
 
 class CheckerError(Exception):
-    """The checker failed, not the candidate: it exited 3 (testlib's ``_fail``) or crashed, ran
-    past its time limit, gave a score outside [0, 1], did not compile, or (a Python checker)
-    raised. A reward must not score the candidate on it: the harness makes it an ``infra``
-    outcome (no reward), so a checker broken for every output trips the circuit breaker."""
+    """The checker failed: it exited 3 (testlib's ``_fail``) or crashed, ran past its time
+    limit, gave a score outside [0, 1], did not compile, or (a Python checker) raised. Whose
+    failure it is, :func:`check_output` decides: the problem's (an ``infra`` outcome, no
+    reward) only where the checker fails on the jury's own answer too."""
+
+
+class CheckerTimeout(CheckerError):
+    """The checker ran past its time limit."""
 
 
 class Checker(Protocol):
@@ -389,7 +393,7 @@ class ProgramChecker:
     def _verdict(self, result: ExecResult) -> float:
         status = result.returncode
         if result.timed_out:
-            raise CheckerError(f"{self!r} ran past its {self.timeout} s time limit")
+            raise CheckerTimeout(f"{self!r} ran past its {self.timeout} s time limit")
         if status == ACCEPTED:
             return 1.0
         if status in _WRONG:
@@ -425,6 +429,86 @@ async def acheck(checker: Checker, input: str, output: str, answer: str) -> floa
     if isinstance(checker, ProgramChecker):
         return await checker.acheck(input, output, answer)
     return await asyncio.to_thread(checker.check, input, output, answer)
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A checker's verdict on one output: its score, or why the checker failed on it."""
+
+    score: float
+    failure: str = ""
+    """What the checker said when this output made it fail (then ``score`` is 0.0)."""
+    timed_out: bool = False
+    """The checker ran past its time limit on this output."""
+
+
+def check_output(checker: Checker, input: str, output: str, answer: str) -> Checked:
+    """``checker``'s verdict on a participant's ``output``. The output is hostile: where it
+    makes the checker fail (raise, exit 3, crash, run past its limit), the checker is run on
+    the jury's ``answer`` (once per checker and test, cached). Failing there too, the checker
+    or the jury is wrong, whatever the output: :class:`CheckerError` (no reward). Else the
+    failure was the output's doing: a score of 0.0, saying so."""
+    fresh = False
+    try:
+        return Checked(_checked(checker, input, output, answer))
+    except SandboxError as exc:  # the checkers' sandbox: tried again, on the answer
+        failure, timed_out, fresh = f"its sandbox failed: {exc}", False, True
+    except Exception as exc:
+        failure, timed_out = f"{type(exc).__name__}: {exc}", isinstance(exc, CheckerTimeout)
+    jury = _jury_failure(checker, input, answer, fresh=fresh)
+    if jury:
+        raise CheckerError(f"the checker fails on the jury's own answer: {jury}")
+    return Checked(0.0, failure[:500], timed_out)
+
+
+def _checked(checker: Checker, input: str, output: str, answer: str) -> float:
+    score = float(checker.check(input, output, answer))
+    if not 0.0 <= score <= 1.0:  # nan too
+        raise CheckerError(f"{checker!r} gave a score of {score}, not one in [0, 1]")
+    return score
+
+
+JURY_CACHE = 4096
+"""Checks of the jury's answers remembered (per checker and test)."""
+_jury: dict[tuple[object, str], str] = {}
+_jury_lock = threading.Lock()
+
+
+def _jury_failure(checker: Checker, input: str, answer: str, *, fresh: bool = False) -> str:
+    """How ``checker`` fails on the jury's ``answer`` ("" when it does not), remembered;
+    ``fresh``: checked again whatever was remembered. A failure of the checkers' sandbox there
+    is raised (no verdict either way); neither it nor running past the time limit (a loaded
+    machine, maybe) is remembered."""
+    test = hashlib.sha256(json.dumps([input, answer]).encode()).hexdigest()
+    try:
+        key: tuple[object, str] | None = (_checker_key(checker), test)
+        hash(key)
+    except TypeError:  # a checker of the user's that cannot be a key: checked every time
+        key = None
+    with _jury_lock:
+        if key is not None and key in _jury and not fresh:
+            return _jury[key]
+    try:
+        _checked(checker, input, answer, answer)
+        failure = ""
+    except SandboxError:
+        raise
+    except Exception as exc:
+        failure = f"{type(exc).__name__}: {exc}"[:500]
+        key = None if isinstance(exc, CheckerTimeout) else key
+    if key is not None:
+        with _jury_lock:
+            if len(_jury) >= JURY_CACHE:
+                _jury.pop(next(iter(_jury)))
+            _jury[key] = failure
+    return failure
+
+
+def _checker_key(checker: Checker) -> object:
+    """What identifies a checker across instances (a row's spec makes one per completion)."""
+    if isinstance(checker, ProgramChecker):
+        return ("program", checker.source, checker.language, checker.timeout)
+    return checker
 
 
 def checker_from_spec(spec: Mapping[str, Any]) -> Checker:

@@ -63,6 +63,9 @@ if TYPE_CHECKING:  # typing's imports would slow every run; annotations are neve
     Record: TypeAlias = dict[str, Any]
     Names: TypeAlias = dict[str, dict[str, Any]]
     Env: TypeAlias = dict[str, str]
+    Instruction: TypeAlias = tuple[int, int, int | str | None, int | str | None]
+    """A seccomp filter's (opcode, operand, where it jumps if true, where if false): a value
+    of its returns, the name of a labelled instruction, or None (the next one)."""
 
 MAX_FRAME = 64 * 1024 * 1024
 """Bytes of one frame at most: a result whose encoding is longer fails its test, saying so."""
@@ -643,7 +646,9 @@ def limit_program(program: Record) -> None:
     memory = (program.get("native") or {}).get("memory", program.get("memory"))
     if memory:
         set_limit(resource.RLIMIT_DATA, int(memory))
+    set_limit(resource.RLIMIT_FSIZE, 0)  # where no filter below holds: files stay empty
     forbid_processes()
+    forbid_storage()
 
 
 SECCOMP_CALLS = {
@@ -666,9 +671,7 @@ def forbid_processes() -> None:
     ``clone``); a signal to another process, ``tkill`` and pidfds with ``EPERM``; a call of
     another ABI kills the process. Where the machine or the kernel has no such filter,
     nothing changes."""
-    import ctypes
     import errno
-    import struct
 
     found = SECCOMP_CALLS.get(os.uname().machine)
     if found is None:
@@ -681,7 +684,7 @@ def forbid_processes() -> None:
     own = "own"
     # (opcode, operand, where it jumps if true, if false): a return value below, ``own`` the
     # check of a signal's target, None the next instruction
-    body: list[tuple[int, int, int | str | None, int | str | None]] = [
+    body: list[Instruction] = [
         (load, 4, None, None),  # the call's ABI
         (equal, arch, None, kill),
         (load, 0, None, None),  # its number
@@ -696,13 +699,83 @@ def forbid_processes() -> None:
         (load, 16, None, None),  # own: the signal's target (a pid_t, the low half)
         (equal, os.getpid(), allow, eperm),
     ]
-    returns = [allow, eagain, enosys, eperm, kill]
-    own_at = len(body) - 2
+    install_filter(body, [allow, eagain, enosys, eperm, kill], {own: len(body) - 2})
+
+
+STORAGE_CALLS = {
+    # open and openat (the argument holding their flags); calls that make files, directories
+    # or links: creat, mkdir(at), mknod(at), link(at), symlink(at), truncate; calls that make
+    # memory of the kernel's: memfd_create, memfd_secret, shmget, msgget, mq_open, socket,
+    # socketpair, io_uring_setup (whose requests pass no filter), openat2 (flags out of
+    # reach); fcntl (its F_SETPIPE_SZ)
+    "x86_64": (
+        ((2, 1), (257, 2)),
+        (85, 83, 258, 133, 259, 86, 265, 88, 266, 76),
+        (319, 447, 29, 68, 240, 41, 53, 425, 437),
+        72,
+    ),
+    "aarch64": (
+        ((56, 2),),
+        (34, 33, 37, 36, 45),
+        (279, 447, 194, 186, 180, 198, 199, 425, 437),
+        25,
+    ),
+}
+"""Per machine, the calls :func:`forbid_storage` filters."""
+WRITE_FLAGS = 0o3 | 0o100 | 0o1000
+"""``O_WRONLY``, ``O_RDWR``, ``O_CREAT``, ``O_TRUNC`` (``O_TMPFILE`` needs write access)."""
+F_SETPIPE_SZ = 1031
+
+
+def forbid_storage() -> None:
+    """C, before a program: it may read files, not write, make or truncate any (``EROFS``),
+    nor make shared memory, message queues, sockets or larger pipes (``EPERM``), as a contest
+    judge allows (a seccomp filter, inherited through ``execve``): what it kept there would be
+    memory its limit does not count (``RLIMIT_DATA`` and peak memory are the process's: 64
+    MiB in ``/tmp`` passed a limit of 32 MB). Memory it maps shared counts in its peak. Where
+    the machine has no such filter, ``RLIMIT_FSIZE`` (0) keeps its files empty."""
+    import errno
+
+    found = STORAGE_CALLS.get(os.uname().machine)
+    if found is None:
+        return
+    opens, makes, kernel, fcntl = found
+    arch = SECCOMP_CALLS[os.uname().machine][0]
+    allow, kill = 0x7FFF0000, 0x80000000
+    erofs, eperm = 0x50000 | errno.EROFS, 0x50000 | errno.EPERM
+    load, equal, has_bits = 0x20, 0x15, 0x45
+    returns = [allow, erofs, eperm, kill]
+    # (opcode, operand, jump if true, if false): a return value, the name of a check of an
+    # argument below, or None (the next instruction)
+    body: list[Instruction] = [
+        (load, 4, None, None),
+        (equal, arch, None, kill),
+        (load, 0, None, None),
+        *((equal, number, erofs, None) for number in makes),
+        *((equal, number, eperm, None) for number in kernel),
+        *((equal, number, f"flags {argument}", None) for number, argument in opens),
+        (equal, fcntl, "pipe size", allow),
+    ]
+    checks = {}
+    for _, argument in opens:  # an open's flags (their low half)
+        checks[f"flags {argument}"] = len(body)
+        body += [(load, 16 + 8 * argument, None, None), (has_bits, WRITE_FLAGS, erofs, allow)]
+    checks["pipe size"] = len(body)  # fcntl's command
+    body += [(load, 24, None, None), (equal, F_SETPIPE_SZ, eperm, allow)]
+    install_filter(body, returns, checks)
+
+
+def install_filter(body: list[Instruction], returns: list[int], labels: dict[str, int]) -> None:
+    """Assemble a seccomp filter (classic BPF: ``body``, then a return of each of
+    ``returns``; ``labels`` name instructions of the body by index) and install it on this
+    thread and what it starts."""
+    import ctypes
+    import struct
 
     def jump(at: int, to: int | str | None) -> int:
         if to is None:
             return 0
-        target = own_at if to == own else len(body) + returns.index(int(to))
+        target = labels[to] if isinstance(to, str) else len(body) + returns.index(to)
         return target - at - 1
 
     code = b"".join(

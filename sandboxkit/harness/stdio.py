@@ -10,13 +10,13 @@ outputs never enter the sandbox; verdicts are decided here.
 from __future__ import annotations
 
 import base64
-import math
 import secrets
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..contest.checkers import check_output
 from ..contest.languages import Language, language_for
 from ..outcomes import Outcome, OutcomeKind, Verdict
 from ..protocol import ExecResult
@@ -63,7 +63,9 @@ class StdioTests:
     A Python program ends as ``python3`` ends a script: its non-daemon threads are joined (a
     thread that never ends runs into the time limit), its ``atexit`` handlers run and its
     streams are flushed. Every program's main thread may use a stack of
-    ``runner.STACK_BYTES``; ``memory_mb`` bounds what it allocates (``RLIMIT_DATA``)."""
+    ``runner.STACK_BYTES``; ``memory_mb`` bounds what it allocates (``RLIMIT_DATA``), and it
+    keeps no data outside its process (no file written, no shared memory object:
+    ``runner.forbid_storage``)."""
 
     cases: Sequence[tuple[str, str]]
     """(input, expected output) pairs; expected outputs stay on the host."""
@@ -145,11 +147,12 @@ class StdioTests:
         scores: list[float] = []
         verdicts: list[Verdict] = []
         detail = ""
+        checking = [True]  # until a check of this program's output runs past its limit
         for i, (stdin, expected) in enumerate(self.cases):
             record = records.tests.get(i, {"status": "missing"})
             try:
-                verdict, score, said = self._verdict(record, stdin, expected, result)
-            except Exception as exc:  # the checker failed: says nothing about the program
+                verdict, score, said = self._verdict(record, stdin, expected, result, checking)
+            except Exception as exc:  # the checker fails on the jury's answer: not the program
                 said = f"test {i}: the checker failed: {type(exc).__name__}: {exc}"
                 return Outcome(OutcomeKind.INFRA, 0, total, said[:500], result.duration)
             scores.append(score)
@@ -164,9 +167,16 @@ class StdioTests:
         return Outcome(kind, passed, total, detail, result.duration, tuple(scores), verdict=first)
 
     def _verdict(
-        self, record: dict[str, Any], stdin: str, expected: str, result: ExecResult
+        self,
+        record: dict[str, Any],
+        stdin: str,
+        expected: str,
+        result: ExecResult,
+        checking: list[bool],
     ) -> tuple[Verdict, float, str]:
-        """One test's verdict, score and what to say about it."""
+        """One test's verdict, score and what to say about it. ``checking`` turns off once the
+        program's output made the checker run past its limit: its later outputs are wrong
+        answers unchecked, so that its outputs hold the judge for one checker limit at most."""
         status = record.get("status")
         if status == "timeout" or (status == "missing" and result.timed_out):
             return Verdict.TIME_LIMIT, 0.0, str(record.get("detail", "timed out"))
@@ -185,10 +195,13 @@ class StdioTests:
             return Verdict.MEMORY_LIMIT, 0.0, f"its peak memory was {rss >> 10} MiB"
         if "output" in record:
             assert self.checker is not None
-            output = _unpack(record["output"])
-            score = float(self.checker.check(stdin, output, expected))
-            if not 0.0 <= score <= 1.0 or math.isnan(score):
-                raise ValueError(f"it gave a score of {score}, not one in [0, 1]")
+            if not checking[0]:
+                return Verdict.WRONG_ANSWER, 0.0, "not checked: an earlier output stalled it"
+            checked = check_output(self.checker, stdin, _unpack(record["output"]), expected)
+            if checked.failure:
+                checking[0] = not checked.timed_out
+                return Verdict.WRONG_ANSWER, 0.0, f"the checker failed on it: {checked.failure}"
+            score = checked.score
         else:
             case_sensitive = self.compare != "tokens_nocase"
             matched = record.get("digest") == runner.tokens_digest(expected, case_sensitive)
