@@ -642,3 +642,74 @@ def test_work_in_a_child_process_cannot_dodge_a_calls_time_limit(sandbox: Sandbo
     outcome = judge(sandbox, harness, slow_in_a_child)
     assert outcome.kind is OutcomeKind.FAILED and outcome.passed == 0, outcome
     assert "BlockingIOError" in outcome.detail or "Resource temporarily" in outcome.detail, outcome
+
+
+# -- the batch deadline: waiting it out is a timeout, not a missing reward -----------------
+
+MANY = FunctionTask(
+    prompt="def twice(x: int) -> int:\n",
+    func_name="twice",
+    tests=[str(i) for i in range(40)],
+    reference=lambda x: 2 * x,
+)
+"""40 tests at 0.2 s of CPU each: an honest program needs 0.2 * (40 + 2) + 15 = 23.4 s at
+most (the load, the tests, start-up slack), while the per-test wall-clock backstops (1 s each)
+add up to 57 s: a body that waits in every test outlives a 28 s batch deadline."""
+WAITERS = {
+    "sleeps": "    import time\n    time.sleep(30)\n",
+    "blocks reading a pipe nobody writes": (
+        "    import os\n    r, w = os.pipe()\n    os.read(r, 1)\n"
+    ),
+    "waits on an event": "    import threading\n    threading.Event().wait()\n",
+    "selects on nothing": "    import select\n    select.select([], [], [])\n",
+    "spins at low CPU": (
+        "    import time\n    while True:\n        t = time.monotonic()\n"
+        "        while time.monotonic() - t < 0.001:\n            pass\n        time.sleep(0.02)\n"
+    ),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", ["warm", "cold"])
+def test_a_body_that_waits_out_the_batch_deadline_scores_a_timeout(path: str) -> None:
+    """Daytona's rule gives a timeout -1.0; waiting past ``batch_timeout`` got None (the
+    ``deadline`` outcome, left out of the baseline). Its run is over once it has had what an
+    honest program could need; honest bodies of the same batch are judged as ever."""
+    from sandboxkit import get_backend
+
+    bodies = {"right": "    return 2 * x\n", "wrong": "    return x\n", **WAITERS}
+    with get_backend("subprocess", warm=path == "warm") as client:
+        reward = function_tests_reward(
+            [MANY], backend=client, pool_size=len(bodies), timeout=0.2, batch_timeout=28
+        )
+        try:
+            scores = reward([MANY.prompt] * len(bodies), list(bodies.values()))
+            outcomes = reward.last_batch
+        finally:
+            reward.close()
+    got = dict(zip(bodies, scores, strict=True))
+    assert got.pop("right") == 1.0
+    assert got.pop("wrong") == pytest.approx(1 / 40)  # twice(0) == 0
+    assert got == dict.fromkeys(WAITERS, -1.0)
+    assert outcomes is not None and outcomes.outcomes["timeout"] == len(WAITERS), outcomes
+
+
+@pytest.mark.slow
+def test_a_waiting_body_holds_its_sandbox_no_longer_than_its_limits_allow() -> None:
+    """On one sandbox, the sleeper's run ends when an honest program's would have, so the
+    honest body queued behind it is judged before the deadline (it used to be None, the
+    sleeper's too); one still queued, or running within its limits, at the deadline is None."""
+    from sandboxkit import get_backend
+
+    sleeper, honest = WAITERS["sleeps"], "    return 2 * x\n"
+    with get_backend("subprocess", warm=True) as client:
+        reward = function_tests_reward(
+            [MANY], backend=client, pool_size=1, timeout=0.2, batch_timeout=30
+        )
+        try:
+            scores = reward([MANY.prompt] * 3, [sleeper, honest, sleeper])
+            outcomes = reward.last_batch
+        finally:
+            reward.close()
+    assert scores == [-1.0, 1.0, None]
+    assert outcomes is not None and outcomes.outcomes["deadline"] == 1, outcomes
