@@ -8,15 +8,17 @@ runs around a program that prints nothing useful.
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
-from sandboxkit import Sandbox
+from sandboxkit import Sandbox, get_backend
 from sandboxkit.harness import AssertTests, FunctionTask, FunctionTests, Harness, StdioTests
 from sandboxkit.harness.records import spent
 from sandboxkit.outcomes import Outcome, OutcomeKind
 from sandboxkit.protocol import ExecResult
 from sandboxkit.rewards import function_tests_reward
+from sandboxkit.testing.faults import Faults, FaultyBackend
 
 TESTS = ["assert add(2, 3) == 5", "assert add(-1, 1) == 0", "assert add(10, 5) == 15"]
 ARGS = [(2, 3), (-1, 1), (10, 5)]
@@ -675,8 +677,6 @@ def test_a_body_that_waits_out_the_batch_deadline_scores_a_timeout(path: str) ->
     """Daytona's rule gives a timeout -1.0; waiting past ``batch_timeout`` got None (the
     ``deadline`` outcome, left out of the baseline). Its run is over once it has had what an
     honest program could need; honest bodies of the same batch are judged as ever."""
-    from sandboxkit import get_backend
-
     bodies = {"right": "    return 2 * x\n", "wrong": "    return x\n", **WAITERS}
     with get_backend("subprocess", warm=path == "warm") as client:
         reward = function_tests_reward(
@@ -699,8 +699,6 @@ def test_a_waiting_body_holds_its_sandbox_no_longer_than_its_limits_allow() -> N
     """On one sandbox, the sleeper's run ends when an honest program's would have, so the
     honest body queued behind it is judged before the deadline (it used to be None, the
     sleeper's too); one still queued, or running within its limits, at the deadline is None."""
-    from sandboxkit import get_backend
-
     sleeper, honest = WAITERS["sleeps"], "    return 2 * x\n"
     with get_backend("subprocess", warm=True) as client:
         reward = function_tests_reward(
@@ -713,3 +711,31 @@ def test_a_waiting_body_holds_its_sandbox_no_longer_than_its_limits_allow() -> N
             reward.close()
     assert scores == [-1.0, 1.0, None]
     assert outcomes is not None and outcomes.outcomes["deadline"] == 1, outcomes
+
+
+@pytest.mark.slow
+def test_a_run_past_its_allowance_at_the_deadline_is_a_timeout_even_if_its_kill_is_late(
+    local_root: Path,
+) -> None:
+    """A provider whose answers come 6 s late (as Daytona's can when its own limit, not the
+    wrapper's, ends a command): at the deadline the sleeper's run has had more than its
+    allowance, so it is a timeout, though its result has not come back; the body still
+    waiting for the one sandbox is None."""
+    faulty = FaultyBackend(get_backend("subprocess", root=local_root).backend)
+    faulty.faults = Faults(latency_ms=6000, operations=frozenset({"exec"}))
+    reward = function_tests_reward(
+        [MANY], backend=faulty, pool_size=1, timeout=0.2, batch_timeout=25.5
+    )
+    seen: dict[str, list[str]] = {}
+    try:
+        reward.pool.start()
+        scores = reward(
+            [MANY.prompt] * 2, [WAITERS["sleeps"], "    return 2 * x\n"], log_extra=seen.__setitem__
+        )
+    finally:
+        reward.close()
+    assert scores == [-1.0, None]
+    sleeper, waiter = seen["function_tests_reward_outcome"]
+    assert sleeper.startswith("timeout 0/40: still running after 2"), sleeper
+    assert sleeper.endswith("s, more than its limits allow (23.4s)"), sleeper
+    assert waiter == "deadline: cut off at the batch deadline, waiting for a sandbox"
