@@ -23,13 +23,17 @@ from .errors import (
     SandboxLostError,
 )
 from .harness import Harness
-from .harness.records import RunRequest, spent
+from .harness.records import RunRequest, read_records, spent
 from .outcomes import Outcome, OutcomeKind
 from .pool import SandboxPool
 from .protocol import KILLED_RETURNCODE, ExecResult
 from .sanitize import DEFAULT_MAX_BYTES, Completion, ProblemKind, sanitize
 
 logger = logging.getLogger("sandboxkit.evaluation")
+
+RETURN_GRACE = 2.0
+"""Seconds before a batch's deadline at which a backend ends a run the deadline would cut, so
+that its result (the runner's records so far) comes back in time."""
 
 _PROBLEM_OUTCOMES = {
     ProblemKind.EMPTY: OutcomeKind.EMPTY,
@@ -100,9 +104,12 @@ async def run_plan(pool: SandboxPool, plan: Plan, *, deadline: float | None = No
     program ran or was judged is the completion's ERROR. With a ``deadline``
     (``time.monotonic()``), a run's wall-clock limit is its ``allowance``: past it, only
     sleeping, blocking or starving keeps a program going (the per-test backstops alone could
-    add up to five times as much). At the deadline, an evaluation still pending is cut off:
-    one whose program had run its whole allowance is a TIMEOUT, judged by its harness as a
-    run that timed out; one waiting for a sandbox, or running for less, is DEADLINE."""
+    add up to five times as much). Where less of the batch is left, the backend ends the run
+    just before the deadline instead, and the run is judged only if it had already run past a
+    limit of its own (a test's time limit, as the runner recorded it). At the deadline, an
+    evaluation still pending is cut off: one whose program had run its whole allowance is a
+    TIMEOUT, judged by its harness as a run that timed out; one waiting for a sandbox, or
+    running for less, is DEADLINE: its time went to the queue, not to the program."""
     if plan.outcome is not None:
         return plan.outcome
     assert plan.harness is not None
@@ -117,8 +124,10 @@ async def run_plan(pool: SandboxPool, plan: Plan, *, deadline: float | None = No
     """When the program now running started (``time.monotonic()``); None while waiting."""
 
     async def attempt(sandbox: Sandbox) -> ExecResult:
-        nonlocal running
+        nonlocal running, limit
         running = time.monotonic()
+        if deadline is not None:
+            limit = min(allowance, max(deadline - running - RETURN_GRACE, RETURN_GRACE))
         try:
             result = await sandbox.aexec(request.argv, stdin=request.stdin, timeout=limit)
         except asyncio.CancelledError:
@@ -172,8 +181,26 @@ async def run_plan(pool: SandboxPool, plan: Plan, *, deadline: float | None = No
         logger.exception("the pool failed, no reward")
         detail = f"{type(exc).__name__}: {exc}"
         return Outcome(OutcomeKind.INFRA, detail=detail, duration=time.monotonic() - started)
+    try:
+        spared = limit < allowance and result.timed_out and not _overran(result, request)
+    except Exception as exc:
+        return failed("its result could not be read", exc)
+    if spared:
+        return Outcome(
+            OutcomeKind.DEADLINE,
+            detail=f"cut off at the batch deadline after {result.duration:.0f}s of its "
+            f"{allowance:g}s, no limit of its own passed",
+            duration=result.duration,
+        )
     # In a thread: a checker may run a program of its own (through this loop) to judge.
     return await asyncio.to_thread(_judged, harness, result, request)
+
+
+def _overran(result: ExecResult, request: RunRequest) -> bool:
+    """Whether the runner recorded that the program ran past a time limit of its own (loading
+    it, or a test): sealed records, which no candidate process can forge."""
+    records = read_records(result, request)
+    return records.load_timeout or any(t.get("status") == "timeout" for t in records.tests.values())
 
 
 def _judged(harness: Harness, result: ExecResult, request: RunRequest) -> Outcome:
