@@ -182,10 +182,10 @@ async def run_plan(pool: SandboxPool, plan: Plan, *, deadline: float | None = No
         detail = f"{type(exc).__name__}: {exc}"
         return Outcome(OutcomeKind.INFRA, detail=detail, duration=time.monotonic() - started)
     try:
-        spared = limit < allowance and result.timed_out and not _overran(result, request)
+        cut_short = limit < allowance and result.timed_out and not _overran(result, request)
     except Exception as exc:
         return failed("its result could not be read", exc)
-    if spared:
+    if cut_short:
         return Outcome(
             OutcomeKind.DEADLINE,
             detail=f"cut off at the batch deadline after {result.duration:.0f}s of its "

@@ -242,6 +242,7 @@ ODD_COMPLETIONS: dict[str, Any] = {
     "an int": 7,
     "a float": 2.5,
     "bytes": b"print(1)",
+    "invalid UTF-8 bytes": b"\xff\xfeprint(1)\x80",
     "a dict": {"role": "assistant", "content": "x = 1"},
     "nested message lists": [[{"role": "assistant", "content": "x = 1"}]],
     "a message without text": [{"role": "assistant", "content": None}],
