@@ -7,17 +7,21 @@ runs around a program that prints nothing useful.
 
 from __future__ import annotations
 
+import asyncio
+import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from sandboxkit import Sandbox, get_backend
 from sandboxkit.harness import AssertTests, FunctionTask, FunctionTests, Harness, StdioTests
 from sandboxkit.harness.records import spent
+from sandboxkit.integrations.environment import sandbox_environment
 from sandboxkit.outcomes import Outcome, OutcomeKind
 from sandboxkit.protocol import ExecResult
-from sandboxkit.rewards import function_tests_reward
+from sandboxkit.rewards import assert_tests_reward, function_tests_reward, stdio_tests_reward
 from sandboxkit.testing.faults import Faults, FaultyBackend
 
 TESTS = ["assert add(2, 3) == 5", "assert add(-1, 1) == 0", "assert add(10, 5) == 15"]
@@ -756,3 +760,59 @@ def test_a_batch_shorter_than_the_rows_allowance_still_times_out_a_waiting_body(
         finally:
             reward.close()
     assert dict(zip(bodies, scores, strict=True)) == {"right": 1.0, **dict.fromkeys(WAITERS, -1.0)}
+
+
+def _whole(body: str) -> str:
+    """A waiting body as a whole program's function."""
+    return MANY.prompt + body
+
+
+STDIO_WAIT = "import sys\nx = int(sys.stdin.read())\ndef twice(x):\n{body}\nprint(twice(x))\n"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rule", ["assert_tests_reward", "stdio_tests_reward", "environment"])
+def test_waiting_out_the_deadline_gets_the_failure_score_through_every_path(rule: str) -> None:
+    """The same waits under the fraction rules (0.0, not None) and through the TRL
+    environment's ``get_reward`` (Daytona's -1.0), with a batch shorter than the allowance."""
+    inputs = [int(t) for t in MANY.tests]
+    prompts: list[str] = ["Write twice(x)."] * (1 + len(WAITERS))
+    columns: dict[str, list[Any]] = {}
+    codes = [_whole("    return 2 * x\n"), *map(_whole, WAITERS.values())]
+    failure = 0.0
+    with get_backend("subprocess", warm=True) as client:
+        options: dict[str, Any] = {"backend": client, "pool_size": len(codes), "batch_timeout": 12}
+        if rule == "assert_tests_reward":
+            reward = assert_tests_reward(timeout=0.2, **options)
+            columns["test_list"] = [[f"assert twice({i}) == {2 * i}" for i in inputs]] * len(codes)
+        elif rule == "stdio_tests_reward":
+            reward = stdio_tests_reward(timeout=0.2, **options)
+            row = {"inputs": [f"{i}\n" for i in inputs], "outputs": [f"{2 * i}\n" for i in inputs]}
+            columns["input_output"] = [json.dumps(row)] * len(codes)
+            codes = [
+                STDIO_WAIT.format(body=body) for body in ["    return 2 * x\n", *WAITERS.values()]
+            ]
+        else:
+            reward = function_tests_reward([MANY], timeout=0.2, **options)
+            prompts, codes = [MANY.prompt] * len(codes), ["    return 2 * x\n", *WAITERS.values()]
+            failure = -1.0
+        if rule != "environment":
+            try:
+                scores = reward(prompts, codes, **columns)
+            finally:
+                reward.close()
+        else:
+            environment = sandbox_environment(client, reward=reward, name="WaitingJudged")
+            try:
+                rollouts = [environment() for _ in codes]
+                for env, code in zip(rollouts, codes, strict=True):
+                    env.reset(prompt=MANY.prompt)
+                    env.submit(code)
+
+                async def judged() -> list[float | None]:
+                    return list(await asyncio.gather(*(env.get_reward() for env in rollouts)))
+
+                scores = asyncio.run(judged())
+            finally:
+                environment.close_all()
+    assert scores == [1.0] + [failure] * len(WAITERS)
