@@ -1,8 +1,9 @@
 """One evaluation: a completion, sanitized, run under a harness in a pooled sandbox, judged.
 
 Nothing here raises for what the model wrote or for a failing provider: every path ends in an
-:class:`Outcome` (``INFRA`` for the provider, ``DEADLINE`` when cut off), so a training loop can
-never be stopped by a completion.
+:class:`Outcome` (``INFRA`` for the provider, ``DEADLINE`` when cut off while waiting, the
+completion's own failure for anything else), so a training loop can never be stopped by a
+completion.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .client import Sandbox
 from .contest.languages import Language
@@ -22,13 +23,17 @@ from .errors import (
     SandboxLostError,
 )
 from .harness import Harness
-from .harness.records import spent
+from .harness.records import RunRequest, read_records, spent
 from .outcomes import Outcome, OutcomeKind
 from .pool import SandboxPool
-from .protocol import ExecResult
+from .protocol import KILLED_RETURNCODE, ExecResult
 from .sanitize import DEFAULT_MAX_BYTES, Completion, ProblemKind, sanitize
 
 logger = logging.getLogger("sandboxkit.evaluation")
+
+RETURN_GRACE = 2.0
+"""Seconds before a batch's deadline at which a backend ends a run the deadline would cut, so
+that its result (the runner's records so far) comes back in time."""
 
 _PROBLEM_OUTCOMES = {
     ProblemKind.EMPTY: OutcomeKind.EMPTY,
@@ -80,18 +85,64 @@ def plan(
     return Plan(code=cleaned.code, harness=harness)
 
 
+class _RunFailed(Exception):
+    """The backend raised something untyped while running a completion's program: caused, as
+    far as anyone can tell, by what that program did or printed."""
+
+
+def failed(what: str, exc: Exception) -> Outcome:
+    """The completion's failure, for an exception raised while handling it (logged: a bug
+    somewhere, and never a reason to stop training)."""
+    logger.warning("%s: %s: %s", what, type(exc).__name__, exc, exc_info=exc)
+    return Outcome(OutcomeKind.ERROR, detail=f"{what}: {type(exc).__name__}: {exc}"[:500])
+
+
 async def run_plan(pool: SandboxPool, plan: Plan, *, deadline: float | None = None) -> Outcome:
-    """The outcome of one plan; provider failures (after the pool's retries) become INFRA, and
-    a run still pending at ``deadline`` (``time.monotonic()``) is cut off as DEADLINE."""
+    """The outcome of one plan; never raises (but for cancellation).
+
+    Provider failures (after the pool's retries) become INFRA; anything else raised while the
+    program ran or was judged is the completion's ERROR. With a ``deadline``
+    (``time.monotonic()``), a run's wall-clock limit is its ``allowance``: past it, only
+    sleeping, blocking or starving keeps a program going (the per-test backstops alone could
+    add up to five times as much). Where less of the batch is left, the backend ends the run
+    just before the deadline instead, and the run is judged only if it had already run past a
+    limit of its own (a test's time limit, as the runner recorded it). At the deadline, an
+    evaluation still pending is cut off: one whose program had run its whole allowance is a
+    TIMEOUT, judged by its harness as a run that timed out; one waiting for a sandbox, or
+    running for less, is DEADLINE: its time went to the queue, not to the program."""
     if plan.outcome is not None:
         return plan.outcome
     assert plan.harness is not None
     harness = plan.harness
-    request = harness.request(plan.code)
+    try:
+        request = harness.request(plan.code)
+    except Exception as exc:  # the row's part was built (``RewardFunction``): the code's
+        return failed("its run could not be built", exc)
+    allowance = min(request.timeout, request.allowance or request.timeout)
+    limit = request.timeout if deadline is None else allowance
+    running: float | None = None
+    """When the program now running started (``time.monotonic()``); None while waiting."""
 
     async def attempt(sandbox: Sandbox) -> ExecResult:
-        result = await sandbox.aexec(request.argv, stdin=request.stdin, timeout=request.timeout)
-        why = spent(result, request)
+        nonlocal running, limit
+        running = time.monotonic()
+        if deadline is not None:
+            limit = min(allowance, max(deadline - running - RETURN_GRACE, RETURN_GRACE))
+        try:
+            result = await sandbox.aexec(request.argv, stdin=request.stdin, timeout=limit)
+        except asyncio.CancelledError:
+            raise  # cut off while running: ``running`` says since when
+        except SandboxError:
+            running = None
+            raise
+        except Exception as exc:
+            running = None
+            raise _RunFailed() from exc
+        running = None
+        try:
+            why = spent(result, request)
+        except Exception as exc:
+            raise _RunFailed() from exc
         if why is not None:  # not this completion's doing: judge it on another sandbox
             raise SandboxLostError(f"sandbox {sandbox.id} can build no more: {why}")
         return result
@@ -100,9 +151,18 @@ async def run_plan(pool: SandboxPool, plan: Plan, *, deadline: float | None = No
     try:
         result = await pool.arun(attempt, deadline=deadline)
     except DeadlineExceededError:
+        assert deadline is not None
+        ran = None if running is None else deadline - running
+        if ran is not None and ran >= allowance:
+            detail = f"still running after {ran:.0f}s, more than its limits allow ({allowance:g}s)"
+            killed = ExecResult(KILLED_RETURNCODE, timed_out=True, duration=ran)
+            return replace(_judged(harness, killed, request), detail=detail)
+        waited = (
+            "waiting for a sandbox" if ran is None else f"after {ran:.0f}s of its {allowance:g}s"
+        )
         return Outcome(
             OutcomeKind.DEADLINE,
-            detail="cut off at the batch deadline",
+            detail=f"cut off at the batch deadline, {waited}",
             duration=time.monotonic() - started,
         )
     except INFRASTRUCTURE_ERRORS as exc:
@@ -112,5 +172,41 @@ async def run_plan(pool: SandboxPool, plan: Plan, *, deadline: float | None = No
     except SandboxError as exc:  # SandboxNotFound after the pool gave up on replacing it
         detail = f"{type(exc).__name__}: {exc}"
         return Outcome(OutcomeKind.INFRA, detail=detail, duration=time.monotonic() - started)
+    except _RunFailed as exc:
+        cause = exc.__cause__
+        return failed(
+            "the backend failed on its run", cause if isinstance(cause, Exception) else exc
+        )
+    except Exception as exc:  # the pool's own machinery: nothing of the completion's ran
+        logger.exception("the pool failed, no reward")
+        detail = f"{type(exc).__name__}: {exc}"
+        return Outcome(OutcomeKind.INFRA, detail=detail, duration=time.monotonic() - started)
+    try:
+        cut_short = limit < allowance and result.timed_out and not _overran(result, request)
+    except Exception as exc:
+        return failed("its result could not be read", exc)
+    if cut_short:
+        return Outcome(
+            OutcomeKind.DEADLINE,
+            detail=f"cut off at the batch deadline after {result.duration:.0f}s of its "
+            f"{allowance:g}s, no limit of its own passed",
+            duration=result.duration,
+        )
     # In a thread: a checker may run a program of its own (through this loop) to judge.
-    return await asyncio.to_thread(harness.judge, result, request)
+    return await asyncio.to_thread(_judged, harness, result, request)
+
+
+def _overran(result: ExecResult, request: RunRequest) -> bool:
+    """Whether the runner recorded that the program ran past a time limit of its own (loading
+    it, or a test): sealed records, which no candidate process can forge."""
+    records = read_records(result, request)
+    return records.load_timeout or any(t.get("status") == "timeout" for t in records.tests.values())
+
+
+def _judged(harness: Harness, result: ExecResult, request: RunRequest) -> Outcome:
+    """The harness's verdict on ``result``, which the program produced: if reading it raises,
+    the program's failure."""
+    try:
+        return harness.judge(result, request)
+    except Exception as exc:
+        return failed("its result could not be judged", exc)

@@ -14,6 +14,8 @@ class OutcomeKind(str, enum.Enum):
     ERROR = "error"
     """The code did not load or crashed as a whole (``detail`` holds the exception line)."""
     TIMEOUT = "timeout"
+    """It ran past its time limits; also a run still going at the batch deadline after longer
+    than its limits allow an honest program (``RunRequest.allowance``)."""
     BANNED = "banned"
     """A banned construct was found before running (``detail`` says which)."""
     EMPTY = "empty"
@@ -25,9 +27,13 @@ class OutcomeKind(str, enum.Enum):
     reward, since it says nothing about the code, and no trip of the circuit breaker, since the
     provider did not fail."""
     DEADLINE = "deadline"
-    """Still pending when its batch's deadline passed (``batch_timeout``): cut off, no reward.
-    Says nothing sure about the code (it may be slow, or have waited for a sandbox) nor about
-    the provider."""
+    """Still pending when its batch's deadline passed (``batch_timeout``): waiting for a
+    sandbox, or running for less than its limits allow. Cut off, no reward: it says nothing
+    about the code (its time went to the queue) nor about the provider."""
+    INVALID_ROW = "invalid_row"
+    """The dataset row cannot be judged (malformed tests, a job too large to send), found
+    before any completion of it is looked at: no reward, no trip of the circuit breaker, and
+    a logged reason naming the row."""
 
 
 class Verdict(str, enum.Enum):

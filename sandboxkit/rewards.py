@@ -27,7 +27,7 @@ from .contest.formats import detect_columns, read_tests
 from .contest.languages import Language, language_for, languages
 from .contest.scoring import SCORINGS, ScoredStdioTests, Scoring, parse_subtasks
 from .errors import CircuitOpenError
-from .evaluation import Plan, plan, run_plan
+from .evaluation import Plan, failed, plan, run_plan
 from .harness import AssertTests, ExecHarness, FunctionTask, Harness, StdioTests
 from .keywords import check_keywords, keyword_only
 from .outcomes import Outcome, OutcomeKind, Verdict
@@ -37,12 +37,39 @@ from .registry import BackendLike, sandbox_keywords_for
 from .sanitize import Completion, block_tags, completion_text, extract_code
 from .tools.rollout import ToolRollout, tool_metrics
 
-Planner = Callable[[int, Any, Completion, Mapping[str, Sequence[Any]]], Plan]
-"""(row index, prompt, completion, dataset columns) -> what to run for that row."""
+Judging = Callable[[Completion], Plan]
+"""A row's completion -> what to run for it: the completion's part of planning."""
+Planner = Callable[[int, Any, Mapping[str, Sequence[Any]]], Judging]
+"""(row index, prompt, dataset columns) -> how that row's completions are planned.
+
+The row's part (reading its tests, building its harness) is done here, before any completion
+is looked at, so what it raises is the row's (``INVALID_ROW``: no reward) and what the
+returned function raises is the completion's (``ERROR``): no completion can make its row
+unjudgeable."""
 RewardMapping = Callable[[Outcome], float | None]
 """An outcome's reward; infrastructure outcomes never reach it."""
 
 logger = logging.getLogger("sandboxkit.rewards")
+
+
+class MissingColumnError(ValueError):
+    """A call lacks a dataset column the reward function reads: raised at once, since every
+    row lacks it (the dataset or the reward's ``*_column`` is wrong), unlike one row whose
+    value cannot be read."""
+
+
+def submitted(rollout: ToolRollout) -> Completion:
+    """What a multi-turn rollout is judged by: its last submission. None is empty code, which
+    each reward's own rule scores (0.0, or -1.0 under Daytona's), on either TRL path."""
+    return rollout.submission or ""
+
+
+def buildable(harness: Harness, code: str = "") -> Harness:
+    """``harness``, once its run can be built for ``code`` (the row's own part of the program:
+    none, or a prompt a body continues): a row whose tests are malformed or too large to send
+    fails here, as the row's, not later as a completion's."""
+    harness.request(code)
+    return harness
 
 
 @dataclass(frozen=True)
@@ -79,6 +106,18 @@ def _percentile(values: Sequence[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
 
 
+def _prompt_text(prompt: Any) -> str:
+    """A prompt's text: chat messages' contents, one a line."""
+    if isinstance(prompt, list):
+        return "\n".join(str(m.get("content", "")) for m in prompt if isinstance(m, dict))
+    return str(prompt)
+
+
+def _excerpt(prompt: Any) -> str:
+    """Enough of a row's prompt to find the row by."""
+    return repr(_prompt_text(prompt) if isinstance(prompt, list) else prompt)[:80]
+
+
 def _describe(outcome: Outcome) -> str:
     counts = f" {outcome.passed}/{outcome.total}" if outcome.total else ""
     detail = f": {outcome.detail}" if outcome.detail else ""
@@ -94,11 +133,13 @@ class RewardFunction:
     :class:`CircuitOpenError` and training stops with that message (None disables it).
 
     ``batch_timeout`` (seconds from the start of a call; None: no limit) bounds how long one
-    straggler can hold up a training step: when it passes, every evaluation still pending is
-    cancelled (its command killed where the backend can, its sandbox replaced) and gets
-    ``None``, as outcome ``DEADLINE``. Those do not count towards the circuit breaker: slow
-    programs, not a failing provider, are their usual cause, and stopping the run for them
-    would be wrong; ``<name>/deadline_rate`` shows them.
+    straggler can hold up a training step. With it, a run ends once it has had its allowance
+    (what an honest program within its CPU limits could need: a program that sleeps is a
+    timeout, scored as one); when it passes, every evaluation still pending is cancelled (its
+    command killed where the backend can, its sandbox replaced): a timeout if its program had
+    run its whole allowance, else ``None``, as outcome ``DEADLINE`` (it waited for a sandbox).
+    Those do not count towards the circuit breaker: the queue, not a failing provider, is their
+    cause; ``<name>/deadline_rate`` shows them. Only ``INFRA`` outcomes count there.
     """
 
     def __init__(
@@ -153,7 +194,7 @@ class RewardFunction:
     def reward(self, outcome: Outcome) -> float | None:
         if outcome.kind is OutcomeKind.INFRA:
             return self.infra_reward
-        if outcome.kind in (OutcomeKind.DEADLINE, OutcomeKind.UNSUPPORTED):
+        if outcome.kind in (OutcomeKind.DEADLINE, OutcomeKind.UNSUPPORTED, OutcomeKind.INVALID_ROW):
             return None
         return self.mapping(outcome)
 
@@ -162,16 +203,10 @@ class RewardFunction:
     ) -> list[Outcome]:
         """The outcome of every completion (what the rewards are computed from)."""
         deadline = None if self.batch_timeout is None else time.monotonic() + self.batch_timeout
-        plans = []
-        for i, completion in enumerate(completions):
-            prompt = prompts[i] if i < len(prompts) else None
-            try:
-                plans.append(self.planner(i, prompt, completion, columns))
-            except (KeyError, IndexError, TypeError) as exc:
-                raise ValueError(
-                    f"{self.__name__}: cannot build the tests for row {i}: {exc!r}; check the "
-                    "dataset columns this reward function reads"
-                ) from exc
+        plans = [
+            self._plan(i, prompts[i] if i < len(prompts) else None, completion, columns)
+            for i, completion in enumerate(completions)
+        ]
         pool = self.pool
         outcomes = await asyncio.gather(*(run_plan(pool, p, deadline=deadline) for p in plans))
         late = sum(o.kind is OutcomeKind.DEADLINE for o in outcomes)
@@ -185,6 +220,24 @@ class RewardFunction:
             )
         return list(outcomes)
 
+    def _plan(
+        self, i: int, prompt: Any, completion: Completion, columns: Mapping[str, Any]
+    ) -> Plan:
+        """Row ``i``'s plan for ``completion``; what raises becomes the outcome of the part it
+        came from (see :data:`Planner`). Only a missing column raises."""
+        try:
+            judging = self.planner(i, prompt, columns)
+        except MissingColumnError:
+            raise
+        except Exception as exc:
+            said = f"row {i} (prompt {_excerpt(prompt)}): {type(exc).__name__}: {exc}"[:500]
+            logger.warning("%s: cannot judge %s; no reward", self.__name__, said)
+            return Plan(outcome=Outcome(OutcomeKind.INVALID_ROW, detail=said))
+        try:
+            return judging(completion)
+        except Exception as exc:
+            return Plan(outcome=failed(f"{self.__name__}: completion {i} cannot be read", exc))
+
     async def acall(
         self, prompts: Sequence[Any], completions: Sequence[Completion], **kwargs: Any
     ) -> list[float | None]:
@@ -194,7 +247,7 @@ class RewardFunction:
         for trl_only in ("trainer_state", "completion_ids"):
             kwargs.pop(trl_only, None)
         if rollouts is not None:  # a multi-turn rollout is judged by what it submitted
-            completions = [r.submission or "" for r in rollouts]
+            completions = [submitted(r) for r in rollouts]
         outcomes = await self.aoutcomes(prompts, completions, **kwargs)
         stats = self._stats(outcomes)
         self.last_batch = stats
@@ -253,6 +306,7 @@ class RewardFunction:
             f"{prefix}/infra_error_rate": stats.rate(OutcomeKind.INFRA),
             f"{prefix}/deadline_rate": stats.rate(OutcomeKind.DEADLINE),
             f"{prefix}/unsupported_rate": stats.rate(OutcomeKind.UNSUPPORTED),
+            f"{prefix}/invalid_row_rate": stats.rate(OutcomeKind.INVALID_ROW),
             f"{prefix}/pass_rate": stats.rate(OutcomeKind.PASSED),
             f"{prefix}/latency_p50": stats.latency_p50,
             f"{prefix}/latency_p95": stats.latency_p95,
@@ -300,8 +354,8 @@ def exec_reward(
     """1.0 if the extracted code runs to completion with exit status 0, else 0.0."""
     harness = ExecHarness(timeout=timeout)
 
-    def planner(i: int, prompt: Any, completion: Completion, columns: Any) -> Plan:
-        return plan(completion, harness)
+    def planner(i: int, prompt: Any, columns: Any) -> Judging:
+        return lambda completion: plan(completion, harness)
 
     return RewardFunction(
         "exec_reward",
@@ -326,15 +380,21 @@ def assert_tests_reward(
     ``continuation=True`` treats completions as function bodies continuing the prompt.
     """
 
-    def planner(i: int, prompt: Any, completion: Completion, columns: Any) -> Plan:
+    def planner(i: int, prompt: Any, columns: Mapping[str, Any]) -> Judging:
+        if tests_column not in columns:
+            raise MissingColumnError(
+                f"assert_tests_reward: no {tests_column!r} column among {sorted(columns)}; "
+                "check the dataset columns this reward function reads (tests_column)"
+            )
         tests = columns[tests_column][i]
-        if isinstance(tests, str):
-            tests = [tests]
+        tests = [tests] if isinstance(tests, str) else list(tests)
         setups = columns.get(setup_column) if setup_column else None
         setup = (setups[i] or "") if setups else ""
-        harness = AssertTests(tuple(tests), setup=setup, timeout=timeout)
+        if not all(isinstance(text, str) for text in (*tests, setup)):
+            raise TypeError("its tests and setup must be Python source text")
         prefix = completion_text(prompt) if continuation and prompt is not None else None
-        return plan(completion, harness, prompt=prefix)
+        harness = buildable(AssertTests(tuple(tests), setup=setup, timeout=timeout), prefix or "")
+        return lambda completion: plan(completion, harness, prompt=prefix)
 
     return RewardFunction(
         "assert_tests_reward", planner, lambda o: o.fraction, backend=backend, **options
@@ -344,10 +404,7 @@ def assert_tests_reward(
 def _find_task(tasks: Mapping[str, FunctionTask], prompt: Any) -> str:
     """The name of the task whose prompt this is (exactly, else contained in it: TRL may add
     a system prompt or chat messages around it)."""
-    if isinstance(prompt, list):
-        text = "\n".join(str(m.get("content", "")) for m in prompt if isinstance(m, dict))
-    else:
-        text = str(prompt)
+    text = _prompt_text(prompt)
     for name, task in tasks.items():
         if task.prompt == text:
             return name
@@ -395,14 +452,16 @@ def function_tests_reward(
         table = {name: _function_task(task) for name, task in tasks.items()}
     else:
         table = {t.func_name: t for t in map(_function_task, tasks)}
-    harnesses = {name: task.harness(timeout) for name, task in table.items()}
+    harnesses = {
+        name: buildable(task.harness(timeout), task.prompt) for name, task in table.items()
+    }
     bans = {name: task.bans() for name, task in table.items()}
 
-    def planner(i: int, prompt: Any, completion: Completion, columns: Any) -> Plan:
+    def planner(i: int, prompt: Any, columns: Any) -> Judging:
         name = _find_task(table, prompt)
         task = table[name]
         names, attributes, modules = bans[name]
-        return plan(
+        return lambda completion: plan(
             completion,
             harnesses[name],
             prompt=task.prompt,
@@ -484,28 +543,30 @@ def stdio_tests_reward(
         raise ValueError(f"no language {language!r} in the table; known: {known}")
     fixed = (tests_column,) if isinstance(tests_column, str) else tests_column
 
-    def planner(i: int, prompt: Any, completion: Completion, columns: Any) -> Plan:
+    def planner(i: int, prompt: Any, columns: Mapping[str, Any]) -> Judging:
+        if fixed and not any(name in columns for name in fixed):
+            raise MissingColumnError(
+                f"stdio_tests_reward: none of the columns {list(fixed)} among {sorted(columns)}; "
+                "check tests_column"
+            )
         row = {name: values[i] for name, values in columns.items() if isinstance(values, list)}
         problem = read_tests(row, fixed or detect_columns(list(row)))
         named = problem.language or row.get(language_column)
         lang = _row_language(str(named) if named else None, language)
+        tests = len(problem.calls or problem.cases)
+        if not tests:
+            raise ValueError("it has no test cases")
+        groups = parse_subtasks(row[subtasks_column], tests) if scoring == "subtasks" else ()
+        limit = row.get(time_limit_column)
+        seconds = float(limit) if isinstance(limit, (int, float)) and limit > 0 else timeout
         unsupported = ""
         if not isinstance(lang, Language):
             unsupported = f"language {lang!r} is not in the table (register_language)"
         elif problem.call_based and lang.name != "python":
             unsupported = f"call-based problems run in Python only, not {lang.title}"
         if unsupported or not isinstance(lang, Language):
-            return Plan(
-                outcome=Outcome(
-                    OutcomeKind.UNSUPPORTED, detail=f"stdio_tests_reward: {unsupported}"
-                )
-            )
-        tests = len(problem.calls or problem.cases)
-        if not tests:
-            raise ValueError(f"stdio_tests_reward: row {i} has no test cases")
-        groups = parse_subtasks(row[subtasks_column], tests) if scoring == "subtasks" else ()
-        limit = row.get(time_limit_column)
-        seconds = float(limit) if isinstance(limit, (int, float)) and limit > 0 else timeout
+            outcome = Outcome(OutcomeKind.UNSUPPORTED, detail=f"stdio_tests_reward: {unsupported}")
+            return lambda completion: Plan(outcome=outcome)
         if problem.call_based:
             judged: Harness = call_tests(problem, timeout=seconds)
         else:
@@ -524,14 +585,19 @@ def stdio_tests_reward(
                 compile_timeout=compile_timeout,
                 compile_memory_mb=compile_memory_mb,
             )
-        planned = plan(completion, ScoredStdioTests(judged, scoring, groups), language=lang)
-        if planned.outcome is not None and planned.outcome.kind is OutcomeKind.ERROR:
-            # Python's syntax, checked here before any sandbox: its compile error.
-            return Plan(outcome=replace(planned.outcome, verdict=Verdict.COMPILE_ERROR))
-        empty = planned.outcome is not None and planned.outcome.kind is OutcomeKind.EMPTY
-        if empty and not extract_code(completion, language=lang):  # not too large, say
-            return Plan(outcome=Outcome(OutcomeKind.EMPTY, detail=_no_code(lang, completion)))
-        return planned
+        harness = buildable(ScoredStdioTests(judged, scoring, groups))
+
+        def judging(completion: Completion) -> Plan:
+            planned = plan(completion, harness, language=lang)
+            if planned.outcome is not None and planned.outcome.kind is OutcomeKind.ERROR:
+                # Python's syntax, checked here before any sandbox: its compile error.
+                return Plan(outcome=replace(planned.outcome, verdict=Verdict.COMPILE_ERROR))
+            empty = planned.outcome is not None and planned.outcome.kind is OutcomeKind.EMPTY
+            if empty and not extract_code(completion, language=lang):  # not too large, say
+                return Plan(outcome=Outcome(OutcomeKind.EMPTY, detail=_no_code(lang, completion)))
+            return planned
+
+        return judging
 
     def mapping(outcome: Outcome) -> float:
         return outcome.score if outcome.score is not None else 0.0

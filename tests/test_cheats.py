@@ -7,16 +7,22 @@ runs around a program that prints nothing useful.
 
 from __future__ import annotations
 
+import asyncio
+import json
 from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from sandboxkit import Sandbox
+from sandboxkit import Sandbox, get_backend
 from sandboxkit.harness import AssertTests, FunctionTask, FunctionTests, Harness, StdioTests
 from sandboxkit.harness.records import spent
+from sandboxkit.integrations.environment import sandbox_environment
 from sandboxkit.outcomes import Outcome, OutcomeKind
 from sandboxkit.protocol import ExecResult
-from sandboxkit.rewards import function_tests_reward
+from sandboxkit.rewards import assert_tests_reward, function_tests_reward, stdio_tests_reward
+from sandboxkit.testing.faults import Faults, FaultyBackend
 
 TESTS = ["assert add(2, 3) == 5", "assert add(-1, 1) == 0", "assert add(10, 5) == 15"]
 ARGS = [(2, 3), (-1, 1), (10, 5)]
@@ -642,3 +648,171 @@ def test_work_in_a_child_process_cannot_dodge_a_calls_time_limit(sandbox: Sandbo
     outcome = judge(sandbox, harness, slow_in_a_child)
     assert outcome.kind is OutcomeKind.FAILED and outcome.passed == 0, outcome
     assert "BlockingIOError" in outcome.detail or "Resource temporarily" in outcome.detail, outcome
+
+
+# -- the batch deadline: waiting it out is a timeout, not a missing reward -----------------
+
+MANY = FunctionTask(
+    prompt="def twice(x: int) -> int:\n",
+    func_name="twice",
+    tests=[str(i) for i in range(40)],
+    reference=lambda x: 2 * x,
+)
+"""40 tests at 0.2 s of CPU each: an honest program needs 0.2 * (40 + 2) + 15 = 23.4 s at
+most (the load, the tests, start-up slack), while the per-test wall-clock backstops (1 s each)
+add up to 57 s: a body that waits in every test outlives a 28 s batch deadline."""
+WAITERS = {
+    "sleeps": "    import time\n    time.sleep(30)\n",
+    "blocks reading a pipe nobody writes": (
+        "    import os\n    r, w = os.pipe()\n    os.read(r, 1)\n"
+    ),
+    "waits on an event": "    import threading\n    threading.Event().wait()\n",
+    "selects on nothing": "    import select\n    select.select([], [], [])\n",
+    "spins at low CPU": (
+        "    import time\n    while True:\n        t = time.monotonic()\n"
+        "        while time.monotonic() - t < 0.001:\n            pass\n        time.sleep(0.02)\n"
+    ),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", ["warm", "cold"])
+def test_a_body_that_waits_out_the_batch_deadline_scores_a_timeout(path: str) -> None:
+    """Daytona's rule gives a timeout -1.0; waiting past ``batch_timeout`` got None (the
+    ``deadline`` outcome, left out of the baseline). Its run is over once it has had what an
+    honest program could need; honest bodies of the same batch are judged as ever."""
+    bodies = {"right": "    return 2 * x\n", "wrong": "    return x\n", **WAITERS}
+    with get_backend("subprocess", warm=path == "warm") as client:
+        reward = function_tests_reward(
+            [MANY], backend=client, pool_size=len(bodies), timeout=0.2, batch_timeout=28
+        )
+        try:
+            scores = reward([MANY.prompt] * len(bodies), list(bodies.values()))
+            outcomes = reward.last_batch
+        finally:
+            reward.close()
+    got = dict(zip(bodies, scores, strict=True))
+    assert got.pop("right") == 1.0
+    assert got.pop("wrong") == pytest.approx(1 / 40)  # twice(0) == 0
+    assert got == dict.fromkeys(WAITERS, -1.0)
+    assert outcomes is not None and outcomes.outcomes["timeout"] == len(WAITERS), outcomes
+
+
+@pytest.mark.slow
+def test_a_waiting_body_holds_its_sandbox_no_longer_than_its_limits_allow() -> None:
+    """On one sandbox, the sleeper's run ends when an honest program's would have, so the
+    honest body queued behind it is judged before the deadline (both used to be None)."""
+    sleeper, honest = WAITERS["sleeps"], "    return 2 * x\n"
+    with get_backend("subprocess", warm=True) as client:
+        reward = function_tests_reward(
+            [MANY], backend=client, pool_size=1, timeout=0.2, batch_timeout=30
+        )
+        try:
+            scores = reward([MANY.prompt] * 2, [sleeper, honest])
+        finally:
+            reward.close()
+    assert scores == [-1.0, 1.0]
+
+
+@pytest.mark.slow
+def test_a_run_past_its_allowance_at_the_deadline_is_a_timeout_even_if_its_kill_is_late(
+    local_root: Path,
+) -> None:
+    """A provider whose answers come 6 s late (as Daytona's can when its own limit, not the
+    wrapper's, ends a command): at the deadline the sleeper's run has had more than its
+    allowance, so it is a timeout, though its result has not come back; the body still
+    waiting for the one sandbox is None."""
+    faulty = FaultyBackend(get_backend("subprocess", root=local_root).backend)
+    faulty.faults = Faults(latency_ms=6000, operations=frozenset({"exec"}))
+    reward = function_tests_reward(
+        [MANY], backend=faulty, pool_size=1, timeout=0.2, batch_timeout=25.5
+    )
+    seen: dict[str, list[str]] = {}
+    try:
+        reward.pool.start()
+        scores = reward(
+            [MANY.prompt] * 2, [WAITERS["sleeps"], "    return 2 * x\n"], log_extra=seen.__setitem__
+        )
+    finally:
+        reward.close()
+    assert scores == [-1.0, None]
+    sleeper, waiter = seen["function_tests_reward_outcome"]
+    assert sleeper.startswith("timeout 0/40: still running after 2"), sleeper
+    assert sleeper.endswith("s, more than its limits allow (23.4s)"), sleeper
+    assert waiter == "deadline: cut off at the batch deadline, waiting for a sandbox"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", ["warm", "cold"])
+def test_a_batch_shorter_than_the_rows_allowance_still_times_out_a_waiting_body(
+    path: str,
+) -> None:
+    """A 12 s batch for a row an honest program may need 23.4 s for: the runs end 2 s before
+    the deadline with the runner's records so far, and a body that ran past a test's own
+    limits is a timeout; the honest body is judged as ever."""
+    bodies = {"right": "    return 2 * x\n", **WAITERS}
+    with get_backend("subprocess", warm=path == "warm") as client:
+        reward = function_tests_reward(
+            [MANY], backend=client, pool_size=len(bodies), timeout=0.2, batch_timeout=12
+        )
+        try:
+            scores = reward([MANY.prompt] * len(bodies), list(bodies.values()))
+        finally:
+            reward.close()
+    assert dict(zip(bodies, scores, strict=True)) == {"right": 1.0, **dict.fromkeys(WAITERS, -1.0)}
+
+
+def _whole(body: str) -> str:
+    """A waiting body as a whole program's function."""
+    return MANY.prompt + body
+
+
+STDIO_WAIT = "import sys\nx = int(sys.stdin.read())\ndef twice(x):\n{body}\nprint(twice(x))\n"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rule", ["assert_tests_reward", "stdio_tests_reward", "environment"])
+def test_waiting_out_the_deadline_gets_the_failure_score_through_every_path(rule: str) -> None:
+    """The same waits under the fraction rules (0.0, not None) and through the TRL
+    environment's ``get_reward`` (Daytona's -1.0), with a batch shorter than the allowance."""
+    inputs = [int(t) for t in MANY.tests]
+    prompts: list[str] = ["Write twice(x)."] * (1 + len(WAITERS))
+    columns: dict[str, list[Any]] = {}
+    codes = [_whole("    return 2 * x\n"), *map(_whole, WAITERS.values())]
+    failure = 0.0
+    with get_backend("subprocess", warm=True) as client:
+        options: dict[str, Any] = {"backend": client, "pool_size": len(codes), "batch_timeout": 12}
+        if rule == "assert_tests_reward":
+            reward = assert_tests_reward(timeout=0.2, **options)
+            columns["test_list"] = [[f"assert twice({i}) == {2 * i}" for i in inputs]] * len(codes)
+        elif rule == "stdio_tests_reward":
+            reward = stdio_tests_reward(timeout=0.2, **options)
+            row = {"inputs": [f"{i}\n" for i in inputs], "outputs": [f"{2 * i}\n" for i in inputs]}
+            columns["input_output"] = [json.dumps(row)] * len(codes)
+            codes = [
+                STDIO_WAIT.format(body=body) for body in ["    return 2 * x\n", *WAITERS.values()]
+            ]
+        else:
+            reward = function_tests_reward([MANY], timeout=0.2, **options)
+            prompts, codes = [MANY.prompt] * len(codes), ["    return 2 * x\n", *WAITERS.values()]
+            failure = -1.0
+        if rule != "environment":
+            try:
+                scores = reward(prompts, codes, **columns)
+            finally:
+                reward.close()
+        else:
+            environment = sandbox_environment(client, reward=reward, name="WaitingJudged")
+            try:
+                rollouts = [environment() for _ in codes]
+                for env, code in zip(rollouts, codes, strict=True):
+                    env.reset(prompt=MANY.prompt)
+                    env.submit(code)
+
+                async def judged() -> list[float | None]:
+                    return list(await asyncio.gather(*(env.get_reward() for env in rollouts)))
+
+                scores = asyncio.run(judged())
+            finally:
+                environment.close_all()
+    assert scores == [1.0] + [failure] * len(WAITERS)

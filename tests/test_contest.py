@@ -145,14 +145,27 @@ def test_subtasks_score_the_points_of_groups_whose_tests_all_pass(as_json: bool)
         fn.close()
 
 
-def test_subtasks_naming_a_test_the_row_lacks_are_a_value_error() -> None:
+def _unjudged(fn: RewardFunction, row: dict[str, Any]) -> str:
+    """What one row that cannot be judged came to: no reward, and an outcome saying why."""
+    seen: dict[str, list[str]] = {}
+    columns = {k: [v] for k, v in row.items()}
+    assert fn(prompts=["p"], completions=["print(1)"], log_extra=seen.__setitem__, **columns) == [
+        None
+    ]
+    (said,) = seen[f"{fn.__name__}_outcome"]
+    return said
+
+
+def test_subtasks_naming_a_test_the_row_lacks_make_the_row_unjudgeable() -> None:
     fn = stdio_tests_reward("subprocess", scoring="subtasks", pool_size=1)
     row = {
         **SHAPES["APPS input_output, strings"],
         "subtasks": {"subtasks": [{"points": 1, "tests": [4]}]},
     }
-    with pytest.raises(ValueError, match=r"subtask tests \[4\] are not among the row's 4 tests"):
-        fn(prompts=["p"], completions=["print(1)"], **{k: [v] for k, v in row.items()})
+    assert _unjudged(fn, row) == (
+        "invalid_row: row 0 (prompt 'p'): ValueError: subtask tests [4] are not among the "
+        "row's 4 tests"
+    )
 
 
 def test_an_unknown_scoring_is_a_value_error() -> None:
@@ -169,18 +182,18 @@ def test_an_unknown_scoring_is_a_value_error() -> None:
     ],
     ids=["unknown keys", "not JSON", "a list of numbers"],
 )
-def test_a_column_of_an_unknown_shape_is_a_value_error_naming_the_shapes(
+def test_a_column_of_an_unknown_shape_makes_the_row_unjudgeable_naming_the_shapes(
     reward: RewardFunction, row: dict[str, Any]
 ) -> None:
-    with pytest.raises(ValueError, match="expected open-r1 verification_info") as info:
-        reward(prompts=["p"], completions=["print(1)"], **{k: [v] for k, v in row.items()})
-    for shape in ("APPS/TACO input_output", "CodeContests", "LiveCodeBench"):
-        assert shape in str(info.value)
+    said = _unjudged(reward, row)
+    assert said.startswith("invalid_row: row 0 (prompt 'p'): ValueError: "), said
+    assert "expected open-r1 verification_info" in said
 
 
-def test_a_row_without_a_column_of_tests_is_a_value_error(reward: RewardFunction) -> None:
-    with pytest.raises(ValueError, match="no column of test cases among \\['answer'\\]"):
-        reward(prompts=["p"], completions=["print(1)"], answer=["3"])
+def test_a_row_without_a_column_of_tests_cannot_be_judged(reward: RewardFunction) -> None:
+    said = _unjudged(reward, {"answer": "3"})
+    assert said.startswith("invalid_row: row 0 (prompt 'p'): ValueError: no column of test ")
+    assert "['answer']" in said
 
 
 @pytest.mark.parametrize(

@@ -226,11 +226,14 @@ def test_a_call_past_its_time_limit_fails_that_test_only(reward: RewardFunction)
     ],
     ids=["LiveCodeBench without func_name", "open-r1 without fn_name", "APPS bad fn_name"],
 )
-def test_a_call_based_row_without_a_function_name_is_a_value_error(
+def test_a_call_based_row_without_a_function_name_cannot_be_judged(
     reward: RewardFunction, row: dict[str, Any]
 ) -> None:
-    with pytest.raises(ValueError, match="call-based tests need the function's name"):
-        _score(reward, row, ["def f(x): return x"])
+    """No reward, and no exception into the trainer: the outcome names the row and why."""
+    seen: dict[str, list[str]] = {}
+    assert _score(reward, row, ["def f(x): return x"], log_extra=seen.__setitem__) == [None]
+    (said,) = seen["stdio_tests_reward_outcome"]
+    assert said.startswith("invalid_row: row 0 (prompt 'Two sum.'): ValueError: call-based ")
 
 
 def test_a_call_based_row_in_another_language_is_unsupported(reward: RewardFunction) -> None:

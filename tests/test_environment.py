@@ -18,12 +18,13 @@ from typing import Any
 import pytest
 
 from sandboxkit import SandboxClient, get_backend
+from sandboxkit.harness import FunctionTask
 from sandboxkit.integrations.environment import (
     TOOLS,
     SandboxEnvironment,
     sandbox_environment,
 )
-from sandboxkit.rewards import assert_tests_reward
+from sandboxkit.rewards import assert_tests_reward, function_tests_reward
 
 ROW = {
     "prompt": [{"role": "user", "content": "Write add(a, b)."}],
@@ -348,3 +349,45 @@ def test_text_no_command_line_or_path_can_hold_is_an_error_the_model_reads(
     assert env.read_file("s\ud800.txt") == "t?"
     assert env.run_shell("echo \ud800; ls") == "?\ns?.txt"
     assert env.run_python("'\ud800'") == "'?'"
+
+
+TWICE = FunctionTask(
+    prompt="def twice(x: int) -> int:\n",
+    func_name="twice",
+    tests=["1", "2"],
+    reference=lambda x: 2 * x,
+)
+
+
+@pytest.mark.parametrize("rule", ["assert_tests_reward", "function_tests_reward"])
+def test_both_trl_paths_give_a_rollout_the_same_reward(local: SandboxClient, rule: str) -> None:
+    """``get_reward`` (``environment_factory``) and a reward function given the rollouts
+    (``environments=``) judge the same rollouts alike: no submission is empty code under the
+    reward's own rule, -1.0 under Daytona's (``get_reward`` gave 0.0 there)."""
+    if rule == "assert_tests_reward":
+        reward = assert_tests_reward(local, pool_size=1)
+        row: dict[str, Any] = ROW
+        submissions, expected = [None, "", RIGHT], [0.0, 0.0, 1.0]
+    else:
+        reward = function_tests_reward([TWICE], backend=local, pool_size=1)
+        row = {"prompt": TWICE.prompt}
+        submissions, expected = [None, "", "    return 2 * x\n"], [-1.0, -1.0, 1.0]
+    environment = sandbox_environment(local, reward=reward, name=f"Judged{rule}")
+    try:
+        rollouts = [environment() for _ in submissions]
+        for env, code in zip(rollouts, submissions, strict=True):
+            env.reset(**row)
+            if code is not None:
+                env.submit(code)
+        through_the_environment = [reward_of(env) for env in rollouts]
+        columns = {k: [v] * len(rollouts) for k, v in row.items() if k != "prompt"}
+        through_the_reward = reward(
+            [row["prompt"]] * len(rollouts),
+            ["the last message, not what is judged"] * len(rollouts),
+            environments=rollouts,
+            **columns,
+        )
+    finally:
+        environment.close_all()
+    assert through_the_environment == expected
+    assert through_the_reward == expected

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import copy
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -115,8 +115,8 @@ def test_function_tests_pass_canonical_solutions_and_fail_wrong_ones(
         for p, calls in cases
     ]
 
-    def planner(i: int, prompt: Any, completion: Any, columns: Any) -> Plan:
-        return plan(completion, rows[i][1])
+    def planner(i: int, prompt: Any, columns: Any) -> Callable[[Any], Plan]:
+        return lambda completion: plan(completion, rows[i][1])
 
     reward = RewardFunction(
         "humaneval_calls",

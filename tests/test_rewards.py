@@ -4,6 +4,9 @@ when the code is garbage or the provider fails."""
 from __future__ import annotations
 
 import asyncio
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +14,17 @@ import pytest
 
 from sandboxkit import SandboxClient, get_backend
 from sandboxkit.errors import CircuitOpenError
-from sandboxkit.harness import FunctionTask
-from sandboxkit.rewards import assert_tests_reward, exec_reward, function_tests_reward
+from sandboxkit.evaluation import Plan, plan
+from sandboxkit.harness import ExecHarness, FunctionTask, RunRequest, runner
+from sandboxkit.outcomes import Outcome, OutcomeKind
+from sandboxkit.protocol import ExecResult
+from sandboxkit.rewards import (
+    RewardFunction,
+    assert_tests_reward,
+    exec_reward,
+    function_tests_reward,
+    stdio_tests_reward,
+)
 from sandboxkit.testing.faults import Faults, FaultyBackend
 
 ADD_TESTS = ["assert add(1, 2) == 3", "assert add(0, 0) == 0", "assert add(-1, 1) == 0"]
@@ -221,3 +233,178 @@ def test_circuit_breaker_stops_training_with_a_clear_error(faulty: FaultyBackend
     finally:
         faulty.faults = Faults()
         reward.close()
+
+
+# -- what no completion and no dataset row can do: raise into the trainer --------------------
+
+ODD_COMPLETIONS: dict[str, Any] = {
+    "None": None,
+    "an int": 7,
+    "a float": 2.5,
+    "bytes": b"print(1)",
+    "invalid UTF-8 bytes": b"\xff\xfeprint(1)\x80",
+    "a dict": {"role": "assistant", "content": "x = 1"},
+    "nested message lists": [[{"role": "assistant", "content": "x = 1"}]],
+    "a message without text": [{"role": "assistant", "content": None}],
+    "content parts that are not text": [
+        {"role": "assistant", "content": [None, {"type": "text", "text": 5}]}
+    ],
+    "a megabyte of code": "x = 1\n" * 200_000,
+    "a lone surrogate": "\ud800",
+    "an escaped byte in a fenced block": "```python\nprint('\udcff')\n```",
+    "NUL bytes": "print(1)\x00",
+}
+TWICE = FunctionTask(
+    prompt="def twice(x: int) -> int:\n", func_name="twice", tests=["1"], reference=lambda x: 2 * x
+)
+STDIO_ROW = {"input_output": json.dumps({"inputs": ["1\n"], "outputs": ["2\n"]})}
+
+
+@pytest.mark.parametrize(
+    ("factory", "prompt", "columns", "failure"),
+    [
+        (lambda: exec_reward("subprocess"), "p", {}, 0.0),
+        (lambda: assert_tests_reward("subprocess"), "p", {"test_list": [ADD_TESTS]}, 0.0),
+        (lambda: function_tests_reward([TWICE], backend="subprocess"), TWICE.prompt, {}, -1.0),
+        (
+            lambda: stdio_tests_reward("subprocess"),
+            "p",
+            {k: [v] for k, v in STDIO_ROW.items()},
+            0.0,
+        ),
+    ],
+    ids=["exec", "assert", "function", "stdio"],
+)
+def test_a_completion_of_any_type_is_its_own_failure(
+    factory: Callable[[], RewardFunction],
+    prompt: str,
+    columns: dict[str, list[Any]],
+    failure: float,
+) -> None:
+    """Whatever TRL hands over as a completion, each reward function scores it as failed code
+    under its own rule, without a sandbox: never an exception (a None or an int raised a
+    TypeError into the trainer) and never None."""
+    reward = factory()
+    n = len(ODD_COMPLETIONS)
+    try:
+        scores = reward(
+            [prompt] * n,
+            list(ODD_COMPLETIONS.values()),
+            **{k: v * n for k, v in columns.items()},
+        )
+    finally:
+        reward.close()
+    assert dict(zip(ODD_COMPLETIONS, scores, strict=True)) == dict.fromkeys(
+        ODD_COMPLETIONS, failure
+    )
+    assert reward.last_batch is not None and reward.last_batch.pool is not None
+    assert reward.last_batch.pool.leases == 0
+
+
+def _unjudged_rows(reward: RewardFunction, prompts: list[Any], **columns: list[Any]) -> list[str]:
+    """The outcomes of rows none of which can be judged: no reward for any, no exception, no
+    trip of a breaker that any infrastructure failure at all would trip."""
+    seen: dict[str, list[str]] = {}
+    try:
+        scores = reward(
+            prompts,
+            ["def add(a, b):\n    return a + b"] * len(prompts),
+            log_extra=seen.__setitem__,
+            **columns,
+        )
+    finally:
+        reward.close()
+    assert scores == [None] * len(prompts)
+    assert reward.last_batch is not None and reward.last_batch.outcomes == {
+        "invalid_row": len(prompts)
+    }
+    return seen[f"{reward.__name__}_outcome"]
+
+
+def test_assert_rows_that_cannot_be_judged_are_none_naming_the_row() -> None:
+    reward = assert_tests_reward("subprocess", max_infra_share=0.0, min_batch_for_breaker=1)
+    said = _unjudged_rows(
+        reward,
+        ["Write add.", [{"role": "user", "content": "Add."}], "p", "p"],
+        test_list=[None, 5, [1, 2], ["assert add(1, 1) == 2"]],
+        test_setup_code=["", "", "", 3],
+    )
+    assert said == [
+        "invalid_row: row 0 (prompt 'Write add.'): TypeError: 'NoneType' object is not iterable",
+        "invalid_row: row 1 (prompt 'Add.'): TypeError: 'int' object is not iterable",
+        "invalid_row: row 2 (prompt 'p'): TypeError: its tests and setup must be Python source "
+        "text",
+        "invalid_row: row 3 (prompt 'p'): TypeError: its tests and setup must be Python source "
+        "text",
+    ]
+
+
+def test_a_row_too_large_to_send_is_none_not_an_exception() -> None:
+    """One test past the runner's frame limit: the job cannot cross (``CodecError`` escaped
+    into the trainer), whatever the completion."""
+    reward = assert_tests_reward("subprocess", max_infra_share=0.0, min_batch_for_breaker=1)
+    huge = "assert add(1, 1) == 2  # " + "x" * runner.MAX_FRAME
+    (said,) = _unjudged_rows(reward, ["p"], test_list=[[huge]])
+    assert said.startswith("invalid_row: row 0 (prompt 'p'): CodecError: its encoding is "), said
+
+
+def test_function_and_stdio_rows_that_cannot_be_judged_are_none_naming_the_row() -> None:
+    reward = function_tests_reward([TWICE], backend="subprocess", min_batch_for_breaker=1)
+    said = _unjudged_rows(reward, ["def thrice(x):\n", None])
+    assert said == [
+        "invalid_row: row 0 (prompt 'def thrice(x):\\n'): KeyError: \"no task has this prompt: "
+        "'def thrice(x):\\\\n'\"",
+        "invalid_row: row 1 (prompt None): KeyError: \"no task has this prompt: 'None'\"",
+    ]
+    reward = stdio_tests_reward("subprocess", max_infra_share=0.0, min_batch_for_breaker=1)
+    said = _unjudged_rows(
+        reward,
+        ["p"] * 3,
+        input_output=[STDIO_ROW["input_output"], json.dumps({"inputs": [], "outputs": []}), 7],
+        checker=["{not json", None, None],
+    )
+    assert said[0].startswith("invalid_row: row 0 (prompt 'p'): JSONDecodeError: "), said
+    assert said[1] == "invalid_row: row 1 (prompt 'p'): ValueError: it has no test cases"
+    assert said[2].startswith("invalid_row: row 2 (prompt 'p'): ValueError: test cases of an ")
+
+
+@dataclass(frozen=True)
+class TakesItsWord:
+    """A harness that believes the JSON its program prints (as a hasty one might): reading
+    anything else raises."""
+
+    def request(self, code: str) -> RunRequest:
+        return ExecHarness(timeout=10).request(code)
+
+    def judge(self, result: ExecResult, request: RunRequest) -> Outcome:
+        kind = OutcomeKind.PASSED if json.loads(result.stdout)["ok"] else OutcomeKind.FAILED
+        return Outcome(kind)
+
+
+def test_a_judge_that_raises_on_a_programs_output_fails_that_program() -> None:
+    """What a harness raises while reading a program's output is that program's failure (an
+    ``error`` saying so), not an exception into the trainer."""
+
+    def planner(i: int, prompt: Any, columns: Any) -> Callable[[Any], Plan]:
+        return lambda completion: plan(completion, TakesItsWord())
+
+    reward = RewardFunction(
+        "takes_its_word",
+        planner,
+        lambda o: 1.0 if o.kind is OutcomeKind.PASSED else 0.0,
+        backend="subprocess",
+        pool_size=1,
+    )
+    seen: dict[str, list[str]] = {}
+    codes = ["print('{\"ok\": true}')", "print('garbage')", "print('[1]')"]
+    try:
+        scores = reward(["p"] * 3, codes, log_extra=seen.__setitem__)
+    finally:
+        reward.close()
+    assert scores == [1.0, 0.0, 0.0]
+    assert seen["takes_its_word_outcome"][1:] == [
+        "error: its result could not be judged: JSONDecodeError: Expecting value: line 1 "
+        "column 1 (char 0)",
+        "error: its result could not be judged: TypeError: list indices must be integers or "
+        "slices, not str",
+    ]

@@ -27,6 +27,10 @@ class RunRequest:
     timeout: float
     key: bytes = b""
     """The key the runner seals its records with (fresh per request; none without a runner)."""
+    allowance: float | None = None
+    """Seconds of wall-clock time an honest program within its CPU limits could need (loading,
+    every test at its CPU limit, start-up slack); running longer takes sleeping, blocking or a
+    starved machine. None: ``timeout``. A batch deadline judges a run by it."""
 
 
 class Harness(Protocol):
@@ -51,6 +55,8 @@ def runner_request(
         stdin=key.hex().encode() + b"\n" + frames(first, job),
         timeout=per_test * (tests + 2) + START_SLACK + extra,
         key=key,
+        # Loading may take twice a test's CPU limit, each test its CPU limit.
+        allowance=float(job["timeout"]) * (tests + 2) + START_SLACK + extra,
     )
 
 

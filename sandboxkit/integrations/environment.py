@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from ..client import Sandbox
 from ..portal import run_sync
 from ..registry import BackendLike
-from ..rewards import RewardFunction, assert_tests_reward
+from ..rewards import RewardFunction, assert_tests_reward, submitted
 from ..tools import Rollout, SandboxLender, ToolCall
 
 TOOLS = ("run_python", "run_shell", "write_file", "read_file", "submit")
@@ -57,8 +57,9 @@ class SandboxEnvironment:
     ``run_shell``, ``write_file``, ``read_file`` and ``submit``; ``get_reward`` judges the
     last submission against the tests of the row ``reset`` received, with :attr:`reward`
     (default :func:`~sandboxkit.rewards.assert_tests_reward`: MBPP's ``test_list``) in a
-    sandbox of its own pool, which no tool call has touched. No submission scores 0.0, a
-    failing provider ``None``.
+    sandbox of its own pool, which no tool call has touched. No submission is empty code,
+    scored by the reward's own rule (0.0, or -1.0 under Daytona's), as a reward function given
+    the rollouts in ``environments=`` scores it; a failing provider gives ``None``.
 
     Configure by subclassing (the class attributes below) or with
     :func:`sandbox_environment`. A tool set to ``None`` in a subclass is not offered.
@@ -214,13 +215,11 @@ class SandboxEnvironment:
         return self._tools().submit(code)
 
     async def get_reward(self) -> float | None:
-        """The submission's reward under :attr:`reward`, from the row ``reset`` received."""
-        submission = self.submission
-        if submission is None:
-            return 0.0
+        """The submission's reward under :attr:`reward`, from the row ``reset`` received: the
+        reward a reward function given this rollout in TRL's ``environments=`` gives."""
         reward = self._shared().reward
         columns = {name: [value] for name, value in self._row.items()}
-        outcomes = await reward.aoutcomes([self._row.get("prompt")], [submission], **columns)
+        outcomes = await reward.aoutcomes([self._row.get("prompt")], [submitted(self)], **columns)
         return reward.reward(outcomes[0])
 
 
