@@ -401,7 +401,8 @@ def test_the_harness_of_a_row_carries_every_limit_the_factory_took() -> None:
         compile_memory_mb=333,
     )
     row = {"public_tests": [{"input": ["1 2"], "output": ["3"]}]}
-    planned = fn.planner(0, "p", "```python\nprint(3)\n```", row)
+    judging = fn.planner(0, "p", {name: [value] for name, value in row.items()})
+    planned = judging("```python\nprint(3)\n```")
     tests = getattr(planned.harness, "tests", None)
     assert isinstance(tests, StdioTests), planned
     limits = (tests.timeout, tests.memory_mb, tests.wall, tests.output_cap)
