@@ -21,6 +21,7 @@ from .errors import (
     DeadlineExceededError,
     SandboxError,
     SandboxLostError,
+    SandboxNotFoundError,
 )
 from .harness import Harness
 from .harness.records import RunRequest, read_records, spent
@@ -85,6 +86,15 @@ def plan(
     return Plan(code=cleaned.code, harness=harness)
 
 
+LOST_WHILE_RUNNING = 2
+"""Sandboxes that may die under one completion's program before their deaths count as its
+doing. A provider says that a sandbox died, not why: the program may have killed it (its
+daemon, its memory), and a lost sandbox is retried and, retries spent, scored None. So the
+first death is the provider's (a retry on a fresh sandbox), the second the program's (its
+failure, saying so): an honest program meets two in a row only where the provider itself
+is failing, which the batch's error rate and the pool's retirements then show."""
+
+
 class _RunFailed(Exception):
     """The backend raised something untyped while running a completion's program: caused, as
     far as anyone can tell, by what that program did or printed."""
@@ -122,6 +132,8 @@ async def run_plan(pool: SandboxPool, plan: Plan, *, deadline: float | None = No
     limit = request.timeout if deadline is None else allowance
     running: float | None = None
     """When the program now running started (``time.monotonic()``); None while waiting."""
+    lost: list[SandboxError] = []
+    """Sandboxes that died while this completion's program ran in them."""
 
     async def attempt(sandbox: Sandbox) -> ExecResult:
         nonlocal running, limit
@@ -132,6 +144,12 @@ async def run_plan(pool: SandboxPool, plan: Plan, *, deadline: float | None = No
             result = await sandbox.aexec(request.argv, stdin=request.stdin, timeout=limit)
         except asyncio.CancelledError:
             raise  # cut off while running: ``running`` says since when
+        except (SandboxLostError, SandboxNotFoundError) as exc:
+            running = None
+            lost.append(exc)
+            if len(lost) >= LOST_WHILE_RUNNING:  # the program is what kills them
+                raise _RunFailed() from exc
+            raise
         except SandboxError:
             running = None
             raise
@@ -174,9 +192,12 @@ async def run_plan(pool: SandboxPool, plan: Plan, *, deadline: float | None = No
         return Outcome(OutcomeKind.INFRA, detail=detail, duration=time.monotonic() - started)
     except _RunFailed as exc:
         cause = exc.__cause__
-        return failed(
-            "the backend failed on its run", cause if isinstance(cause, Exception) else exc
+        what = (
+            f"{len(lost)} sandboxes died while it ran in them"
+            if len(lost) >= LOST_WHILE_RUNNING
+            else "the backend failed on its run"
         )
+        return failed(what, cause if isinstance(cause, Exception) else exc)
     except Exception as exc:  # the pool's own machinery: nothing of the completion's ran
         logger.exception("the pool failed, no reward")
         detail = f"{type(exc).__name__}: {exc}"

@@ -816,3 +816,53 @@ def test_waiting_out_the_deadline_gets_the_failure_score_through_every_path(rule
             finally:
                 environment.close_all()
     assert scores == [1.0] + [failure] * len(WAITERS)
+
+
+@pytest.mark.parametrize("rule", ["assert", "function"])
+def test_a_program_that_kills_every_sandbox_it_runs_in_gets_its_failure_score(
+    local_root: Path, rule: str
+) -> None:
+    """A provider reports that the sandbox died, not why: on a real one the program may have
+    killed it (its daemon, its memory). A lost sandbox is retried, and retries spent, scored
+    None: so the second death under the same program is the program's failure, not None (here
+    every exec's sandbox dies, as a program that kills it would make it)."""
+    faulty = FaultyBackend(get_backend("subprocess", root=local_root).backend)
+    faulty.faults = Faults(die_rate=1.0, operations=frozenset({"exec"}))
+    seen: dict[str, list[str]] = {}
+    if rule == "assert":
+        reward = assert_tests_reward(faulty, pool_size=1, retries=3, backoff=0.01)
+        call = {"test_list": [["assert add(1, 2) == 3"]]}
+        prompt, completion, failure = "p", "def add(a, b):\n    return a + b\n", 0.0
+    else:
+        reward = function_tests_reward([MANY], backend=faulty, pool_size=1, retries=3)
+        call, prompt, completion, failure = {}, MANY.prompt, "    return 2 * x\n", -1.0
+    try:
+        scores = reward([prompt], [completion], log_extra=seen.__setitem__, **call)
+    finally:
+        reward.close()
+    assert scores == [failure]
+    assert faulty.injected["died"] == 2  # one retry on a fresh sandbox, no more
+    (outcome,) = seen[f"{reward.__name__}_outcome"]
+    assert outcome.startswith("error: 2 sandboxes died while it ran in them"), outcome
+
+
+def test_one_sandbox_lost_under_a_program_is_retried_and_judged(local_root: Path) -> None:
+    """The first death is the provider's: the completion is judged again, on a fresh sandbox."""
+    faulty = FaultyBackend(get_backend("subprocess", root=local_root).backend)
+    faulty.faults = Faults(die_rate=1.0, operations=frozenset({"exec"}))
+    reward = assert_tests_reward(faulty, pool_size=1, retries=3, backoff=0.01)
+    original = faulty.faults.dies
+
+    def once() -> bool:
+        faulty.faults.dies = lambda: False  # type: ignore[method-assign]
+        return original()
+
+    faulty.faults.dies = once  # type: ignore[method-assign]
+    try:
+        scores = reward(
+            ["p"], ["def add(a, b):\n    return a + b\n"], test_list=[["assert add(1, 2) == 3"]]
+        )
+    finally:
+        reward.close()
+    assert scores == [1.0]
+    assert faulty.injected["died"] == 1
