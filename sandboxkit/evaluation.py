@@ -22,7 +22,7 @@ from .errors import (
     SandboxLostError,
 )
 from .harness import Harness
-from .harness.records import spent
+from .harness.records import Unjudgeable, spent
 from .outcomes import Outcome, OutcomeKind
 from .pool import SandboxPool
 from .protocol import ExecResult
@@ -87,7 +87,11 @@ async def run_plan(pool: SandboxPool, plan: Plan, *, deadline: float | None = No
         return plan.outcome
     assert plan.harness is not None
     harness = plan.harness
-    request = harness.request(plan.code)
+    try:
+        request = harness.request(plan.code)
+    except Unjudgeable as exc:
+        logger.warning("a dataset row cannot be judged, no reward: %s", exc)
+        return Outcome(OutcomeKind.UNSUPPORTED, detail=str(exc))
 
     async def attempt(sandbox: Sandbox) -> ExecResult:
         result = await sandbox.aexec(request.argv, stdin=request.stdin, timeout=request.timeout)

@@ -332,8 +332,8 @@ def assert_tests_reward(
             tests = [tests]
         setups = columns.get(setup_column) if setup_column else None
         setup = (setups[i] or "") if setups else ""
-        harness = AssertTests(tuple(tests), setup=setup, timeout=timeout)
         prefix = completion_text(prompt) if continuation and prompt is not None else None
+        harness = AssertTests(tuple(tests), setup=setup, timeout=timeout, prompt=prefix)
         return plan(completion, harness, prompt=prefix)
 
     return RewardFunction(

@@ -36,20 +36,34 @@ class Harness(Protocol):
         """The outcome of ``result``, the run of ``request``."""
 
 
+class Unjudgeable(ValueError):
+    """A dataset row whose tests cannot reach the runner (one over the frame limit): the row's
+    problem, never a completion's, so its outcome is ``unsupported``, saying why."""
+
+
 def frames(*objects: object) -> bytes:
     return b"".join(runner.frame(o) for o in objects)
 
 
-def runner_request(
-    first: dict[str, Any], job: dict[str, Any], tests: int, *, extra: float = 0.0
-) -> RunRequest:
-    """The runner's run of ``job``; ``extra`` seconds on top of the tests' time (a compile)."""
+def runner_request(first: dict[str, Any], job: dict[str, Any], *, extra: float = 0.0) -> RunRequest:
+    """The runner's run of ``job``, whose tests (``runner.ITEMS``) cross one frame each;
+    ``extra`` seconds on top of the tests' time (a compile). Raises :class:`Unjudgeable` for a
+    test over the frame limit."""
+    items = runner.ITEMS[job["kind"]]
+    tests = job[items]
+    sent = []
+    for i, test in enumerate(tests):
+        try:
+            sent.append(runner.frame(test))
+        except runner.CodecError as exc:
+            raise Unjudgeable(f"the row's test {i} cannot be sent to the runner: {exc}") from None
     per_test = float(job.get("wall") or float(job["timeout"]) * runner.WALL_FACTOR)
     key = secrets.token_bytes(runner.KEY_BYTES)
+    head = frames(first, {**{k: v for k, v in job.items() if k != items}, "count": len(tests)})
     return RunRequest(
         argv=[PYTHON, "-I", "-c", RUNNER_SOURCE],
-        stdin=key.hex().encode() + b"\n" + frames(first, job),
-        timeout=per_test * (tests + 2) + START_SLACK + extra,
+        stdin=b"".join([key.hex().encode(), b"\n", head, *sent]),
+        timeout=per_test * (len(tests) + 2) + START_SLACK + extra,
         key=key,
     )
 
