@@ -74,7 +74,8 @@ class Records:
     load_timeout: bool = False
     build: str = ""
     """Why a program could not be built: ``compile`` (its code), ``toolchain`` or ``sandbox``
-    (the sandbox's: no compiler, a full disk)."""
+    (the sandbox's: no compiler, a full disk; only the runner finds these, before anything of
+    the candidate's runs)."""
     tests: dict[int, dict[str, Any]] = field(default_factory=dict)
     done: bool = False
     foreign: bool = False
@@ -109,9 +110,10 @@ def read_records(result: ExecResult, request: RunRequest) -> Records:
 
 
 def spent(result: ExecResult, request: RunRequest) -> str | None:
-    """Why the sandbox can build no more programs, as the runner said (its disk is full:
-    files earlier programs there left), before anything of this one ran; None when it can.
-    A pool replaces such a sandbox and runs the completion again on another."""
+    """Why the sandbox can build no more programs, as the runner found before anything of
+    this one ran (its disk is full: files earlier programs there left); None when it can. A
+    pool replaces such a sandbox and runs the completion again on another. No process that
+    ran candidate code can say this: the runner writes ``build`` itself, and seals it."""
     # A look for the record's text first (json.dumps's spacing, as the runner writes it):
     # the records are read and checked only when it is there.
     if not request.key or '"build": "sandbox"' not in result.stdout:

@@ -10,29 +10,38 @@ candidate never runs in the process that judges it.
   itself non-dumpable and forks a zygote (Z) *before* reading any test; the key is read into
   memory no fork inherits, and T forks nothing else. Neither Z nor its children can read T's
   memory, open T's file descriptors through /proc, or ptrace it.
-- Z closes everything it inherited, loads the candidate (for stdin/stdout tests: compiles it)
-  and, per test, forks a fresh child (C) that answers calls over a private socket (or runs
-  the program with that socket as its stdin and stdout). C's answers cross as plain data
+- Z never runs the candidate's code, so what it tells T is true: it compiles the code once
+  (and imports the standard modules it names) and, per test, forks a fresh child (C). C
+  installs the no-process filter (:func:`forbid_processes`), then loads the candidate
+  (:func:`load_candidate`, the one place its module code first runs) and answers that test's
+  calls over a private socket (or runs the program with that socket as its stdin and
+  stdout). All of a test's candidate work is C's and its threads', load-time threads
+  included: the test's clock is C's CPU time from the end of its load (which has an
+  allowance of its own). What C says is the candidate's word: bounded, and deciding nothing
+  but its own verdict. C's answers cross as plain data
   (exact types: an ``int`` subclass with a lying ``__eq__`` arrives as an opaque reference),
-  so the tests, running in T with their own builtins, compare real values. Everything Z and C
-  send is data that T checks: the names Z reports bind only where a test refers to them (a
-  test's builtins and its own names stay its own), modules only from the standard library.
+  so the tests, running in T with their own builtins, compare real values. Everything C
+  sends is data that T checks: the names C reports bind only where a test refers to them (a
+  test's builtins and its own names stay its own, and so do the names a continued prompt
+  defines), modules only from the standard library.
   A whole program ends in C as ``python3`` ends a script (threads joined, ``atexit``, flush);
   Z, its parent, sends T its exit status and peak memory over a socket C never holds, and T
   records the test only then, so a thread that never ends runs into the time limit.
-- A program in another language: Z writes it into a directory of this run's own, runs its
-  compiler once (under the compile limits), and each C execs the result under the test's
-  limits (``RLIMIT_DATA`` for memory, a large stack), so nothing of Z's memory reaches it.
+- A program in another language: T checks the sandbox's tools and disk and writes the source
+  into a directory of this run's own (what fails there is the sandbox's: only T says so), Z
+  runs its compiler once (under the compile limits), and each C execs the result under the
+  test's limits (``RLIMIT_DATA`` for memory, a large stack), so nothing of Z's memory
+  reaches it.
 - Every record T writes is sealed with the key (keyed BLAKE2b): whatever else reaches the
   exec's stdout, a process the candidate started included, is ignored by the host. Records
   are small (long values and outputs cross as digests), so they stay far below an output cap.
 - A test's time limit is CPU time of its process, so a loaded machine does not fail a
   correct program; a wall-clock backstop (``WALL_FACTOR`` times it) ends one that sleeps.
 
-Protocol. stdin: the key in hex and a newline, then two frames, each ``<decimal
-length>\\n<JSON>``: first ``{"code", "setup", "kind"}``, then the job ``{"kind":
-"asserts"|"calls"|"stdio", "timeout", ...}``. stdout: one sealed record per line (``<mac>
-<JSON>``), ending with ``{"done": true}``.
+Protocol. stdin: the key in hex and a newline, then frames, each ``<decimal length>\\n<JSON>``:
+first ``{"code", "setup", "kind"}``, then the job ``{"kind": "asserts"|"calls"|"stdio",
+"timeout", "count", ...}``, then its ``count`` tests (``ITEMS``), one frame each. stdout: one
+sealed record per line (``<mac> <JSON>``), ending with ``{"done": true}``.
 """
 
 from __future__ import annotations
@@ -382,7 +391,7 @@ class TimeUp(TimeoutError):
 
 class Clock:
     """A test's time limit, judged in CPU time of the process that runs it (all its threads;
-    work it hands to child processes counts only towards the backstop), so that a loaded
+    it may start no processes), so that a loaded
     machine does not fail a correct program; the wall-clock backstop, ``WALL_FACTOR`` times
     the limit, ends a program that sleeps or blocks. The CPU clock is read only when the
     limit could first have been reached, so a quick test never reads it."""
@@ -586,6 +595,19 @@ def imported_modules(tree: Any) -> set[str]:
     return found & STANDARD_MODULES
 
 
+def preimport(names: set[str]) -> None:
+    """Z: import these standard modules from the standard library's own directories only (no
+    site-packages: nothing but standard library code runs here), whatever they do."""
+    path = sys.path[:]
+    sys.path[:] = [p for p in path if not p.endswith(("site-packages", "dist-packages"))]
+    try:
+        for name in sorted(names):
+            with contextlib.suppress(BaseException):
+                __import__(name)
+    finally:
+        sys.path[:] = path
+
+
 def zygote(
     ctl: socket.socket,
     code: str,
@@ -612,9 +634,8 @@ def zygote(
             # what forbid_processes needs, and the standard modules the code imports.
             for name in ("traceback",) if program is not None else ("ctypes", "struct"):
                 __import__(name)
-            for name in imported_modules(tree) if program is None else ():
-                with contextlib.suppress(BaseException):
-                    __import__(name)
+            if program is None:
+                preimport(imported_modules(tree))
         ctl.sendall(frame({"ready": True}))
     except BuildError as exc:  # a compile error (Z meets no other kind)
         ctl.sendall(frame({"load_error": str(exc)[:MAX_RECORD], "build": "compile"}))
