@@ -1338,12 +1338,11 @@ def prompt_names(prompt: Record | None) -> Callable[[list[Channel]], dict[str, A
     the candidate's (and which the prompt's own code calls as such)."""
     if not prompt:
         return lambda box: {}
-    code = compile(prompt["code"], "<prompt>", "exec")
     completes = prompt["completes"]
 
     def names(box: list[Channel]) -> dict[str, Any]:
         namespace: dict[str, Any] = {"__name__": CANDIDATE_MODULE}
-        exec(code, namespace)
+        exec(compile(prompt["code"], "<prompt>", "exec"), namespace)
         namespace[completes] = _proxy(completes, box)
         return {n: v for n, v in namespace.items() if not n.startswith("__") and n != completes}
 
@@ -1351,12 +1350,12 @@ def prompt_names(prompt: Record | None) -> Callable[[list[Channel]], dict[str, A
 
 
 def run_asserts(job: Record, t_end: socket.socket, setup: str, report: Reporter) -> None:
-    setup_code = compile(setup, "<setup>", "exec")
     from_prompt = prompt_names(job.get("prompt"))
     tests: list[Callable[[list[Channel]], Record]] = []
     for index, snippet in enumerate(job["tests"]):
 
         def test(box: list[Channel], snippet: str = snippet, index: int = index) -> Record:
+            setup_code = compile(setup, "<setup>", "exec")
             test_code = compile(snippet, f"<test {index}>", "exec")
             prompts = from_prompt(box)
             candidate = {n: i for n, i in box[0].names.items() if n not in prompts}
