@@ -930,3 +930,23 @@ def test_a_row_with_a_test_over_the_frame_limit_is_no_reward_saying_why(
     assert scores == [None]
     said = [r.getMessage() for r in caplog.records if "cannot be judged" in r.getMessage()]
     assert len(said) == 1 and "the row's test 1 cannot be sent" in said[0], said
+
+
+def test_a_candidate_cannot_overflow_the_records_of_a_row_of_thousands_of_tests(
+    sandbox: Sandbox,
+) -> None:
+    """The runner's records must fit the exec's 1 MiB output cap (past it the run is infra):
+    2,000 tests each failing with a 10,000-character exception, or 4,000 calls each
+    returning a value just short of what crosses inline, are failures, each test judged."""
+    raises = "def add(a, b):\n    raise ValueError('x' * 10_000)\n"
+    asserts = AssertTests([f"assert add({i}, 1) == {i + 1}" for i in range(2000)], timeout=5)
+    outcome = judge(sandbox, asserts, raises)
+    assert (outcome.kind, outcome.passed, outcome.total) == (OutcomeKind.FAILED, 0, 2000)
+    assert outcome.detail.startswith("ValueError: xxx"), outcome.detail[:80]
+    wide = "def add(a, b):\n    return 'x' * 240 + str(a + b)\n"
+    args = [(i, 1) for i in range(4000)]
+    calls = FunctionTests("add", args, ["x" * 240 + str(i + 1) for i in range(4000)], timeout=5)
+    right = judge(sandbox, calls, wide)
+    assert (right.kind, right.passed) == (OutcomeKind.PASSED, 4000), right.detail
+    wrong = judge(sandbox, calls, wide.replace("a + b", "a - b"))
+    assert (wrong.kind, wrong.passed, wrong.total) == (OutcomeKind.FAILED, 0, 4000), wrong

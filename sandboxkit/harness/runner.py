@@ -86,6 +86,17 @@ MAX_RECORD = 600
 """Bytes of one record's JSON at most (its detail is shortened to fit)."""
 INLINE_VALUE = 256
 """A returned value whose encoding is longer crosses to the host as a digest."""
+RECORDS_BUDGET = 224 * 1024
+"""Bytes of records (outputs for a checker on the host aside: ``RETURN_BUDGET``) that an
+exec's tests share: each record's share bounds what the candidate sets in it (a detail's
+length, a value sent inline), so that however it fails, the records of a row of thousands of
+tests fit the exec's output cap (1 MiB on every backend)."""
+MIN_RECORD = 120
+
+
+def record_limit(tests: int) -> int:
+    """Bytes of one record's JSON at most, in a run of ``tests`` tests."""
+    return max(MIN_RECORD, min(MAX_RECORD, RECORDS_BUDGET // max(tests, 1)))
 
 
 # -- the data codec: plain values only, exact types ---------------------------------------------
@@ -1080,18 +1091,20 @@ def seal(key: bytes, line: str) -> str:
 
 
 class Reporter:
-    """T's records on stdout, each sealed with the exec's key and short (``MAX_RECORD``)."""
+    """T's records on stdout, each sealed with the exec's key and short (``limit``)."""
 
     def __init__(self, key: bytes) -> None:
         self.key = key
+        self.limit = MAX_RECORD
+        """Bytes of a record's JSON at most (:func:`record_limit` once the tests are known)."""
 
     def emit(self, record: Record, keep: tuple[str, ...] = ()) -> None:
-        """Write ``record``, its text fields shortened to fit ``MAX_RECORD`` (those in
+        """Write ``record``, its text fields shortened to fit ``limit`` (those in
         ``keep``, whose size the caller bounds, do not count)."""
         line = json.dumps(record)
         kept = sum(len(json.dumps(record[k])) for k in keep if k in record)
         for name in ("stderr", "detail", "load_error"):
-            while len(line) - kept > MAX_RECORD and record.get(name):
+            while len(line) - kept > self.limit and record.get(name):
                 record[name] = record[name][: len(record[name]) // 2]
                 line = json.dumps(record)
         sys.stdout.write(f"{seal(self.key, line)} {line}\n")
@@ -1375,7 +1388,7 @@ def run_calls(job: Record, t_end: socket.socket, report: Reporter) -> None:
 
         def call(box: list[Channel], name: str = name, args: JSON = args) -> Record:
             data = encode(box[0].request({"call": name, "args": decode(args)}))
-            if len(json.dumps(data)) <= INLINE_VALUE:
+            if len(json.dumps(data)) <= min(INLINE_VALUE, report.limit - 200):
                 return {"status": "returned", "value": data}
             return {"status": "returned", "digest": value_digest(data)}
 
@@ -1627,6 +1640,7 @@ def main() -> None:
     report = Reporter(bytes.fromhex(key_memory[:].decode()))
     key_memory.close()
     job = read_job(0)  # only now: the zygote never had the tests in its memory
+    report.limit = record_limit(job["count"])
     try:
         limits = (program or {}).get("compile_limits")
         build_wall = limits["wall"] + PCH_WALL if limits else None
