@@ -950,3 +950,19 @@ def test_a_candidate_cannot_overflow_the_records_of_a_row_of_thousands_of_tests(
     assert (right.kind, right.passed) == (OutcomeKind.PASSED, 4000), right.detail
     wrong = judge(sandbox, calls, wide.replace("a + b", "a - b"))
     assert (wrong.kind, wrong.passed, wrong.total) == (OutcomeKind.FAILED, 0, 4000), wrong
+
+
+def test_a_row_of_more_tests_than_their_records_fit_is_no_reward_saying_why() -> None:
+    """8,193 tests: more than even their shortest records fit in the exec's output, so the
+    row (not any completion) cannot be judged: ``unsupported``, before any sandbox runs."""
+    from sandboxkit.rewards import assert_tests_reward
+
+    tests = [f"assert add({i}, 1) == {i + 1}" for i in range(8193)]
+    reward = assert_tests_reward("subprocess", pool_size=1, timeout=5)
+    try:
+        scores = reward([""], ["def add(a, b):\n    return a + b\n"], test_list=[tests])
+        assert reward.last_batch is not None
+        assert reward.last_batch.outcomes == {"unsupported": 1}
+    finally:
+        reward.close()
+    assert scores == [None]

@@ -37,8 +37,9 @@ class Harness(Protocol):
 
 
 class Unjudgeable(ValueError):
-    """A dataset row whose tests cannot reach the runner (one over the frame limit): the row's
-    problem, never a completion's, so its outcome is ``unsupported``, saying why."""
+    """A dataset row the runner cannot judge (a test over the frame limit, more tests than
+    their records fit the output cap): the row's problem, never a completion's, so its
+    outcome is ``unsupported``, saying why."""
 
 
 def frames(*objects: object) -> bytes:
@@ -51,6 +52,11 @@ def runner_request(first: dict[str, Any], job: dict[str, Any], *, extra: float =
     test over the frame limit."""
     items = runner.ITEMS[job["kind"]]
     tests = job[items]
+    if len(tests) > runner.MAX_TESTS:
+        raise Unjudgeable(
+            f"the row has {len(tests)} tests, more than the {runner.MAX_TESTS} whose records"
+            " one exec's output can hold"
+        )
     sent = []
     for i, test in enumerate(tests):
         try:

@@ -86,12 +86,20 @@ MAX_RECORD = 600
 """Bytes of one record's JSON at most (its detail is shortened to fit)."""
 INLINE_VALUE = 256
 """A returned value whose encoding is longer crosses to the host as a digest."""
+DIGEST_BYTES = 16
+"""Of a long value's digest: a value that is not the expected one matches it by chance one
+time in 2**128 (its sender never sees the expected value)."""
 RECORDS_BUDGET = 224 * 1024
 """Bytes of records (outputs for a checker on the host aside: ``RETURN_BUDGET``) that an
 exec's tests share: each record's share bounds what the candidate sets in it (a detail's
 length, a value sent inline), so that however it fails, the records of a row of thousands of
 tests fit the exec's output cap (1 MiB on every backend)."""
-MIN_RECORD = 120
+MIN_RECORD = 64
+"""Bytes of a record's JSON that its share never goes below: what a record needs without its
+detail (whose candidate-set text then goes)."""
+MAX_TESTS = 8192
+"""Tests of one row at most: so many records, each of its fixed part alone (at most about 105
+bytes with its seal: a timeout, a value or its digest), still fit the exec's output cap."""
 
 
 def record_limit(tests: int) -> int:
@@ -1132,7 +1140,7 @@ def value_digest(data: JSON) -> str:
             }
         return x
 
-    return blake2b(json.dumps(canonical(data)).encode()).hexdigest()
+    return blake2b(json.dumps(canonical(data)).encode(), digest_size=DIGEST_BYTES).hexdigest()
 
 
 def _decimal_digits(text: str) -> str:
@@ -1388,7 +1396,8 @@ def run_calls(job: Record, t_end: socket.socket, report: Reporter) -> None:
 
         def call(box: list[Channel], name: str = name, args: JSON = args) -> Record:
             data = encode(box[0].request({"call": name, "args": decode(args)}))
-            if len(json.dumps(data)) <= min(INLINE_VALUE, report.limit - 200):
+            inline = min(INLINE_VALUE, max(2 * DIGEST_BYTES, report.limit - 100))
+            if len(json.dumps(data)) <= inline:
                 return {"status": "returned", "value": data}
             return {"status": "returned", "digest": value_digest(data)}
 
