@@ -48,8 +48,8 @@ def frames(*objects: object) -> bytes:
 
 def runner_request(first: dict[str, Any], job: dict[str, Any], *, extra: float = 0.0) -> RunRequest:
     """The runner's run of ``job``, whose tests (``runner.ITEMS``) cross one frame each;
-    ``extra`` seconds on top of the tests' time (a compile). Raises :class:`Unjudgeable` for a
-    test over the frame limit."""
+    ``extra`` seconds on top of the tests' time (a compile). Raises :class:`Unjudgeable` where
+    the row's part cannot be sent."""
     items = runner.ITEMS[job["kind"]]
     tests = job[items]
     if len(tests) > runner.MAX_TESTS:
@@ -65,7 +65,10 @@ def runner_request(first: dict[str, Any], job: dict[str, Any], *, extra: float =
             raise Unjudgeable(f"the row's test {i} cannot be sent to the runner: {exc}") from None
     per_test = float(job.get("wall") or float(job["timeout"]) * runner.WALL_FACTOR)
     key = secrets.token_bytes(runner.KEY_BYTES)
-    head = frames(first, {**{k: v for k, v in job.items() if k != items}, "count": len(tests)})
+    try:  # the code is at most a completion's size (a few MB encoded): the rest is the row's
+        head = frames(first, {**{k: v for k, v in job.items() if k != items}, "count": len(tests)})
+    except runner.CodecError as exc:
+        raise Unjudgeable(f"the row's setup or prompt cannot be sent: {exc}") from None
     return RunRequest(
         argv=[PYTHON, "-I", "-c", RUNNER_SOURCE],
         stdin=b"".join([key.hex().encode(), b"\n", head, *sent]),
