@@ -911,25 +911,39 @@ def test_a_row_with_more_test_text_than_a_frame_holds_is_judged() -> None:
     assert scores == [1.0, 0.0]
 
 
-def test_a_row_with_a_test_over_the_frame_limit_is_no_reward_saying_why(
-    caplog: pytest.LogCaptureFixture,
+UNJUDGEABLE_ROWS = {
+    "a test over 64 MiB": (
+        lambda: ["assert add(1, 1) == 2", "assert add(1, 2) == 3, " + repr("x" * (65 << 20))],
+        "the row's test 1 cannot be sent",
+    ),
+    "more tests than their records fit": (
+        lambda: [f"assert add({i}, 1) == {i + 1}" for i in range(8193)],
+        "the row has 8193 tests, more than the 8192",
+    ),
+}
+
+
+@pytest.mark.parametrize("row", UNJUDGEABLE_ROWS)
+def test_a_row_the_runner_cannot_take_is_no_reward_saying_why(
+    caplog: pytest.LogCaptureFixture, row: str
 ) -> None:
-    """One test over 64 MiB cannot reach the runner: the row gets no reward (``unsupported``,
+    """A test over 64 MiB cannot reach the runner, and the records of 8,193 tests, even the
+    shortest, would not all fit the exec's output: such a row gets no reward (``unsupported``,
     logged with the row's problem), and no exception reaches the trainer."""
     from sandboxkit.rewards import assert_tests_reward
 
-    tests = ["assert add(1, 1) == 2", "assert add(1, 2) == 3, " + repr("x" * (65 << 20))]
+    make, why = UNJUDGEABLE_ROWS[row]
     reward = assert_tests_reward("subprocess", pool_size=1, timeout=10)
     try:
         with caplog.at_level("WARNING", logger="sandboxkit"):
-            scores = reward([""], ["def add(a, b):\n    return a + b\n"], test_list=[tests])
+            scores = reward([""], ["def add(a, b):\n    return a + b\n"], test_list=[make()])
         assert reward.last_batch is not None
         assert reward.last_batch.outcomes == {"unsupported": 1}
     finally:
         reward.close()
     assert scores == [None]
     said = [r.getMessage() for r in caplog.records if "cannot be judged" in r.getMessage()]
-    assert len(said) == 1 and "the row's test 1 cannot be sent" in said[0], said
+    assert len(said) == 1 and why in said[0], said
 
 
 def test_a_candidate_cannot_overflow_the_records_of_a_row_of_thousands_of_tests(
@@ -950,19 +964,3 @@ def test_a_candidate_cannot_overflow_the_records_of_a_row_of_thousands_of_tests(
     assert (right.kind, right.passed) == (OutcomeKind.PASSED, 4000), right.detail
     wrong = judge(sandbox, calls, wide.replace("a + b", "a - b"))
     assert (wrong.kind, wrong.passed, wrong.total) == (OutcomeKind.FAILED, 0, 4000), wrong
-
-
-def test_a_row_of_more_tests_than_their_records_fit_is_no_reward_saying_why() -> None:
-    """8,193 tests: more than even their shortest records fit in the exec's output, so the
-    row (not any completion) cannot be judged: ``unsupported``, before any sandbox runs."""
-    from sandboxkit.rewards import assert_tests_reward
-
-    tests = [f"assert add({i}, 1) == {i + 1}" for i in range(8193)]
-    reward = assert_tests_reward("subprocess", pool_size=1, timeout=5)
-    try:
-        scores = reward([""], ["def add(a, b):\n    return a + b\n"], test_list=[tests])
-        assert reward.last_batch is not None
-        assert reward.last_batch.outcomes == {"unsupported": 1}
-    finally:
-        reward.close()
-    assert scores == [None]
