@@ -964,3 +964,26 @@ def test_a_candidate_cannot_overflow_the_records_of_a_row_of_thousands_of_tests(
     assert (right.kind, right.passed) == (OutcomeKind.PASSED, 4000), right.detail
     wrong = judge(sandbox, calls, wide.replace("a + b", "a - b"))
     assert (wrong.kind, wrong.passed, wrong.total) == (OutcomeKind.FAILED, 0, 4000), wrong
+
+
+def test_an_answer_begun_and_never_finished_runs_into_the_tests_time_limit(
+    sandbox: Sandbox,
+) -> None:
+    """A call that writes the start of an answer on every descriptor it holds (the channel
+    the runner reads its answer from among them), then waits: that test runs out of time,
+    and the runner goes on to judge the others (each passes)."""
+    stalls = (
+        "import os, time\n"
+        "def add(a, b):\n"
+        "    if a == 2:\n"
+        "        for fd in range(3, 64):\n"
+        "            try:\n"
+        "                os.write(fd, b'100\\n{')\n"
+        "            except OSError:\n"
+        "                pass\n"
+        "        time.sleep(60)\n"
+        "    return a + b\n"
+    )
+    outcome = judge(sandbox, AssertTests(TESTS, timeout=1), stalls)
+    assert (outcome.kind, outcome.passed, outcome.total) == (OutcomeKind.FAILED, 2, 3), outcome
+    assert outcome.detail == "still running after 5s of wall-clock time", outcome

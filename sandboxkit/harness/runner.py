@@ -363,9 +363,11 @@ def decode(data: JSON, channel: Channel | None = None, refs: list[Any] | None = 
 # -- framing ----------------------------------------------------------------------------------
 
 
-def read_exact(fd: int, n: int) -> bytes:
+def read_exact(fd: int, n: int, clock: Clock | None = None) -> bytes:
     chunks = []
     while n:
+        if clock is not None:
+            clock.wait([fd])
         chunk = os.read(fd, min(n, 1 << 20))
         if not chunk:
             raise EOFError
@@ -374,11 +376,14 @@ def read_exact(fd: int, n: int) -> bytes:
     return b"".join(chunks)
 
 
-def read_frame(fd: int, limit: int = MAX_FRAME) -> Any:
+def read_frame(fd: int, limit: int = MAX_FRAME, clock: Clock | None = None) -> Any:
     """One ``<length>\\n<JSON>`` frame of at most ``limit`` bytes, read unbuffered: nothing
-    beyond it leaves the pipe."""
+    beyond it leaves the pipe. With a ``clock`` (a frame from a candidate's process), each
+    read waits on it: a frame begun and never finished runs into the test's time limit."""
     header = b""
     while not header.endswith(b"\n"):
+        if clock is not None:
+            clock.wait([fd])
         byte = os.read(fd, 1)
         if not byte or len(header) > 12:
             raise EOFError
@@ -386,7 +391,7 @@ def read_frame(fd: int, limit: int = MAX_FRAME) -> Any:
     size = int(header)
     if size > limit:
         raise CodecError("frame too large")
-    return json.loads(read_exact(fd, size))
+    return json.loads(read_exact(fd, size, clock))
 
 
 def frame(obj: JSON) -> bytes:
@@ -482,9 +487,10 @@ class Channel:
             if key in message:
                 message[key] = encode(message[key])
         self.sock.sendall(frame(message))
-        self.clock.wait([self.fd])
         try:
-            answer = read_frame(self.fd)
+            answer = read_frame(self.fd, clock=self.clock)
+        except TimeUp:
+            raise
         except (EOFError, OSError, ValueError):
             raise RemoteError("the candidate's process ended during a call") from None
         if "raise" in answer:
@@ -1280,8 +1286,7 @@ def await_load(channel: Channel, pid: int) -> None:
     test = channel.clock
     loading = Clock(pid, 2 * test.limit, 2 * test.wall)
     try:
-        loading.wait([channel.fd])
-        said = read_frame(channel.fd, MAX_NAMES)
+        said = read_frame(channel.fd, MAX_NAMES, loading)
     except TimeUp as exc:
         raise LoadFailed(f"TimeoutError: loading the code {exc}", timeout=True) from None
     except (EOFError, OSError, ValueError):
