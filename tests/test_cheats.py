@@ -987,3 +987,30 @@ def test_an_answer_begun_and_never_finished_runs_into_the_tests_time_limit(
     outcome = judge(sandbox, AssertTests(TESTS, timeout=1), stalls)
     assert (outcome.kind, outcome.passed, outcome.total) == (OutcomeKind.FAILED, 2, 3), outcome
     assert outcome.detail == "still running after 5s of wall-clock time", outcome
+
+
+def test_a_call_that_stops_reading_its_requests_runs_into_the_tests_time_limit(
+    sandbox: Sandbox,
+) -> None:
+    """A thread forges the call's answer while the call itself never returns, so that the
+    runner's next request (4 MB of arguments) finds no reader: that test runs out of time,
+    and the runner goes on to judge the others."""
+    forges = (
+        "import json, os, threading, time\n"
+        "def add(a, b):\n"
+        "    if a == 1:\n"
+        "        def forge():\n"
+        "            data = json.dumps({'ok': 2}).encode()\n"
+        "            for fd in range(3, 64):\n"
+        "                try:\n"
+        "                    os.write(fd, b'%d\\n' % len(data) + data)\n"
+        "                except OSError:\n"
+        "                    pass\n"
+        "        threading.Thread(target=forge).start()\n"
+        "        time.sleep(60)\n"
+        "    return a + b\n"
+    )
+    tests = ["assert add(1, 1) == 2 and add('x' * 4_000_000, '') == 'x' * 4_000_000", *TESTS[1:]]
+    outcome = judge(sandbox, AssertTests(tests, timeout=1), forges)
+    assert (outcome.kind, outcome.passed, outcome.total) == (OutcomeKind.FAILED, 2, 3), outcome
+    assert outcome.detail == "still running after 5s of wall-clock time", outcome

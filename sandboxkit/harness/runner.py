@@ -432,6 +432,9 @@ class Clock:
         self.backstop = self.started + self.wall
         self.check_at = self.started + limit / CPUS
 
+    def past_backstop(self) -> str:
+        return f"still running after {self.wall:g}s of wall-clock time"
+
     def used(self) -> float:
         """CPU seconds the process has used in all (wall-clock seconds where there is no
         such clock)."""
@@ -446,7 +449,7 @@ class Clock:
         while True:
             now = time.monotonic()
             if now >= self.backstop:
-                raise TimeUp("wall", f"still running after {self.wall:g}s of wall-clock time")
+                raise TimeUp("wall", self.past_backstop())
             if now >= self.check_at:
                 used = self.used() - self.base
                 if used >= self.limit:
@@ -486,7 +489,13 @@ class Channel:
         for key in ("args", "kwargs"):
             if key in message:
                 message[key] = encode(message[key])
-        self.sock.sendall(frame(message))
+        # Sent within the test's backstop: a process that stops reading its requests (its
+        # answer forged by a thread while the call still runs) cannot hold the judge.
+        self.sock.settimeout(max(self.clock.backstop - time.monotonic(), 0.001))
+        try:
+            self.sock.sendall(frame(message))
+        except TimeoutError:
+            raise TimeUp("wall", self.clock.past_backstop()) from None
         try:
             answer = read_frame(self.fd, clock=self.clock)
         except TimeUp:
