@@ -363,12 +363,22 @@ def decode(data: JSON, channel: Channel | None = None, refs: list[Any] | None = 
 # -- framing ----------------------------------------------------------------------------------
 
 
+def read_some(fd: int, n: int, clock: Clock | None) -> bytes:
+    """Up to ``n`` bytes from ``fd`` (b"" at its end); with a ``clock``, from a non-blocking
+    descriptor, waiting on the clock whenever there is nothing to read yet."""
+    while True:
+        try:
+            return os.read(fd, n)
+        except BlockingIOError:
+            if clock is None:
+                raise
+            clock.wait([fd])
+
+
 def read_exact(fd: int, n: int, clock: Clock | None = None) -> bytes:
     chunks = []
     while n:
-        if clock is not None:
-            clock.wait([fd])
-        chunk = os.read(fd, min(n, 1 << 20))
+        chunk = read_some(fd, min(n, 1 << 20), clock)
         if not chunk:
             raise EOFError
         chunks.append(chunk)
@@ -378,13 +388,12 @@ def read_exact(fd: int, n: int, clock: Clock | None = None) -> bytes:
 
 def read_frame(fd: int, limit: int = MAX_FRAME, clock: Clock | None = None) -> Any:
     """One ``<length>\\n<JSON>`` frame of at most ``limit`` bytes, read unbuffered: nothing
-    beyond it leaves the pipe. With a ``clock`` (a frame from a candidate's process), each
-    read waits on it: a frame begun and never finished runs into the test's time limit."""
+    beyond it leaves the pipe. With a ``clock`` (a frame from a candidate's process, on a
+    non-blocking socket), reads wait on it: a frame begun and never finished runs into the
+    test's time limit."""
     header = b""
     while not header.endswith(b"\n"):
-        if clock is not None:
-            clock.wait([fd])
-        byte = os.read(fd, 1)
+        byte = read_some(fd, 1, clock)
         if not byte or len(header) > 12:
             raise EOFError
         header += byte
@@ -1267,6 +1276,7 @@ def child_channel(
         msg, fds, _flags, _addr = socket.recv_fds(t_end, 256, 3)
         pid = int(json.loads(msg.split(b"\n", 1)[1])["child"])
         socks = [socket.socket(fileno=fd) for fd in fds]
+        socks[0].setblocking(False)  # read on the test's clock (read_frame)
     except Exception:
         raise RemoteError("the candidate's process could not start a test") from None
     socks += [None] * (3 - len(socks))  # type: ignore[list-item]
