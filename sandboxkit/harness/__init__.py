@@ -16,8 +16,13 @@ through by itself (``assert f(x)`` passes any truthy result).
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import functools
+import io
 import random
+import re
+import tokenize
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -91,12 +96,19 @@ class AssertTests:
     tests: Sequence[str]
     setup: str = ""
     timeout: float = 5.0
-    """Per test (and for loading the code): CPU seconds of the test's process, with a
-    wall-clock backstop of ``runner.WALL_FACTOR`` times as many seconds."""
+    """Per test (and, twice over, for loading the code in the test's process): CPU seconds of
+    that process, with a wall-clock backstop of ``runner.WALL_FACTOR`` times as many seconds."""
+    prompt: str | None = None
+    """The code the completions continue (a function-body continuation): the names it defines
+    other than the function it leaves open are the prompt's, and the tests take them from it
+    (HumanEval/32's ``poly``), never from the candidate."""
 
     def request(self, code: str) -> RunRequest:
-        job = {"kind": "asserts", "timeout": self.timeout, "tests": list(self.tests)}
-        return runner_request({"code": code, "setup": self.setup}, job, len(self.tests))
+        job: dict[str, Any] = {"kind": "asserts", "timeout": self.timeout}
+        job["tests"] = list(self.tests)
+        if self.prompt is not None:
+            job["prompt"] = prompt_definitions(self.prompt)
+        return runner_request({"code": code, "setup": self.setup}, job)
 
     def judge(self, result: ExecResult, request: RunRequest) -> Outcome:
         total = len(self.tests)
@@ -119,6 +131,41 @@ class AssertTests:
         if not detail and passed < total:
             detail = "the test runner was stopped before the end"
         return Outcome(kind, passed, total, detail, result.duration)
+
+
+@functools.lru_cache(maxsize=256)
+def prompt_definitions(prompt: str) -> dict[str, str] | None:
+    """What a continuation prompt defines for the tests: its code before the definition the
+    completion completes (the last top-level ``def`` or ``class``, with its decorators), found
+    by tokens, and that definition's name; None where it defines nothing before it, or is not
+    such code."""
+    lines = io.StringIO(prompt).readlines()  # as the tokenizer reads them
+    starts: list[tuple[int, str]] = []  # each top-level statement's line and first token
+    fresh = True
+    with contextlib.suppress(tokenize.TokenError, SyntaxError):
+        for token in tokenize.generate_tokens(io.StringIO(prompt).readline):
+            if token.type in (tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT):
+                continue
+            if fresh and token.start[1] == 0 and token.type != tokenize.ENDMARKER:
+                starts.append((token.start[0], token.string))
+            fresh = token.type == tokenize.NEWLINE
+    opened = [i for i, (_, first) in enumerate(starts) if first in ("def", "class", "async")]
+    if not opened:
+        return None
+    at = opened[-1]
+    while at and starts[at - 1][1] == "@":
+        at -= 1
+    name = re.match(
+        r"(?:async\s+)?(?:def|class)\s+(\w+)", "".join(lines[starts[opened[-1]][0] - 1 :])
+    )
+    code = "".join(lines[: starts[at][0] - 1])
+    if name is None or not code.strip():
+        return None
+    try:
+        compile(code, "<prompt>", "exec")
+    except (SyntaxError, ValueError):
+        return None
+    return {"code": code, "completes": name.group(1)}
 
 
 def strict_equal(a: Any, b: Any) -> bool:
@@ -173,7 +220,7 @@ class FunctionTests:
     def request(self, code: str) -> RunRequest:
         calls = [[self.func_name, runner.encode(tuple(a))] for a in self.args]
         job = {"kind": "calls", "timeout": self.timeout, "calls": calls}
-        return runner_request({"code": code, "setup": ""}, job, len(calls))
+        return runner_request({"code": code, "setup": ""}, job)
 
     def judge(self, result: ExecResult, request: RunRequest) -> Outcome:
         total = len(self.args)

@@ -40,20 +40,43 @@ class Harness(Protocol):
         """The outcome of ``result``, the run of ``request``."""
 
 
+class Unjudgeable(ValueError):
+    """A dataset row the runner cannot judge (a test over the frame limit, more tests than
+    their records fit the output cap): the row's problem, never a completion's, so its
+    outcome is ``unsupported``, saying why."""
+
+
 def frames(*objects: object) -> bytes:
     return b"".join(runner.frame(o) for o in objects)
 
 
-def runner_request(
-    first: dict[str, Any], job: dict[str, Any], tests: int, *, extra: float = 0.0
-) -> RunRequest:
-    """The runner's run of ``job``; ``extra`` seconds on top of the tests' time (a compile)."""
+def runner_request(first: dict[str, Any], job: dict[str, Any], *, extra: float = 0.0) -> RunRequest:
+    """The runner's run of ``job``, whose tests (``runner.ITEMS``) cross one frame each;
+    ``extra`` seconds on top of the tests' time (a compile). Raises :class:`Unjudgeable` where
+    the row's part cannot be sent."""
+    items = runner.ITEMS[job["kind"]]
+    tests = job[items]
+    if len(tests) > runner.MAX_TESTS:
+        raise Unjudgeable(
+            f"the row has {len(tests)} tests, more than the {runner.MAX_TESTS} whose records"
+            " one exec's output can hold"
+        )
+    sent = []
+    for i, test in enumerate(tests):
+        try:
+            sent.append(runner.frame(test))
+        except runner.CodecError as exc:
+            raise Unjudgeable(f"the row's test {i} cannot be sent to the runner: {exc}") from None
     per_test = float(job.get("wall") or float(job["timeout"]) * runner.WALL_FACTOR)
     key = secrets.token_bytes(runner.KEY_BYTES)
+    try:  # the code is at most a completion's size (a few MB encoded): the rest is the row's
+        head = frames(first, {**{k: v for k, v in job.items() if k != items}, "count": len(tests)})
+    except runner.CodecError as exc:
+        raise Unjudgeable(f"the row's setup or prompt cannot be sent: {exc}") from None
     return RunRequest(
         argv=[PYTHON, "-I", "-c", RUNNER_SOURCE],
-        stdin=key.hex().encode() + b"\n" + frames(first, job),
-        timeout=per_test * (tests + 2) + START_SLACK + extra,
+        stdin=b"".join([key.hex().encode(), b"\n", head, *sent]),
+        timeout=per_test * (len(tests) + 2) + START_SLACK + extra,
         key=key,
         # Loading may take twice a test's CPU limit, each test its CPU limit.
         allowance=float(job["timeout"]) * (tests + 2) + START_SLACK + extra,
@@ -66,7 +89,8 @@ class Records:
     load_timeout: bool = False
     build: str = ""
     """Why a program could not be built: ``compile`` (its code), ``toolchain`` or ``sandbox``
-    (the sandbox's: no compiler, a full disk)."""
+    (the sandbox's: no compiler, a full disk; only the runner finds these, before anything of
+    the candidate's runs)."""
     tests: dict[int, dict[str, Any]] = field(default_factory=dict)
     done: bool = False
     foreign: bool = False
@@ -101,9 +125,10 @@ def read_records(result: ExecResult, request: RunRequest) -> Records:
 
 
 def spent(result: ExecResult, request: RunRequest) -> str | None:
-    """Why the sandbox can build no more programs, as the runner said (its disk is full:
-    files earlier programs there left), before anything of this one ran; None when it can.
-    A pool replaces such a sandbox and runs the completion again on another."""
+    """Why the sandbox can build no more programs, as the runner found before anything of
+    this one ran (its disk is full: files earlier programs there left); None when it can. A
+    pool replaces such a sandbox and runs the completion again on another. No process that
+    ran candidate code can say this: the runner writes ``build`` itself, and seals it."""
     # A look for the record's text first (json.dumps's spacing, as the runner writes it):
     # the records are read and checked only when it is there.
     if not request.key or '"build": "sandbox"' not in result.stdout:

@@ -10,29 +10,38 @@ candidate never runs in the process that judges it.
   itself non-dumpable and forks a zygote (Z) *before* reading any test; the key is read into
   memory no fork inherits, and T forks nothing else. Neither Z nor its children can read T's
   memory, open T's file descriptors through /proc, or ptrace it.
-- Z closes everything it inherited, loads the candidate (for stdin/stdout tests: compiles it)
-  and, per test, forks a fresh child (C) that answers calls over a private socket (or runs
-  the program with that socket as its stdin and stdout). C's answers cross as plain data
+- Z never runs the candidate's code, so what it tells T is true: it compiles the code once
+  (and imports the standard modules it names) and, per test, forks a fresh child (C). C
+  installs the no-process filter (:func:`forbid_processes`), then loads the candidate
+  (:func:`load_candidate`, the one place its module code first runs) and answers that test's
+  calls over a private socket (or runs the program with that socket as its stdin and
+  stdout). All of a test's candidate work is C's and its threads', load-time threads
+  included: the test's clock is C's CPU time from the end of its load (which has an
+  allowance of its own). What C says is the candidate's word: bounded, and deciding nothing
+  but its own verdict. C's answers cross as plain data
   (exact types: an ``int`` subclass with a lying ``__eq__`` arrives as an opaque reference),
-  so the tests, running in T with their own builtins, compare real values. Everything Z and C
-  send is data that T checks: the names Z reports bind only where a test refers to them (a
-  test's builtins and its own names stay its own), modules only from the standard library.
+  so the tests, running in T with their own builtins, compare real values. Everything C
+  sends is data that T checks: the names C reports bind only where a test refers to them (a
+  test's builtins and its own names stay its own, and so do the names a continued prompt
+  defines), modules only from the standard library.
   A whole program ends in C as ``python3`` ends a script (threads joined, ``atexit``, flush);
   Z, its parent, sends T its exit status and peak memory over a socket C never holds, and T
   records the test only then, so a thread that never ends runs into the time limit.
-- A program in another language: Z writes it into a directory of this run's own, runs its
-  compiler once (under the compile limits), and each C execs the result under the test's
-  limits (``RLIMIT_DATA`` for memory, a large stack), so nothing of Z's memory reaches it.
+- A program in another language: T checks the sandbox's tools and disk and writes the source
+  into a directory of this run's own (what fails there is the sandbox's: only T says so), Z
+  runs its compiler once (under the compile limits), and each C execs the result under the
+  test's limits (``RLIMIT_DATA`` for memory, a large stack), so nothing of Z's memory
+  reaches it.
 - Every record T writes is sealed with the key (keyed BLAKE2b): whatever else reaches the
   exec's stdout, a process the candidate started included, is ignored by the host. Records
   are small (long values and outputs cross as digests), so they stay far below an output cap.
 - A test's time limit is CPU time of its process, so a loaded machine does not fail a
   correct program; a wall-clock backstop (``WALL_FACTOR`` times it) ends one that sleeps.
 
-Protocol. stdin: the key in hex and a newline, then two frames, each ``<decimal
-length>\\n<JSON>``: first ``{"code", "setup", "kind"}``, then the job ``{"kind":
-"asserts"|"calls"|"stdio", "timeout", ...}``. stdout: one sealed record per line (``<mac>
-<JSON>``), ending with ``{"done": true}``.
+Protocol. stdin: the key in hex and a newline, then frames, each ``<decimal length>\\n<JSON>``:
+first ``{"code", "setup", "kind"}``, then the job ``{"kind": "asserts"|"calls"|"stdio",
+"timeout", "count", ...}``, then its ``count`` tests (``ITEMS``), one frame each. stdout: one
+sealed record per line (``<mac> <JSON>``), ending with ``{"done": true}``.
 """
 
 from __future__ import annotations
@@ -80,6 +89,25 @@ MAX_RECORD = 600
 """Bytes of one record's JSON at most (its detail is shortened to fit)."""
 INLINE_VALUE = 256
 """A returned value whose encoding is longer crosses to the host as a digest."""
+DIGEST_BYTES = 16
+"""Of a long value's digest: a value that is not the expected one matches it by chance one
+time in 2**128 (its sender never sees the expected value)."""
+RECORDS_BUDGET = 224 * 1024
+"""Bytes of records (outputs for a checker on the host aside: ``RETURN_BUDGET``) that an
+exec's tests share: each record's share bounds what the candidate sets in it (a detail's
+length, a value sent inline), so that however it fails, the records of a row of thousands of
+tests fit the exec's output cap (1 MiB on every backend)."""
+MIN_RECORD = 64
+"""Bytes of a record's JSON that its share never goes below: what a record needs without its
+detail (whose candidate-set text then goes)."""
+MAX_TESTS = 8192
+"""Tests of one row at most: so many records, each of its fixed part alone (at most about 105
+bytes with its seal: a timeout, a value or its digest), still fit the exec's output cap."""
+
+
+def record_limit(tests: int) -> int:
+    """Bytes of one record's JSON at most, in a run of ``tests`` tests."""
+    return max(MIN_RECORD, min(MAX_RECORD, RECORDS_BUDGET // max(tests, 1)))
 
 
 # -- the data codec: plain values only, exact types ---------------------------------------------
@@ -338,10 +366,22 @@ def decode(data: JSON, channel: Channel | None = None, refs: list[Any] | None = 
 # -- framing ----------------------------------------------------------------------------------
 
 
-def read_exact(fd: int, n: int) -> bytes:
+def read_some(fd: int, n: int, clock: Clock | None) -> bytes:
+    """Up to ``n`` bytes from ``fd`` (b"" at its end); with a ``clock``, from a non-blocking
+    descriptor, waiting on the clock whenever there is nothing to read yet."""
+    while True:
+        try:
+            return os.read(fd, n)
+        except BlockingIOError:
+            if clock is None:
+                raise
+            clock.wait([fd])
+
+
+def read_exact(fd: int, n: int, clock: Clock | None = None) -> bytes:
     chunks = []
     while n:
-        chunk = os.read(fd, min(n, 1 << 20))
+        chunk = read_some(fd, min(n, 1 << 20), clock)
         if not chunk:
             raise EOFError
         chunks.append(chunk)
@@ -349,18 +389,21 @@ def read_exact(fd: int, n: int) -> bytes:
     return b"".join(chunks)
 
 
-def read_frame(fd: int) -> Any:
-    """One ``<length>\\n<JSON>`` frame, read unbuffered: nothing beyond it leaves the pipe."""
+def read_frame(fd: int, limit: int = MAX_FRAME, clock: Clock | None = None) -> Any:
+    """One ``<length>\\n<JSON>`` frame of at most ``limit`` bytes, read unbuffered: nothing
+    beyond it leaves the pipe. With a ``clock`` (a frame from a candidate's process, on a
+    non-blocking socket), reads wait on it: a frame begun and never finished runs into the
+    test's time limit."""
     header = b""
     while not header.endswith(b"\n"):
-        byte = os.read(fd, 1)
+        byte = read_some(fd, 1, clock)
         if not byte or len(header) > 12:
             raise EOFError
         header += byte
     size = int(header)
-    if size > MAX_FRAME:
+    if size > limit:
         raise CodecError("frame too large")
-    return json.loads(read_exact(fd, size))
+    return json.loads(read_exact(fd, size, clock))
 
 
 def frame(obj: JSON) -> bytes:
@@ -384,18 +427,33 @@ class TimeUp(TimeoutError):
 
 class Clock:
     """A test's time limit, judged in CPU time of the process that runs it (all its threads;
-    work it hands to child processes counts only towards the backstop), so that a loaded
+    it may start no processes), so that a loaded
     machine does not fail a correct program; the wall-clock backstop, ``WALL_FACTOR`` times
     the limit, ends a program that sleeps or blocks. The CPU clock is read only when the
     limit could first have been reached, so a quick test never reads it."""
 
-    def __init__(self, pid: int, limit: float, wall: float | None = None) -> None:
+    def __init__(
+        self, pid: int, limit: float, wall: float | None = None, base: float = 0.0
+    ) -> None:
         self.clock_id = (~pid << 3) | 2  # the process's CPU-time clock (Linux, CPUCLOCK_SCHED)
         self.limit = limit
+        self.base = base
+        """CPU seconds the process had used before this clock started (its load's)."""
         self.wall = limit * WALL_FACTOR if wall is None else wall
         self.started = time.monotonic()
         self.backstop = self.started + self.wall
         self.check_at = self.started + limit / CPUS
+
+    def past_backstop(self) -> str:
+        return f"still running after {self.wall:g}s of wall-clock time"
+
+    def used(self) -> float:
+        """CPU seconds the process has used in all (wall-clock seconds where there is no
+        such clock)."""
+        try:
+            return time.clock_gettime(self.clock_id)
+        except OSError:
+            return self.base + time.monotonic() - self.started
 
     def wait(self, readers: list[Any], writers: list[Any] | None = None) -> list[Any]:
         """Wait until one of ``readers`` or ``writers`` is ready (returns those that are),
@@ -403,12 +461,9 @@ class Clock:
         while True:
             now = time.monotonic()
             if now >= self.backstop:
-                raise TimeUp("wall", f"still running after {self.wall:g}s of wall-clock time")
+                raise TimeUp("wall", self.past_backstop())
             if now >= self.check_at:
-                try:
-                    used = time.clock_gettime(self.clock_id)
-                except OSError:  # no such clock here: wall-clock time decides
-                    used = now - self.started
+                used = self.used() - self.base
                 if used >= self.limit:
                     raise TimeUp("cpu", f"used more than {self.limit:g}s of CPU time")
                 self.check_at = now + max((self.limit - used) / CPUS, 0.01)
@@ -438,16 +493,25 @@ class Channel:
         """Where the zygote sends the exit status of a whole program's process."""
         self.stderr = stderr
         """A whole program's stderr (its tail says why it failed)."""
+        self.names: Names = {}
+        """The candidate's names, as its process said when it had loaded the code."""
 
     def request(self, message: dict[str, Any]) -> Any:
         message = dict(message)
         for key in ("args", "kwargs"):
             if key in message:
                 message[key] = encode(message[key])
-        self.sock.sendall(frame(message))
-        self.clock.wait([self.fd])
+        # Sent within the test's backstop: a process that stops reading its requests (its
+        # answer forged by a thread while the call still runs) cannot hold the judge.
+        self.sock.settimeout(max(self.clock.backstop - time.monotonic(), 0.001))
         try:
-            answer = read_frame(self.fd)
+            self.sock.sendall(frame(message))
+        except TimeoutError:
+            raise TimeUp("wall", self.clock.past_backstop()) from None
+        try:
+            answer = read_frame(self.fd, clock=self.clock)
+        except TimeUp:
+            raise
         except (EOFError, OSError, ValueError):
             raise RemoteError("the candidate's process ended during a call") from None
         if "raise" in answer:
@@ -491,7 +555,7 @@ def raised(exc: BaseException) -> Record:
 
 
 def serve(sock: socket.socket, namespace: dict[str, Any]) -> None:
-    """C: answer calls until T closes the socket."""
+    """C: answer calls (and reads of the module's names) until T closes the socket."""
     refs: list[Any] = []
     fd = sock.fileno()
     while True:
@@ -506,6 +570,8 @@ def serve(sock: socket.socket, namespace: dict[str, Any]) -> None:
                 (value,) = decode(request["args"], refs=refs)
                 setattr(refs[request["setattr"]], request["name"], value)
                 result = None
+            elif "get" in request:
+                result = namespace[request["get"]]
             else:
                 target = request["call"]
                 func = namespace[target] if type(target) is str else refs[target]
@@ -522,47 +588,103 @@ def serve(sock: socket.socket, namespace: dict[str, Any]) -> None:
 
 
 def describe(namespace: dict[str, Any]) -> Names:
-    """What T needs to bind the candidate's names: modules by name, data by value."""
+    """What T needs to bind the candidate's names: modules by name, callables and data by
+    kind (a test reads the data it refers to over the channel, as the call's result)."""
     names: Names = {}
     for name, value in namespace.items():
         if name.startswith("__"):
             continue
         if isinstance(value, types.ModuleType):
             names[name] = {"module": value.__name__}
-        elif callable(value):
-            names[name] = {"callable": True}
         else:
-            try:
-                names[name] = {"value": encode(value)}
-            except (CodecError, RecursionError):
-                names[name] = {"callable": True}
+            names[name] = {"callable" if callable(value) else "value": True}
     return names
 
 
-def zygote(ctl: socket.socket, code: str, setup: str, program: Record | None) -> None:
-    """Z: load the candidate once (a whole ``program``: compile it), then fork a fresh child
-    per test on request."""
+def load_candidate(sock: socket.socket, compiled: types.CodeType) -> dict[str, Any]:
+    """C: the one place where the candidate's module code first runs, in this test's
+    process and nowhere else, after :func:`forbid_processes`. T learns how it went (its
+    names, or why it failed) from this process: the candidate's word, which T bounds and
+    which decides nothing but this candidate's own verdict."""
     namespace = {"__name__": CANDIDATE_MODULE, "__builtins__": __builtins__}
+    loaded: Record
+    try:
+        exec(compiled, namespace)
+        loaded = {"loaded": describe(namespace)}
+    except BaseException as exc:  # its own exception, SystemExit included
+        loaded = {"load_error": exception_line(exc)}
+    sock.sendall(frame(loaded))
+    if "load_error" in loaded:
+        os._exit(0)
+    return namespace
+
+
+def imported_modules(tree: Any) -> set[str]:
+    """The top-level packages of the standard library that a module's ``import`` statements
+    name (its syntax tree's, without running it): the zygote imports them once for every
+    test's process (standard library code only, whatever the candidate wrote)."""
+    found: set[str] = set()
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        kind = type(node).__name__
+        if kind == "Import":
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif kind == "ImportFrom" and not node.level and node.module:
+            found.add(node.module.split(".")[0])
+        for field in node._fields:
+            value = getattr(node, field, None)
+            if isinstance(value, list):
+                stack += [v for v in value if hasattr(v, "_fields")]
+            elif hasattr(value, "_fields"):
+                stack.append(value)
+    return found & STANDARD_MODULES
+
+
+def preimport(names: set[str]) -> None:
+    """Z: import these standard modules from the standard library's own directories only (no
+    site-packages: nothing but standard library code runs here), whatever they do."""
+    path = sys.path[:]
+    sys.path[:] = [p for p in path if not p.endswith(("site-packages", "dist-packages"))]
+    try:
+        for name in sorted(names):
+            with contextlib.suppress(BaseException):
+                __import__(name)
+    finally:
+        sys.path[:] = path
+
+
+def zygote(
+    ctl: socket.socket,
+    code: str,
+    setup: str,
+    program: Record | None,
+    run: tuple[list[str], Env] | None,
+) -> None:
+    """Z: never runs the candidate's code. It compiles it once (a program of another
+    language: runs its compiler), then forks a fresh child per test on request, which loads
+    the candidate (or runs the program) under that test's limits."""
     native = program.get("native") if program is not None else None
     try:
-        if program is not None and native is not None:
-            argv, env = build(native, code, program)
-            ctl.sendall(frame({"loaded": {}}))
-        elif program is not None:
-            try:
-                compiled = compile(code, "<candidate>", "exec")
-            except (SyntaxError, ValueError) as exc:
-                raise BuildError("compile", f"compile error: {exception_line(exc)}") from None
-            # What run_program needs, imported once here rather than in every test's child:
-            # traceback's imports take a few ms, as much as the rest of a test's overhead.
-            import traceback  # noqa: F401
-
-            ctl.sendall(frame({"loaded": {}}))
+        if native is not None and program is not None and run is not None:
+            compile_native(native, code, program, run[1])
         else:
-            exec(compile(code + "\n" + setup, "<candidate>", "exec"), namespace)
-            ctl.sendall(frame({"loaded": describe(namespace)}))
-    except BuildError as exc:
-        ctl.sendall(frame({"load_error": str(exc)[:MAX_RECORD], "build": exc.kind}))
+            text = code if program is not None else code + "\n" + setup
+            try:
+                tree: Any = compile(text, "<candidate>", "exec", 0x400)  # PyCF_ONLY_AST
+                compiled = compile(tree, "<candidate>", "exec")
+            except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+                raise BuildError("compile", f"compile error: {exception_line(exc)}") from None
+            # Imported once here rather than in every test's process: what run_program needs
+            # (traceback's imports take a few ms, as much as the rest of a test's overhead),
+            # what forbid_processes needs, and the standard modules the code imports.
+            for name in ("traceback",) if program is not None else ("ctypes", "struct"):
+                __import__(name)
+            if program is None:
+                preimport(imported_modules(tree))
+        ctl.sendall(frame({"ready": True}))
+    except BuildError as exc:  # a compile error (Z meets no other kind)
+        ctl.sendall(frame({"load_error": str(exc)[:MAX_RECORD], "build": "compile"}))
         os._exit(0)
     except BaseException as exc:
         ctl.sendall(frame({"load_error": exception_line(exc)}))
@@ -591,11 +713,11 @@ def zygote(ctl: socket.socket, code: str, setup: str, program: Record | None) ->
             if program is not None:
                 assert err_mine is not None
                 limit_program(program)
-                if native is not None:
-                    exec_program(mine, err_mine, argv, env)
+                if run is not None:
+                    exec_program(mine, err_mine, *run)
                 run_program(mine, err_mine, compiled)
-            forbid_processes()  # a call's CPU time is this process's: none in children
-            serve(mine, namespace)
+            forbid_processes()  # all the candidate's work is this process's: none in children
+            serve(mine, load_candidate(mine, compiled))
         ends = [e for e in (theirs, status_theirs, err_theirs) if e is not None]
         socket.send_fds(ctl, [frame({"child": pid})], [end.fileno() for end in ends])
         for end in (mine, err_mine, *ends):
@@ -853,43 +975,55 @@ def exec_program(sock: socket.socket, err: socket.socket, argv: list[str], env: 
 
 
 class BuildError(Exception):
-    """Z could not make the program runnable: ``kind`` ``compile`` (its code), ``toolchain``
-    (the sandbox lacks the language's tools) or ``sandbox`` (its disk is full)."""
+    """A program could not be made runnable: ``kind`` ``compile`` (its code), ``toolchain``
+    (the sandbox lacks the language's tools) or ``sandbox`` (its disk is full). Only T, before
+    anything of the candidate's ran, finds the last two."""
 
     def __init__(self, kind: str, detail: str) -> None:
         super().__init__(detail)
         self.kind = kind
 
 
-def build(native: Record, code: str, program: Record) -> tuple[list[str], Env]:
-    """Z, for a language other than Python: write the source into this run's directory,
-    compile it once, and return the command and environment every test runs."""
-    import re
+def prepare(native: Record, code: str, program: Record) -> tuple[list[str], Env]:
+    """T, for a language other than Python, before the zygote: check the sandbox's tools and
+    disk, write the source into this run's directory, and return the command and environment
+    every test runs (what is wrong here is the sandbox's, as nothing of the candidate has
+    run)."""
     import shutil
 
     work = program["dir"]
-    os.chdir(work)
     env = {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"), "LANG": "C.UTF-8"}
     env["HOME"] = work
     env.update({k: v.replace("{dir}", work) for k, v in native.get("env", {}).items()})
     tools = native["compile"] or native["run"]
-    if shutil.which(tools[0], path=env["PATH"]) is None:
-        raise BuildError(
-            "toolchain",
-            f"the sandbox has no {native['toolchain'] or tools[0]} for {native['language']}"
-            f" (install it in the image: {native['install']})",
-        )
+    run = list(native["run"])
+    for tool in (tools[0], *(() if "/" in run[0] else (run[0],))):
+        if shutil.which(tool, path=env["PATH"]) is None:
+            raise BuildError(
+                "toolchain",
+                f"the sandbox has no {native['toolchain'] or tool} for {native['language']}"
+                f" (install it in the image: {native['install']})",
+            )
     short = disk_short(work)
     if short:
         raise BuildError("sandbox", disk_full(short))
     try:
-        with open(native["source"], "w", encoding="utf-8") as source:
-            source.write(code + native.get("epilogue", ""))
-        for name, text in native.get("files", {}).items():
-            with open(name, "w", encoding="utf-8") as beside:
-                beside.write(text)
-    except OSError as exc:  # nothing of this program has run yet: not its doing
+        files = {native["source"]: code + native.get("epilogue", ""), **native.get("files", {})}
+        for name, text in files.items():
+            with open(os.path.join(work, name), "w", encoding="utf-8") as written:
+                written.write(text)
+    except OSError as exc:
         raise BuildError("sandbox", disk_full(exc.strerror or str(exc))) from None
+    found = run[0] if "/" in run[0] else shutil.which(run[0], path=env["PATH"])
+    assert found is not None  # checked above
+    return [found, *run[1:]], env
+
+
+def compile_native(native: Record, code: str, program: Record, env: Env) -> None:
+    """Z: compile the program T wrote, once (its failure is the code's: a compile error)."""
+    import re
+
+    os.chdir(program["dir"])
     argv = list(native["compile"])
     if argv:
         limits = program["compile_limits"]
@@ -903,11 +1037,6 @@ def build(native: Record, code: str, program: Record) -> tuple[list[str], Env]:
         status, said = run_tool(argv, env, limits)
         if status != 0:
             raise BuildError("compile", compile_message(status, said, limits))
-    run = list(native["run"])
-    found = run[0] if "/" in run[0] else shutil.which(run[0], path=env["PATH"])
-    if found is None:
-        raise BuildError("toolchain", f"the sandbox has no {run[0]} for {native['language']}")
-    return [found, *run[1:]], env
 
 
 DISK_HEADROOM = (32 << 20, 256)
@@ -1067,18 +1196,20 @@ def seal(key: bytes, line: str) -> str:
 
 
 class Reporter:
-    """T's records on stdout, each sealed with the exec's key and short (``MAX_RECORD``)."""
+    """T's records on stdout, each sealed with the exec's key and short (``limit``)."""
 
     def __init__(self, key: bytes) -> None:
         self.key = key
+        self.limit = MAX_RECORD
+        """Bytes of a record's JSON at most (:func:`record_limit` once the tests are known)."""
 
     def emit(self, record: Record, keep: tuple[str, ...] = ()) -> None:
-        """Write ``record``, its text fields shortened to fit ``MAX_RECORD`` (those in
+        """Write ``record``, its text fields shortened to fit ``limit`` (those in
         ``keep``, whose size the caller bounds, do not count)."""
         line = json.dumps(record)
         kept = sum(len(json.dumps(record[k])) for k in keep if k in record)
-        for name in ("stderr", "detail"):
-            while len(line) - kept > MAX_RECORD and record.get(name):
+        for name in ("stderr", "detail", "load_error"):
+            while len(line) - kept > self.limit and record.get(name):
                 record[name] = record[name][: len(record[name]) // 2]
                 line = json.dumps(record)
         sys.stdout.write(f"{seal(self.key, line)} {line}\n")
@@ -1106,7 +1237,7 @@ def value_digest(data: JSON) -> str:
             }
         return x
 
-    return blake2b(json.dumps(canonical(data)).encode()).hexdigest()
+    return blake2b(json.dumps(canonical(data)).encode(), digest_size=DIGEST_BYTES).hexdigest()
 
 
 def _decimal_digits(text: str) -> str:
@@ -1169,7 +1300,9 @@ def read_key() -> mmap.mmap:
     return memory
 
 
-def start_zygote(code: str, setup: str, program: Record | None) -> tuple[int, socket.socket]:
+def start_zygote(
+    code: str, setup: str, program: Record | None, run: tuple[list[str], Env] | None
+) -> tuple[int, socket.socket]:
     t_end, z_end = socket.socketpair()
     pid = os.fork()
     if pid == 0:
@@ -1180,13 +1313,16 @@ def start_zygote(code: str, setup: str, program: Record | None) -> tuple[int, so
         keep = z_end.fileno()
         os.closerange(3, keep)
         os.closerange(keep + 1, 65536)
-        zygote(z_end, code, setup, program)
+        zygote(z_end, code, setup, program, run)
         os._exit(0)
     z_end.close()
     return pid, t_end
 
 
 def load(t_end: socket.socket, zygote_pid: int, timeout: float, wall: float | None) -> Record:
+    """T: the zygote's word that the code is compiled (built), or why not. The zygote runs
+    nothing of the candidate's; what it may say of the build is only ``compile`` (a compile
+    error, the code's)."""
     try:
         Clock(zygote_pid, timeout, wall).wait([t_end])
     except TimeUp as exc:
@@ -1195,34 +1331,73 @@ def load(t_end: socket.socket, zygote_pid: int, timeout: float, wall: float | No
         loaded = read_frame(t_end.fileno())
     except (EOFError, ValueError):
         return {"load_error": "the code's process ended while loading"}
-    if type(loaded) is not dict or not ("loaded" in loaded or "load_error" in loaded):
+    if type(loaded) is not dict or not ("ready" in loaded or "load_error" in loaded):
         return {"load_error": "the code's process sent something else than its names"}
     if "load_error" in loaded:
-        return {"load_error": str(loaded["load_error"]), "build": str(loaded.get("build", ""))}
+        build = "compile" if loaded.get("build") == "compile" else ""
+        return {"load_error": str(loaded["load_error"]), "build": build}
     return loaded
 
 
 def child_channel(
     t_end: socket.socket, timeout: float, wall: float | None = None
 ) -> tuple[int, Channel]:
-    """A fresh candidate child from the zygote (which the candidate controls: trust nothing)."""
+    """A fresh child from the zygote (which runs none of the candidate's code)."""
     try:
         t_end.settimeout(timeout * WALL_FACTOR if wall is None else wall)
         t_end.sendall(frame({"fork": True}))
         msg, fds, _flags, _addr = socket.recv_fds(t_end, 256, 3)
         pid = int(json.loads(msg.split(b"\n", 1)[1])["child"])
         socks = [socket.socket(fileno=fd) for fd in fds]
+        socks[0].setblocking(False)  # read on the test's clock (read_frame)
     except Exception:
         raise RemoteError("the candidate's process could not start a test") from None
     socks += [None] * (3 - len(socks))  # type: ignore[list-item]
     return pid, Channel(socks[0], Clock(pid, timeout, wall), socks[1], socks[2])
 
 
+MAX_NAMES = 1 << 20
+"""Bytes at most of what a test's process says of the candidate's names when it has loaded
+the code (the candidate's word: bounded like everything it sends)."""
+
+
+class LoadFailed(Exception):
+    """The candidate's code failed to load in a test's process (``timeout``: ran past its
+    allowance)."""
+
+    def __init__(self, detail: str, timeout: bool = False) -> None:
+        super().__init__(detail[:MAX_RECORD])
+        self.timeout = timeout
+
+
+def await_load(channel: Channel, pid: int) -> None:
+    """T: wait for the test's process to load the candidate's code, within its allowance
+    (twice the test's CPU time, on the process's own clock, and a wall-clock backstop), then
+    start the test's clock from the CPU time the process has used: every cycle after it,
+    load-time threads' included, counts toward the test."""
+    test = channel.clock
+    loading = Clock(pid, 2 * test.limit, 2 * test.wall)
+    try:
+        said = read_frame(channel.fd, MAX_NAMES, loading)
+    except TimeUp as exc:
+        raise LoadFailed(f"TimeoutError: loading the code {exc}", timeout=True) from None
+    except (EOFError, OSError, ValueError):
+        raise LoadFailed("the code's process ended while loading, or said too much") from None
+    names = said.get("loaded") if type(said) is dict else None
+    if type(said) is dict and "load_error" in said:
+        raise LoadFailed(str(said["load_error"]))
+    if type(names) is not dict:
+        raise LoadFailed("the code's process sent something else than its names")
+    channel.names = names
+    channel.clock = Clock(pid, test.limit, test.wall, base=loading.used())
+
+
 def referred_names(names: Any, *codes: types.CodeType) -> dict[str, Any]:
-    """The candidate's names (as Z reported them: untrusted) that a test takes: those its
-    code refers to, builtins only when it refers to no other of them (the function under test
-    named like a builtin, as MBPP's ``sum``), so that a candidate's ``set`` or ``sorted`` never
-    stands in for the test's. (What the test defines itself replaces these as it runs.)"""
+    """The candidate's names (as its process reported them: untrusted) that a test takes:
+    those its code refers to, builtins only when it refers to no other of them (the function
+    under test named like a builtin, as MBPP's ``sum``), so that a candidate's ``set`` or
+    ``sorted`` never stands in for the test's. (What the test defines itself replaces these
+    as it runs.)"""
     if type(names) is not dict:
         return {}
     referred: set[str] = set()
@@ -1237,8 +1412,9 @@ def referred_names(names: Any, *codes: types.CodeType) -> dict[str, Any]:
 
 
 def bind(names: dict[str, Any], channel_box: list[Channel]) -> dict[str, Any]:
-    """The candidate's names as T sees them: proxies, data, standard modules. What Z said
-    about them is only data: a malformed entry is left out (the test then fails on it)."""
+    """The candidate's names as T sees them: proxies, data (read from the test's process as
+    a call's result is), standard modules. What the process said about them is only data: a
+    malformed entry is left out (the test then fails on it)."""
     import importlib
 
     bound: dict[str, Any] = {}
@@ -1250,8 +1426,7 @@ def bind(names: dict[str, Any], channel_box: list[Channel]) -> dict[str, Any]:
             with contextlib.suppress(Exception):
                 bound[name] = importlib.import_module(data)
         elif form == "value":
-            with contextlib.suppress(CodecError):
-                bound[name] = decode(data)
+            bound[name] = channel_box[0].request({"get": name})
         elif form == "callable":
             bound[name] = _proxy(name, channel_box)
     return bound
@@ -1263,8 +1438,8 @@ STANDARD_MODULES = frozenset(getattr(sys, "stdlib_module_names", sys.builtin_mod
     "__main__",
 }
 """Modules a test may take from the candidate by name (``math`` that a test uses without
-importing it): the standard library's (on Python 3.9, its built-in ones), less those whose
-import does something."""
+importing it), and that the zygote imports for the candidate: the standard library's (on
+Python 3.9, its built-in ones), less those whose import does something."""
 
 
 def _proxy(name: str, channel_box: list[Channel]) -> Callable[..., Any]:
@@ -1275,33 +1450,76 @@ def _proxy(name: str, channel_box: list[Channel]) -> Callable[..., Any]:
     return call
 
 
-def run_asserts(
-    job: Record, t_end: socket.socket, names: Any, setup: str, report: Reporter
-) -> None:
+def prompt_names(prompt: Record | None) -> Callable[[list[Channel]], dict[str, Any]]:
+    """The names the row's prompt defines, for a test (dataset text, trusted like the tests,
+    run here afresh for each test): all but the function the completion completes, which is
+    the candidate's (and which the prompt's own code calls as such)."""
+    if not prompt:
+        return lambda box: {}
+    completes = prompt["completes"]
+
+    def names(box: list[Channel]) -> dict[str, Any]:
+        namespace: dict[str, Any] = {"__name__": CANDIDATE_MODULE}
+        exec(compile(prompt["code"], "<prompt>", "exec"), namespace)
+        namespace[completes] = _proxy(completes, box)
+        return {n: v for n, v in namespace.items() if not n.startswith("__") and n != completes}
+
+    return names
+
+
+def run_asserts(job: Record, t_end: socket.socket, setup: str, report: Reporter) -> None:
+    from_prompt = prompt_names(job.get("prompt"))
+    tests: list[Callable[[list[Channel]], Record]] = []
     for index, snippet in enumerate(job["tests"]):
 
         def test(box: list[Channel], snippet: str = snippet, index: int = index) -> Record:
             setup_code = compile(setup, "<setup>", "exec")
             test_code = compile(snippet, f"<test {index}>", "exec")
-            taken = referred_names(names, setup_code, test_code)
-            namespace: dict[str, Any] = {"__name__": "__main__", **bind(taken, box)}
+            prompts = from_prompt(box)
+            candidate = {n: i for n, i in box[0].names.items() if n not in prompts}
+            taken = referred_names(candidate, setup_code, test_code)
+            namespace: dict[str, Any] = {"__name__": "__main__", **bind(taken, box), **prompts}
             exec(setup_code, namespace)
             exec(test_code, namespace)
             return {"status": "passed"}
 
-        report.emit({"test": index, **judge(test, t_end, job["timeout"])})
+        tests.append(test)
+    run_loaded(tests, t_end, job["timeout"], report)
 
 
 def run_calls(job: Record, t_end: socket.socket, report: Reporter) -> None:
-    for index, (name, args) in enumerate(job["calls"]):
+    calls: list[Callable[[list[Channel]], Record]] = []
+    for name, args in job["calls"]:
 
         def call(box: list[Channel], name: str = name, args: JSON = args) -> Record:
             data = encode(box[0].request({"call": name, "args": decode(args)}))
-            if len(json.dumps(data)) <= INLINE_VALUE:
+            inline = min(INLINE_VALUE, max(2 * DIGEST_BYTES, report.limit - 100))
+            if len(json.dumps(data)) <= inline:
                 return {"status": "returned", "value": data}
             return {"status": "returned", "digest": value_digest(data)}
 
-        report.emit({"test": index, **judge(call, t_end, job["timeout"])})
+        calls.append(call)
+    run_loaded(calls, t_end, job["timeout"], report)
+
+
+def run_loaded(
+    tests: list[Callable[[list[Channel]], Record]],
+    t_end: socket.socket,
+    timeout: float,
+    report: Reporter,
+) -> None:
+    """Each test in a fresh process that loads the candidate's code, then answers the test.
+    A load that fails in the first test's process is the code's load error (no test runs);
+    in a later one, that test's failure."""
+    for index, test in enumerate(tests):
+        found = judge(test, t_end, timeout, loads=True)
+        if found["status"] == "load_error":
+            if index == 0:
+                report.emit({"load_error": found["detail"], "timeout": found["timeout"]})
+                return
+            status = "timeout" if found["timeout"] else "error"
+            found = {"status": status, "detail": f"loading the code: {found['detail']}"}
+        report.emit({"test": index, **found})
 
 
 def judge(
@@ -1309,14 +1527,21 @@ def judge(
     t_end: socket.socket,
     timeout: float,
     wall: float | None = None,
+    *,
+    loads: bool = False,
 ) -> Record:
-    """Run one test against a fresh candidate child; the verdict is T's alone."""
+    """Run one test against a fresh child (which first ``loads`` the candidate's code); the
+    verdict is T's alone."""
     pid = None
     box: list[Channel] = []
     try:
         pid, channel = child_channel(t_end, timeout, wall)
         box.append(channel)
+        if loads:
+            await_load(channel, pid)
         return test(box)
+    except LoadFailed as exc:
+        return {"status": "load_error", "detail": str(exc), "timeout": exc.timeout}
     except TimeUp as exc:
         return {"status": "timeout", "limit": exc.limit, "detail": str(exc)}
     except OutputLimit as exc:
@@ -1482,28 +1707,46 @@ def hold_run(directory: str) -> None:
         shutil.rmtree(other, ignore_errors=True)
 
 
+ITEMS = {"asserts": "tests", "calls": "calls", "stdio": "inputs"}
+"""Per kind of job, its list of tests, which cross after the job, one frame each: a limit per
+test, not per job."""
+
+
+def read_job(fd: int) -> Record:
+    """The job, its tests read one frame each."""
+    job: Record = read_frame(fd)
+    job[ITEMS[job["kind"]]] = [read_frame(fd) for _ in range(int(job["count"]))]
+    return job
+
+
 def main() -> None:
     key_memory = read_key()
     first = read_frame(0)
     code, setup = first["code"], first.get("setup", "")
     program = first.get("program") if first.get("kind") == "stdio" else None
+    run = None
     if program is not None and program.get("dir"):
         for place in ("dir", "cache"):  # absolute: the zygote works in the run's directory
             program[place] = os.path.abspath(program[place])
         try:
-            os.makedirs(program["dir"], exist_ok=True)
-            hold_run(program["dir"])
-        except OSError as exc:  # no zygote started: none will hold the key
+            try:
+                os.makedirs(program["dir"], exist_ok=True)
+                hold_run(program["dir"])
+                run = prepare(program["native"], code, program)
+            except OSError as exc:
+                raise BuildError("sandbox", disk_full(exc.strerror or str(exc))) from None
+        except BuildError as exc:  # found here, by T, before anything of the candidate ran
             report = Reporter(bytes.fromhex(key_memory[:].decode()))
-            report.emit({"load_error": disk_full(exc.strerror or str(exc)), "build": "sandbox"})
+            report.emit({"load_error": str(exc), "build": exc.kind})
             report.emit({"done": True})
             return
     make_undumpable()
-    zygote_pid, t_end = start_zygote(code, setup, program)
+    zygote_pid, t_end = start_zygote(code, setup, program, run)
     # Only now, in T alone: T forks nothing else.
     report = Reporter(bytes.fromhex(key_memory[:].decode()))
     key_memory.close()
-    job = read_frame(0)  # only now: the zygote never had the tests in its memory
+    job = read_job(0)  # only now: the zygote never had the tests in its memory
+    report.limit = record_limit(job["count"])
     try:
         limits = (program or {}).get("compile_limits")
         build_wall = limits["wall"] + PCH_WALL if limits else None
@@ -1517,7 +1760,7 @@ def main() -> None:
                 }
             )
         elif job["kind"] == "asserts":
-            run_asserts(job, t_end, loaded["loaded"], setup, report)
+            run_asserts(job, t_end, setup, report)
         elif job["kind"] == "calls":
             run_calls(job, t_end, report)
         else:

@@ -125,7 +125,7 @@ class StdioTests:
             )
             extra = self.compile_timeout + (runner.PCH_WALL if self.lang.precompiled_header else 0)
         first = {"code": code, "setup": "", "kind": "stdio", "program": program}
-        return runner_request(first, job, len(self.cases), extra=extra)
+        return runner_request(first, job, extra=extra)
 
     def judge(self, result: ExecResult, request: RunRequest) -> Outcome:
         total = len(self.cases)
