@@ -24,7 +24,7 @@ from .errors import (
     SandboxNotFoundError,
 )
 from .harness import Harness
-from .harness.records import RunRequest, Unjudgeable, read_records, spent
+from .harness.records import RunRequest, read_records, spent
 from .outcomes import Outcome, OutcomeKind
 from .pool import SandboxPool
 from .protocol import KILLED_RETURNCODE, ExecResult
@@ -126,10 +126,7 @@ async def run_plan(pool: SandboxPool, plan: Plan, *, deadline: float | None = No
     harness = plan.harness
     try:
         request = harness.request(plan.code)
-    except Unjudgeable as exc:  # the row's size alone (its part was built without code)
-        logger.warning("a dataset row cannot be judged, no reward: %s", exc)
-        return Outcome(OutcomeKind.UNSUPPORTED, detail=str(exc))
-    except Exception as exc:  # the row's part was built (``RewardFunction``): the code's
+    except Exception as exc:  # the row's part was built without it: the code's doing
         return failed("its run could not be built", exc)
     allowance = min(request.timeout, request.allowance or request.timeout)
     limit = request.timeout if deadline is None else allowance

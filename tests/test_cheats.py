@@ -1152,7 +1152,7 @@ def test_a_row_the_runner_cannot_take_is_no_reward_saying_why(
     caplog: pytest.LogCaptureFixture, row: str
 ) -> None:
     """A test over 64 MiB cannot reach the runner, and the records of 8,193 tests, even the
-    shortest, would not all fit the exec's output: such a row gets no reward (``unsupported``,
+    shortest, would not all fit the exec's output: such a row gets no reward (``invalid_row``,
     logged with the row's problem), and no exception reaches the trainer."""
     from sandboxkit.rewards import assert_tests_reward
 
@@ -1162,11 +1162,11 @@ def test_a_row_the_runner_cannot_take_is_no_reward_saying_why(
         with caplog.at_level("WARNING", logger="sandboxkit"):
             scores = reward([""], ["def add(a, b):\n    return a + b\n"], test_list=[make()])
         assert reward.last_batch is not None
-        assert reward.last_batch.outcomes == {"unsupported": 1}
+        assert reward.last_batch.outcomes == {"invalid_row": 1}
     finally:
         reward.close()
     assert scores == [None]
-    said = [r.getMessage() for r in caplog.records if "cannot be judged" in r.getMessage()]
+    said = [r.getMessage() for r in caplog.records if "cannot judge row 0" in r.getMessage()]
     assert len(said) == 1 and why in said[0], said
 
 

@@ -79,7 +79,7 @@ def runner_request(first: dict[str, Any], job: dict[str, Any], *, extra: float =
         timeout=per_test * (len(tests) + 2) + START_SLACK + extra,
         key=key,
         # Loading may take twice a test's CPU limit, each test its CPU limit.
-        allowance=float(job["timeout"]) * (tests + 2) + START_SLACK + extra,
+        allowance=float(job["timeout"]) * (len(tests) + 2) + START_SLACK + extra,
     )
 
 
