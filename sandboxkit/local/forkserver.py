@@ -47,9 +47,8 @@ little-endian) + the job ``{"argv", "cwd", "env"}`` as JSON + the stdin bytes, `
 in all, of which what does not fit the first packet (``MAX_PACKET``) follows in packets of its
 own; it is answered by packets ``o`` +
 stdout bytes and ``e`` + stderr bytes (none when empty), then ``x`` + ``{"exit", "timed_out",
-"truncated", "duration", "retire"}`` (``retire``: the template ends now, see
-``shared_memory_used``), or ``x`` + ``{"error"}`` when it could not start (the host runs it the
-cold way). ``k`` kills the running command, which is then answered as usual.
+"truncated", "duration"}``, or ``x`` + ``{"error"}`` when it could not start (the host runs
+it the cold way). ``k`` kills the running command, which is then answered as usual.
 """
 
 from __future__ import annotations
@@ -81,11 +80,20 @@ CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
-EXEC_NAMESPACES = CLONE_NEWIPC
-"""Namespaces each exec's command gets fresh, with its user namespace (``enter_exec_namespaces``):
-IPC, as a cold exec's (SysV shared memory, semaphores and message queues and POSIX message
-queues would otherwise outlast the exec in the template's)."""
-MS_RDONLY_NOSUID_NODEV_NOEXEC = 0x1 | 0x2 | 0x4 | 0x8
+CLONE_NEWNET = 0x40000000
+EXEC_NAMESPACES = CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWNS
+"""Namespaces each exec's command gets fresh, with its user namespace (``enter_exec_namespaces``),
+as a cold exec's are: IPC (SysV shared memory, semaphores and message queues and POSIX message
+queues would otherwise outlast the exec in the template's), network (sockets in TIME_WAIT,
+their ports and addresses, the counters of ``/proc/net``) and mount (for a /dev/shm of its
+own): nothing an exec writes there reaches the next."""
+MS_NOSUID_NODEV = 0x2 | 0x4
+MS_RDONLY_NOSUID_NODEV_NOEXEC = 0x1 | MS_NOSUID_NODEV | 0x8
+SIOCSIFFLAGS = 0x8914
+IFF_UP_LOOPBACK_RUNNING = 0x1 | 0x8 | 0x40
+SHARED_MEMORY: list[bytes] = []
+"""The options of the template's /dev/shm (bwrap's: size and mode), learnt before any command
+ran, with which each exec mounts a fresh one (``fresh_shared_memory``)."""
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_SET_SECCOMP = 22
@@ -421,11 +429,17 @@ def setup_failed(err_fd: int, exc: BaseException) -> NoReturn:
 
 def enter_exec_namespaces() -> None:
     """Take the exec's own user namespace (so the command has no capability over the
-    server's namespaces) and ``EXEC_NAMESPACES``, then drop the capabilities the new user
+    server's namespaces) and ``EXEC_NAMESPACES``, set them up as bwrap sets up a cold exec's
+    (the loopback device up, a fresh /dev/shm), then drop the capabilities the new user
     namespace gave: a cold exec has none (bwrap drops them all), and with them a command would
     see other permissions than cold (a mode 000 file of its own would still open). bwrap's
     ``no_new_privs`` keeps an exec'd program from getting them back."""
     new_user_namespace(EXEC_NAMESPACES)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", IFF_UP_LOOPBACK_RUNNING))
+    if libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID_NODEV, SHARED_MEMORY[0]) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"mount /dev/shm: {os.strerror(errno)}")
     header, data = NO_CAPABILITIES
     if libc.capset(ctypes.byref(header), data) != 0:
         errno = ctypes.get_errno()
@@ -543,7 +557,7 @@ class Output:
 
 def serve(sock: socket.socket, request: dict[str, Any], stdin_r: int) -> bool:
     """Run one request to its end and send its output and exit status; False when the
-    template must end (the host has gone, or the exec used /dev/shm). ``stdin_r``: a pipe that
+    template must end (the host has gone). ``stdin_r``: a pipe that
     already holds all of the command's stdin (``pipe_holding``). The command's pipes stay here:
     the host gets one answer, not three streams."""
     out_r, out_w = os.pipe()
@@ -622,10 +636,9 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin_r: int) -> bool:
         "timed_out": timed_out,
         "truncated": outputs[0].truncated or outputs[1].truncated,
         "duration": time.monotonic() - started,
-        "retire": shared_memory_used(),
     }
     sock.send(b"x" + json.dumps(answer).encode())
-    return not answer["retire"]
+    return True
 
 
 def reap(init: int) -> None:
@@ -634,16 +647,6 @@ def reap(init: int) -> None:
     until everything of its namespace is reaped (waiting on the init alone deadlocks)."""
     while os.waitpid(-1, 0)[0] != init:
         pass
-
-
-def shared_memory_used() -> bool:
-    """Whether the exec left anything in /dev/shm, the template's for its life where a cold
-    exec gets a fresh one: the template then ends after its answer and the host starts a
-    fresh one, so nothing there reaches the next exec (nor leaves it a full /dev/shm)."""
-    try:
-        return bool(os.listdir("/dev/shm"))
-    except OSError:
-        return False
 
 
 def become_server(sock: socket.socket, *, spawn_init: bool) -> str | None:
@@ -672,6 +675,8 @@ def become_server(sock: socket.socket, *, spawn_init: bool) -> str | None:
     # forks (each exec's init G, where it is forked) cannot be stopped by their commands either.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     SERVER_PID_NS.append(os.open("/proc/self/ns/pid", os.O_RDONLY))
+    size, mode = os.statvfs("/dev/shm"), os.stat("/dev/shm").st_mode & 0o7777
+    SHARED_MEMORY.append(f"size={size.f_blocks * size.f_frsize},mode={mode:o}".encode())
     sock.set_inheritable(False)  # the tiny init must not hold the host's socket
     if spawn_init and os.uname().machine == "x86_64":
         with contextlib.suppress(OSError):

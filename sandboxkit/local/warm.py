@@ -225,7 +225,7 @@ class WarmTemplate:
         except (OSError, ValueError, KeyError) as exc:
             self._finish(failed=True)
             raise ColdPath(f"the template failed: {exc!r}") from exc
-        self._finish(failed=bool(answer.get("retire")))  # the next exec starts a fresh one
+        self._finish(failed=False)
         if "error" in answer:
             raise ColdPath(str(answer["error"]))
         return _result(answer, out, err)
