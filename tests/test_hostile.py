@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -1723,3 +1724,161 @@ def test_concurrent_first_calls_of_a_rollout_share_one_sandbox(tier: str, local_
     outs, leases = asyncio.run(rollout())
     assert leases == 1
     assert all(out.split() == ["a.txt", "b.txt"] for out in outs), outs
+
+
+# -- what an exec leaves in the kernel's state: nothing reaches the next exec, nor rollout ------
+
+TIME_WAIT_PLANT = r"""
+import socket
+server = socket.socket()
+server.bind(("127.0.0.1", PORT))
+server.listen()
+client = socket.socket()
+client.bind((ADDRESS, 0))  # the bytes to pass on, in the address and the ports
+client.connect(("127.0.0.1", PORT))
+peer, _ = server.accept()
+peer.sendall(b"x" * 1000)
+peer.close()  # closed first: TIME_WAIT on the server's port, for 60 s after the exec
+while client.recv(4096):
+    pass
+client.close()
+states = [line.split()[3] for line in open("/proc/net/tcp").readlines()[1:]]
+print("planted", states.count("06"))
+"""
+UDP_PLANT = r"""
+import socket
+inbox = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+inbox.bind(("127.0.0.1", 0))
+sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for _ in range(COUNT):  # a count and a size to pass on
+    sender.sendto(b"y" * COUNT, inbox.getsockname())
+    sender.sendto(b"y", ("127.0.0.1", 9))  # no one there: NoPorts
+print("planted", sum(len(inbox.recv(4096)) for _ in range(COUNT)))
+"""
+SHM_MARK_PLANT = r"""
+import os
+os.chmod("/dev/shm", 0o1707)
+os.utime("/dev/shm", (123456789, 123456789))
+try:
+    os.setxattr("/dev/shm", "user.mark", b"MARK")
+except OSError as exc:  # no user extended attributes on this kernel's tmpfs
+    print(exc)
+print("planted", oct(os.stat("/dev/shm").st_mode))
+"""
+INODE_PLANT = r"""
+import os
+for i in range(COUNT):  # a count to pass on: made and removed, nothing left to list
+    open(os.path.join(DIR, f"n{i}"), "w").close()
+    os.remove(os.path.join(DIR, f"n{i}"))
+print("planted", COUNT)
+"""
+SNMP_LOOK = r"""
+def counters(section, *names):
+    lines = [line.split() for line in open("/proc/net/snmp") if line.startswith(section + ":")]
+    return [lines[1][lines[0].index(name)] for name in names]
+print(*counters("Tcp", "ActiveOpens", "PassiveOpens", "InSegs", "OutSegs"))
+print(*counters("Udp", "InDatagrams", "NoPorts", "OutDatagrams"))
+"""
+LOOKS = {
+    "sockets": "print([open(f'/proc/net/{n}').readlines()[1:] for n in ('tcp', 'tcp6', 'udp')])",
+    "port": (
+        "import socket\nserver = socket.socket()\n"
+        "try:\n    server.bind(('127.0.0.1', PORT))\n    server.listen()\n    print('free')\n"
+        "except OSError as exc:\n    print(exc)"
+    ),
+    "snmp": SNMP_LOOK,
+    "lo": "print(open('/proc/net/dev').read().split('lo:')[1].split()[:10])",
+    "shm": (
+        "import os\ns = os.stat('/dev/shm')\n"
+        "print(os.listxattr('/dev/shm'), oct(s.st_mode), min(s.st_mtime, s.st_atime) < 2e8)"
+    ),
+    "inode": (
+        "import os\nprobe = os.path.join(DIR, 'probe')\nopen(probe, 'w').close()\n"
+        "print(os.stat(probe).st_ino)\nos.remove(probe)"
+    ),
+}
+KERNEL_STATE = {  # what an exec plants, what the next looks at, what a new sandbox shows there
+    "TIME_WAIT sockets' ports and addresses": (TIME_WAIT_PLANT, "sockets", "[[], [], []]"),
+    "a port left in TIME_WAIT, listened on": (TIME_WAIT_PLANT, "port", "free"),
+    "TCP counters": (TIME_WAIT_PLANT, "snmp", "0 0 0 0\n0 0 0"),
+    "UDP counters": (UDP_PLANT, "snmp", "0 0 0 0\n0 0 0"),
+    "loopback byte and packet counters": (UDP_PLANT, "lo", str(["0"] * 10)),
+    "/dev/shm's extended attributes, mode and times": (SHM_MARK_PLANT, "shm", "[] 0o40755 False"),
+    "a /dev/shm inode number": (INODE_PLANT, "inode", None),
+}
+
+
+def kernel_state_case(case: str, mark: str, where: str = "'/dev/shm'") -> tuple[str, str]:
+    """The plant and the look of ``case`` (an inode number's in the directory that the
+    expression ``where`` names), with the bytes of ``mark`` to pass on."""
+    plant, look_at, _ = KERNEL_STATE.get(case) or (INODE_PLANT, "inode", None)
+    look = LOOKS[look_at]
+    number = int(mark[:4], 16)
+    values = {
+        "PORT": str(20000 + number % 20000),
+        "ADDRESS": repr(f"127.{number >> 8}.{number & 0xFF}.{int(mark[4:6], 16) or 1}"),
+        "COUNT": str(10 + number % 50),  # datagrams that fit a socket buffer
+        "MARK": mark,
+        "DIR": where,
+    }
+    for name, value in values.items():
+        plant, look = plant.replace(name, value), look.replace(name, value)
+    return plant, look
+
+
+@pytest.mark.parametrize("case", list(KERNEL_STATE))
+def test_what_an_exec_leaves_in_the_kernel_reaches_no_later_exec(
+    hostile: tuple[SandboxClient, Sandbox, str], tier: str, case: str
+) -> None:
+    """Warm execs of a sandbox are forked from one template: what an exec leaves in the
+    network namespace (sockets in TIME_WAIT, whose ports and addresses carry bytes for 60 s,
+    the TCP, UDP and loopback counters) or on /dev/shm (its metadata; its inode numbers, a
+    counter even when no file is left) must not reach the next exec, which sees what an exec
+    of a new sandbox sees, as on the cold path (a fresh bwrap per exec)."""
+    if tier == "rlimits":
+        pytest.skip("the rlimits tier shares the host's network and /dev/shm (docs/isolation.md)")
+    _, sb, _ = hostile
+    plant, look = kernel_state_case(case, uuid.uuid4().hex)
+    before = run(sb, look)
+    planted = run(sb, plant)
+    after = run(sb, look)
+    assert planted[0] == 0 and "planted" in planted[1], planted
+    expected = KERNEL_STATE[case][2]
+    assert before[:2] == (0, f"{expected}\n" if expected else before[1]), before
+    assert after == before, (before, after)
+
+
+STORAGE = {"a /workspace inode number": "'.'", "a /tmp inode number": "os.environ['TMPDIR']"}
+"""The sandbox's storage, which a rollout's execs share, by the expression that names it
+where the program runs (the rlimits tier maps /workspace and /tmp in argv only)."""
+
+
+@pytest.mark.parametrize("case", [*KERNEL_STATE, *STORAGE])
+def test_what_a_rollout_leaves_in_the_kernel_reaches_no_later_rollout(
+    tier: str, local_root: Path, case: str
+) -> None:
+    """What a rollout leaves in the kernel's state of its sandbox (the network namespace and
+    /dev/shm of the warm template; the inode numbers of the sandbox's storage, which count on
+    after every file is removed) must not reach the next rollout of the reused sandbox: it
+    sees what the first rollout saw in the new sandbox."""
+    storage = STORAGE.get(case)
+    if tier == "rlimits" and storage is None:
+        pytest.skip("the rlimits tier shares the host's network and /dev/shm (docs/isolation.md)")
+    plant, look = kernel_state_case(case, uuid.uuid4().hex, *([storage] if storage else []))
+
+    def shell(program: str) -> str:
+        return "python3 -c " + shlex.quote(program)
+
+    async def look_then_plant(first: Rollout) -> str:
+        before = await first.arun_shell(shell(look))
+        planted = await first.arun_shell(shell(plant))
+        assert "planted" in planted, planted
+        return before
+
+    before, seen, stats = asyncio.run(
+        after_a_rollout(local_root, look_then_plant, lambda r: r.arun_shell(shell(look)))
+    )
+    expected = KERNEL_STATE[case][2] if storage is None else None
+    assert before == (expected or before), before
+    assert "reused=1" in stats or tier == "rlimits", stats
+    assert seen == before, (before, seen)

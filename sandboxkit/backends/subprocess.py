@@ -62,9 +62,7 @@ def _bury(graveyard: Path, pids: set[int]) -> None:
     """Delete a stopped sandbox's directory once the processes killed in it are gone, trying
     again for a few seconds while something still appears in it (a dying process may create
     files). What cannot be deleted is left for ``reap`` (:meth:`SubprocessBackend.leftovers`)."""
-    deadline = time.monotonic() + 10
-    while any(os.path.exists(f"/proc/{pid}") for pid in pids) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    deadline = _wait_gone(pids, 10)
     while True:
         try:
             files.remove_tree(graveyard)
@@ -74,6 +72,14 @@ def _bury(graveyard: Path, pids: set[int]) -> None:
                 logger.warning("could not delete %s (%s): `sandboxkit reap` will", graveyard, exc)
                 return
         time.sleep(0.05)
+
+
+def _wait_gone(pids: set[int], seconds: float) -> float:
+    """Wait (at most ``seconds``) until none of ``pids`` is running; returns the deadline."""
+    deadline = time.monotonic() + seconds
+    while any(os.path.exists(f"/proc/{pid}") for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return deadline
 
 
 def _default_root() -> Path:
@@ -256,30 +262,70 @@ class SubprocessBackend:
         }
         path.mkdir(mode=0o711)
         try:
-            if self.disk_limit == "tmpfs":
-                disk.mount(path, size_mb=self.limits.disk_mb, inodes=self.limits.disk_inodes)
-            (path / "workspace").mkdir(mode=0o700)
-            (path / "tmp").mkdir(mode=0o700)
-            path.joinpath(*sandbox_parts(spec.workdir, DEFAULT_WORKDIR)[1:]).mkdir(
-                parents=True, exist_ok=True
-            )
-            # Only what the program may write is its own: the sandbox's directory, and
-            # sandbox.json in it, stay the host's, so a program (in the rlimits tier, where it
-            # can name them) can neither rewrite the environment of later execs nor make its
-            # sandbox look stopped (a lost sandbox is retried, and ends as None).
-            for sub in ("workspace", "tmp"):
-                for dirpath, _dirs, _files in os.walk(path / sub):
-                    self._chown(Path(dirpath))
-            # Last: the sandbox exists from here. Only the host reads it (the spec's env is
-            # no business of other sandboxes, which can list this directory in rlimits).
-            fd = os.open(path / _META, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-            with os.fdopen(fd, "w") as out:
-                out.write(json.dumps(meta))
+            self._lay_out(path, meta)
         except BaseException:
             with contextlib.suppress(OSError):
                 self._discard(path)
             raise
         return SandboxInfo(sandbox_id, SandboxStatus.RUNNING, tuple(spec.tags), started)
+
+    def _lay_out(self, path: Path, meta: Mapping[str, Any]) -> None:
+        """Make a new sandbox's storage in its directory ``path``: a fresh tmpfs where the
+        host can mount, its ``workspace`` (with the workdir) and ``tmp``, and last its
+        ``sandbox.json`` (``meta``), from which on it exists."""
+        if self.disk_limit == "tmpfs":
+            disk.mount(path, size_mb=self.limits.disk_mb, inodes=self.limits.disk_inodes)
+        (path / "workspace").mkdir(mode=0o700)
+        (path / "tmp").mkdir(mode=0o700)
+        path.joinpath(*sandbox_parts(meta["workdir"], DEFAULT_WORKDIR)[1:]).mkdir(
+            parents=True, exist_ok=True
+        )
+        # Only what the program may write is its own: the sandbox's directory, and
+        # sandbox.json in it, stay the host's, so a program (in the rlimits tier, where it
+        # can name them) can neither rewrite the environment of later execs nor make its
+        # sandbox look stopped (a lost sandbox is retried, and ends as None).
+        for sub in ("workspace", "tmp"):
+            for dirpath, _dirs, _files in os.walk(path / sub):
+                self._chown(Path(dirpath))
+        # Last: the sandbox exists from here. Only the host reads it (the spec's env is
+        # no business of other sandboxes, which can list this directory in rlimits).
+        fd = os.open(path / _META, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(json.dumps(meta))
+
+    async def renew(self, sandbox_id: str) -> None:
+        """Make a sandbox as new, keeping its id and spec, for a next holder that must find
+        nothing of the last (:mod:`sandboxkit.tools.lender`): its processes and its warm
+        template (with the template's namespaces) end, and its storage is made again, a new
+        tmpfs where the host can mount (emptying the old one would keep its inode numbers
+        counting, a channel from one holder to the next), else new directories. Costs about
+        what a wipe did, and the next exec starts a fresh template."""
+        path = self._dir(sandbox_id)
+        meta = self._meta(path)
+        pids = self._end_processes(sandbox_id)
+        await asyncio.to_thread(self._remake, path, meta, pids)
+
+    def _remake(self, path: Path, meta: Mapping[str, Any], pids: set[int]) -> None:
+        _wait_gone(pids, 10)
+        if self.disk_limit == "tmpfs":
+            disk.unmount(path)  # the template's views of it went with the template
+        else:
+            for entry in ("workspace", "tmp", _META):
+                files.remove_tree(path / entry)
+        self._lay_out(path, meta)
+
+    def _end_processes(self, sandbox_id: str) -> set[int]:
+        """Kill the sandbox's warm template and this process's execs in it (each returns at
+        once, killed); the pids to wait for."""
+        template = self._templates.pop(sandbox_id, None)
+        self._starting.pop(sandbox_id, None)
+        pids = self._running.pop(sandbox_id, set())
+        if template is not None:
+            template.close()
+            pids.add(template.spawned.proc.pid)
+        for pid in pids:
+            kill_session(pid)
+        return pids
 
     def _env(
         self, meta: Mapping[str, Any], extra: Mapping[str, str] | None, path: Path
@@ -468,14 +514,7 @@ class SubprocessBackend:
             if missing_ok:
                 return
             raise SandboxNotFoundError(f"no sandbox {sandbox_id!r}") from None
-        template = self._templates.pop(sandbox_id, None)
-        self._starting.pop(sandbox_id, None)
-        pids = self._running.pop(sandbox_id, set())
-        if template is not None:
-            template.close()
-            pids.add(template.spawned.proc.pid)
-        for pid in pids:
-            kill_session(pid)  # its exec returns at once, killed
+        pids = self._end_processes(sandbox_id)
         self.confinement.cgroups.drop(sandbox_id)
         try:
             # A thread, shielded: a cancelled stop must still delete the directory.

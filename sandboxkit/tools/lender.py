@@ -3,11 +3,12 @@
 A :class:`~sandboxkit.pool.SandboxPool` leases a sandbox per call, to whoever is next; a
 rollout needs the same sandbox for all its calls (its files, its interpreter's state) and no
 one else in it. The lender hands each holder a sandbox of its own, created only when none is
-idle, and takes it back when the rollout ends: wiped and kept for the next holder where the
-backend guarantees that no process outlives an exec (the local backend's pid namespace per
-exec), so that no leftover can reach the next rollout; otherwise stopped, and a replacement
-created in the background. Either way a training step reuses what the step before made,
-rather than creating one sandbox per rollout per step.
+idle, and takes it back when the rollout ends: made as new and kept for the next holder where
+the backend can (the local backend's ``renew``: its storage, template and processes made
+again), so that no leftover can reach the next rollout; otherwise stopped, and a replacement
+created in the background. (A backend without ``renew`` is wiped instead, where the caller
+asks for reuse: what a wipe cannot reach is then the caller's risk.) Either way a training
+step reuses what the step before made, rather than creating one sandbox per rollout per step.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,48 +32,28 @@ SCRATCH = "/tmp/.sandboxkit"
 """Where remote backends' exec wrappers keep their files while an exec runs (Daytona's, one
 directory per exec: the wipe's own too)."""
 
-
-_UNMARK = (
-    "import os, sys\n"
-    "for p in sys.argv[1:]:\n"
-    "    os.chmod(p, 0o700)\n"
-    "    os.utime(p)\n"
-    "    try:\n"
-    "        names = os.listxattr(p)\n"
-    "    except OSError:\n"
-    "        names = []\n"
-    "    for n in names:\n"
-    '        if n.startswith(("user.", "system.posix_acl_")):\n'
-    "            os.removexattr(p, n)\n"
+WIPE = (
+    'w=$(pwd) && t=${TMPDIR:-/tmp} && [ "$w" != / ] && [ "$t" != / ] || exit 1; '
+    'chmod -R u+rwX -- "$w" "$t" 2>/dev/null; '
+    f'find "$w" "$t" -mindepth 1 -maxdepth 1 ! -path {SCRATCH} -exec rm -rf -- {{}} + 2>/dev/null; '
+    f'[ -z "$(find "$w" "$t" -mindepth 1 -maxdepth 1 ! -path {SCRATCH} -print -quit 2>/dev/null)" ]'
 )
-"""Gives the wiped directories themselves, which emptying them keeps, a new local sandbox's
-mode, the time now and none of the extended attributes (or ACLs) a program put there: nothing
-a rollout writes on them reaches the next. Raises where one stays."""
-
-
-def wipe_script(keep: str | None = None) -> str:
-    """Empty the workdir and the sandbox's temporary directory (giving back the permissions a
-    program took away first) but ``keep``; fails unless both are empty after. The temporary
-    directory is ``$TMPDIR`` where the backend sets one: a local sandbox without a mount
-    namespace of its own sees the host's ``/tmp``, which is not its to empty. ``keep`` is for
-    backends where processes may outlive an exec (reuse there is the caller's choice, and
-    leftovers already possible): wiping :data:`SCRATCH` there took the wipe's own exec
-    wrapper's files on Daytona, which failed every wipe. Without ``keep`` (the local backend's
-    namespaces), it empties all that is writable there, ``/workspace`` (``$HOME``, and whatever
-    holds a workdir below it) and ``/tmp``, makes the workdir again, and makes both as new
-    (:data:`_UNMARK`, with the sandbox's ``python3``)."""
-    but = f" ! -path {keep}" if keep else ""
-    roots = '"$w" "$t"' if keep else "/workspace /tmp"
-    remake = "" if keep else f""" && mkdir -p -- "$w" && python3 -I -S -c '{_UNMARK}' {roots}"""
-    return (
-        'w=$(pwd) && t=${TMPDIR:-/tmp} && [ "$w" != / ] && [ "$t" != / ] || exit 1; '
-        f"chmod -R u+rwX -- {roots} 2>/dev/null; "
-        f"find {roots} -mindepth 1 -maxdepth 1{but} -exec rm -rf -- {{}} + 2>/dev/null; "
-        f'[ -z "$(find {roots} -mindepth 1 -maxdepth 1{but} -print -quit 2>/dev/null)" ]' + remake
-    )
+"""For a backend that cannot renew a sandbox: empty the workdir and the sandbox's temporary
+directory (``$TMPDIR`` where the backend sets one), giving back the permissions a program took
+away first, but :data:`SCRATCH` (wiping it took the wipe's own exec wrapper's files on
+Daytona, which failed every wipe); fails unless both are empty after. Processes may outlive
+an exec there, so reuse is the caller's choice, and what the wipe cannot reach (metadata,
+inode numbers, anything outside the two directories) its risk."""
 
 
 _WIPE_TIMEOUT = 30.0
+
+
+async def _prime(sandbox: Sandbox) -> None:
+    """A first exec starts what execs need (the local backend's warm template), so that the
+    next holder does not wait for it."""
+    with contextlib.suppress(Exception):
+        await sandbox.aexec(["true"], timeout=_WIPE_TIMEOUT)
 
 
 @dataclass
@@ -87,9 +68,16 @@ class LenderStats:
 
 
 def leaves_no_processes(sandbox_backend: object) -> bool:
-    """Whether the backend says nothing an exec starts outlives it (then wiping the files
-    leaves a sandbox as good as new)."""
+    """Whether the backend says nothing an exec starts outlives it (then a renewed sandbox is
+    as good as new)."""
     return bool(getattr(sandbox_backend, "execs_leave_no_processes", False))
+
+
+def renewer(sandbox_backend: object) -> Callable[[str], Awaitable[None]] | None:
+    """The backend's ``renew(sandbox_id)``, which makes a sandbox as new in place, if it has
+    one (the local backend)."""
+    renew: Callable[[str], Awaitable[None]] | None = getattr(sandbox_backend, "renew", None)
+    return renew
 
 
 class SandboxLender:
@@ -126,7 +114,7 @@ class SandboxLender:
         self._owns_session = session is None
         backend = self.session.client.backend
         self.reuse = leaves_no_processes(backend) if reuse is None else reuse
-        self._wipe = wipe_script(None if leaves_no_processes(backend) else SCRATCH)
+        self._renew = renewer(backend)
         self.max_uses = max_uses
         self.retries = retries
         self.backoff = backoff
@@ -213,8 +201,7 @@ class SandboxLender:
             except Exception as exc:  # the next lease creates one itself
                 logger.info("could not create a spare sandbox: %r", exc)
                 return
-            with contextlib.suppress(Exception):  # a first exec starts what execs need
-                await sandbox.aexec(["true"], timeout=_WIPE_TIMEOUT)
+            await _prime(sandbox)
             with self._lock:
                 self.stats.created += 1
                 self._uses[sandbox.id] = 0
@@ -229,8 +216,14 @@ class SandboxLender:
         task.add_done_callback(self._background.discard)
 
     async def _wiped(self, sandbox: Sandbox) -> bool:
+        """Renew the sandbox (then start what its execs need) or, where the backend cannot,
+        wipe it; False if that failed."""
         try:
-            result = await sandbox.aexec(["sh", "-c", self._wipe], timeout=_WIPE_TIMEOUT)
+            if self._renew is not None:
+                await self._renew(sandbox.id)
+                await _prime(sandbox)
+                return True
+            result = await sandbox.aexec(["sh", "-c", WIPE], timeout=_WIPE_TIMEOUT)
         except Exception as exc:
             logger.info("could not wipe %s (%r); replacing it", sandbox.id, exc)
             return False
