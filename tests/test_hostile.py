@@ -1837,12 +1837,13 @@ def test_what_an_exec_leaves_in_the_kernel_reaches_no_later_exec(
     of a new sandbox sees, as on the cold path (a fresh bwrap per exec)."""
     if tier == "rlimits":
         pytest.skip("the rlimits tier shares the host's network and /dev/shm (docs/isolation.md)")
-    _, sb, _ = hostile
+    client, sb, _ = hostile
     plant, look = kernel_state_case(case, uuid.uuid4().hex)
     before = run(sb, look)
     planted = run(sb, plant)
     after = run(sb, look)
     assert planted[0] == 0 and "planted" in planted[1], planted
+    assert client.backend_as(SubprocessBackend).last_cold_reason is None  # warm where warm
     expected = KERNEL_STATE[case][2]
     assert before[:2] == (0, f"{expected}\n" if expected else before[1]), before
     assert after == before, (before, after)

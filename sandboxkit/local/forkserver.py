@@ -81,19 +81,21 @@ CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
-EXEC_NAMESPACES = CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWNS
-"""Namespaces each exec's command gets fresh, with its user namespace (``enter_exec_namespaces``),
-as a cold exec's are: IPC (SysV shared memory, semaphores and message queues and POSIX message
-queues would otherwise outlast the exec in the template's), network (sockets in TIME_WAIT,
-their ports and addresses, the counters of ``/proc/net``) and mount (for a /dev/shm of its
-own): nothing an exec writes there reaches the next."""
+EXEC_NAMESPACES = CLONE_NEWIPC
+"""Namespaces each exec's command gets fresh, with its user namespace (``enter_exec_namespaces``):
+IPC, as a cold exec's (SysV shared memory, semaphores and message queues and POSIX message
+queues would otherwise outlast the exec in the template's). Its network and mount namespaces
+are fresh too, made ahead by the server (``fresh_namespaces``)."""
 MS_NOSUID_NODEV = 0x2 | 0x4
 MS_RDONLY_NOSUID_NODEV_NOEXEC = 0x1 | MS_NOSUID_NODEV | 0x8
 SIOCSIFFLAGS = 0x8914
 IFF_UP_LOOPBACK_RUNNING = 0x1 | 0x8 | 0x40
 SHARED_MEMORY: list[bytes] = []
 """The options of the template's /dev/shm (bwrap's: size and mode), learnt before any command
-ran, with which each exec mounts a fresh one (``fresh_shared_memory``)."""
+ran, with which each exec gets a fresh one (``fresh_namespaces``)."""
+BASE_MOUNT_NS: list[int] = []
+"""The fd of the server's mount namespace (with the covers of ``hide_serving_processes``),
+of which each exec's is a fresh copy."""
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_SET_SECCOMP = 22
@@ -429,21 +431,35 @@ def setup_failed(err_fd: int, exc: BaseException) -> NoReturn:
 
 def enter_exec_namespaces() -> None:
     """Take the exec's own user namespace (so the command has no capability over the
-    server's namespaces) and ``EXEC_NAMESPACES``, set them up as bwrap sets up a cold exec's
-    (the loopback device up, a fresh /dev/shm), then drop the capabilities the new user
+    server's namespaces) and ``EXEC_NAMESPACES``, then drop the capabilities the new user
     namespace gave: a cold exec has none (bwrap drops them all), and with them a command would
     see other permissions than cold (a mode 000 file of its own would still open). bwrap's
     ``no_new_privs`` keeps an exec'd program from getting them back."""
     new_user_namespace(EXEC_NAMESPACES)
+    header, data = NO_CAPABILITIES
+    if libc.capset(ctypes.byref(header), data) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"capset: {os.strerror(errno)}")
+
+
+def fresh_namespaces() -> None:
+    """S: move into a new network namespace, its loopback device up, and a new copy of the
+    server's mount namespace with a new tmpfs on /dev/shm (the options of bwrap's), as bwrap
+    makes them for a cold exec. The next exec inherits them, and no later exec: S moves on
+    after each exec, while the host reads the answer (off the exec's path), and the
+    namespaces die with the last process of the exec. Both belong to S's user namespace, in
+    which commands hold no capability: they cannot reconfigure them either. So nothing an
+    exec leaves there (sockets in TIME_WAIT, whose ports and addresses carry bytes for 60 s,
+    the counters of ``/proc/net``, /dev/shm's files, metadata and inode numbers) reaches the
+    next."""
+    if libc.setns(BASE_MOUNT_NS[0], CLONE_NEWNS) != 0 or libc.unshare(CLONE_NEWNET | CLONE_NEWNS):
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"namespaces: {os.strerror(errno)}")
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", IFF_UP_LOOPBACK_RUNNING))
     if libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID_NODEV, SHARED_MEMORY[0]) != 0:
         errno = ctypes.get_errno()
         raise OSError(errno, f"mount /dev/shm: {os.strerror(errno)}")
-    header, data = NO_CAPABILITIES
-    if libc.capset(ctypes.byref(header), data) != 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, f"capset: {os.strerror(errno)}")
 
 
 def new_user_namespace(flags: int = 0) -> None:
@@ -557,7 +573,8 @@ class Output:
 
 def serve(sock: socket.socket, request: dict[str, Any], stdin_r: int) -> bool:
     """Run one request to its end and send its output and exit status; False when the
-    template must end (the host has gone). ``stdin_r``: a pipe that
+    template must end (the host has gone, or no fresh namespaces for the next exec).
+    ``stdin_r``: a pipe that
     already holds all of the command's stdin (``pipe_holding``). The command's pipes stay here:
     the host gets one answer, not three streams."""
     out_r, out_w = os.pipe()
@@ -638,6 +655,10 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin_r: int) -> bool:
         "duration": time.monotonic() - started,
     }
     sock.send(b"x" + json.dumps(answer).encode())
+    try:
+        fresh_namespaces()
+    except OSError:
+        return False  # never an exec in the namespaces of the last: the host starts a new template
     return True
 
 
@@ -675,6 +696,7 @@ def become_server(sock: socket.socket, *, spawn_init: bool) -> str | None:
     # forks (each exec's init G, where it is forked) cannot be stopped by their commands either.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     SERVER_PID_NS.append(os.open("/proc/self/ns/pid", os.O_RDONLY))
+    BASE_MOUNT_NS.append(os.open("/proc/self/ns/mnt", os.O_RDONLY))  # hidden, once covered
     size, mode = os.statvfs("/dev/shm"), os.stat("/dev/shm").st_mode & 0o7777
     SHARED_MEMORY.append(f"size={size.f_blocks * size.f_frsize},mode={mode:o}".encode())
     sock.set_inheritable(False)  # the tiny init must not hold the host's socket
@@ -691,6 +713,10 @@ def become_server(sock: socket.socket, *, spawn_init: bool) -> str | None:
         hide_serving_processes()
     except OSError as exc:
         return f"the template's processes cannot be hidden from commands ({exc})"
+    try:
+        fresh_namespaces()
+    except OSError as exc:
+        return f"a fresh network and /dev/shm per exec cannot be made here ({exc})"
     return None
 
 
