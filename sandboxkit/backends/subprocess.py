@@ -301,12 +301,12 @@ class SubprocessBackend:
         counting, a channel from one holder to the next), else new directories. Costs about
         what a wipe did, and the next exec starts a fresh template."""
         path = self._dir(sandbox_id)
-        meta = self._meta(path)
-        pids = self._end_processes(sandbox_id)
-        await asyncio.to_thread(self._remake, path, meta, pids)
+        await asyncio.to_thread(self._remake, sandbox_id, path, self._meta(path))
 
-    def _remake(self, path: Path, meta: Mapping[str, Any], pids: set[int]) -> None:
-        _wait_gone(pids, 10)
+    def _remake(self, sandbox_id: str, path: Path, meta: Mapping[str, Any]) -> None:
+        """``renew``'s work, in a thread: killing a template spins until its cgroup is empty,
+        which would hold up the event loop (a trainer's ``reset`` waits on it)."""
+        _wait_gone(self._end_processes(sandbox_id), 10)
         if self.disk_limit == "tmpfs":
             disk.unmount(path)  # the template's views of it went with the template
         else:
