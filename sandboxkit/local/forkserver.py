@@ -11,7 +11,8 @@ one:
   (``INIT_X86_64``, a few instructions that sleep), started with ``posix_spawn`` (no copy of
   S's memory) and SIGCHLD ignored (so the kernel reaps whatever is orphaned to it), and forks
   H, the command, into it as pid 2: H takes a user namespace of its own (so it has no
-  capability over S's namespaces) and an IPC one, drops its capabilities
+  capability over S's namespaces) and an IPC one, inherits the network and mount namespaces
+  S made for it alone (``fresh_namespaces``: lo up, a new /dev/shm), drops its capabilities
   (``enter_exec_namespaces``), takes limits and its OOM score, a new session, its own stdio,
   cwd and environment, and the commands' syscall filter. When H ends, S kills G, and the death of G
   kills everything left in the namespace (as does a kill of G on timeout). All the command
