@@ -28,6 +28,7 @@ import pytest
 from sandboxkit import Sandbox, SandboxClient, SandboxError, get_backend
 from sandboxkit.backends.subprocess import SubprocessBackend
 from sandboxkit.emulators.host import remove_from_host
+from sandboxkit.integrations.environment import sandbox_environment
 from sandboxkit.local import disk, files
 from sandboxkit.local.isolation import Tier, namespaces_failure
 from sandboxkit.local.seccomp import SYSCALLS, native_arch, syscall_number, unsupported
@@ -1882,4 +1883,34 @@ def test_what_a_rollout_leaves_in_the_kernel_reaches_no_later_rollout(
     expected = KERNEL_STATE[case][2] if storage is None else None
     assert before == (expected or before), before
     assert "reused=1" in stats or tier == "rlimits", stats
+    assert seen == before, (before, seen)
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["TIME_WAIT sockets' ports and addresses", "UDP counters", "a /workspace inode number"],
+)
+def test_what_a_trl_rollout_leaves_in_the_kernel_reaches_none_after_reset(
+    tier: str, local_root: Path, case: str
+) -> None:
+    """The same through TRL's environment: after ``reset``, the next rollout on the reused
+    sandbox sees what the first saw in the new sandbox."""
+    storage = STORAGE.get(case)
+    if tier == "rlimits" and storage is None:
+        pytest.skip("the rlimits tier shares the host's network and /dev/shm (docs/isolation.md)")
+    plant, look = kernel_state_case(case, uuid.uuid4().hex, *([storage] if storage else []))
+    environment = sandbox_environment(get_backend("subprocess", root=local_root), timeout=10)
+    try:
+        env = environment()
+        env.reset(prompt="first")
+        before = env.run_shell("python3 -c " + shlex.quote(look))
+        assert "planted" in env.run_shell("python3 -c " + shlex.quote(plant))
+        env.reset(prompt="second")
+        seen = env.run_shell("python3 -c " + shlex.quote(look))
+        reused = environment.lender().stats.reused
+    finally:
+        environment.close_all()
+    expected = KERNEL_STATE[case][2] if storage is None else None
+    assert before == (expected or before), before
+    assert reused == 1 or tier == "rlimits", reused
     assert seen == before, (before, seen)
