@@ -575,9 +575,8 @@ class Output:
 def serve(sock: socket.socket, request: dict[str, Any], stdin_r: int) -> bool:
     """Run one request to its end and send its output and exit status; False when the
     template must end (the host has gone, or no fresh namespaces for the next exec).
-    ``stdin_r``: a pipe that
-    already holds all of the command's stdin (``pipe_holding``). The command's pipes stay here:
-    the host gets one answer, not three streams."""
+    ``stdin_r``: a pipe that already holds all of the command's stdin (``pipe_holding``). The
+    command's pipes stay here: the host gets one answer, not three streams."""
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     started = time.monotonic()
