@@ -642,3 +642,35 @@ def test_work_in_a_child_process_cannot_dodge_a_calls_time_limit(sandbox: Sandbo
     outcome = judge(sandbox, harness, slow_in_a_child)
     assert outcome.kind is OutcomeKind.FAILED and outcome.passed == 0, outcome
     assert "BlockingIOError" in outcome.detail or "Resource temporarily" in outcome.detail, outcome
+
+
+# -- a function-body continuation that reaches module level ------------------------------------
+
+DOUBLE_TASK = FunctionTask(
+    prompt="def double(x: int) -> int:\n",
+    func_name="double",
+    tests=["2", "-7", "10"],
+    reference=lambda x: 2 * x,
+)
+REBINDINGS = {
+    "a form feed after the indentation": "    \fdouble = lambda x: 2 * x\n",
+    "a form feed after a tab": "\t\fdouble = lambda x: 2 * x\n",
+    "a form feed after a carriage return": "\r  \fdouble = lambda x: 2 * x\r",
+    "a form feed before a def": "    \fdef double(x):\n        return 2 * x\n",
+}
+
+
+@pytest.mark.parametrize("path", ["warm", "cold"])
+def test_a_continuation_cannot_rebind_its_function_at_module_level(path: str) -> None:
+    """Each rebinding ran at load time under the line heuristic and scored 1.0."""
+    from sandboxkit import get_backend
+
+    wrong = "    return x * 3\n"
+    bodies = {"wrong": wrong, **{k: wrong + v for k, v in REBINDINGS.items()}}
+    with get_backend("subprocess", warm=path == "warm") as client:
+        reward = function_tests_reward([DOUBLE_TASK], backend=client, pool_size=1, timeout=10)
+        try:
+            scores = reward([DOUBLE_TASK.prompt] * len(bodies), list(bodies.values()))
+        finally:
+            reward.close()
+    assert dict(zip(bodies, scores, strict=True)) == dict.fromkeys(bodies, 0.0)

@@ -14,6 +14,7 @@ from sandboxkit.sanitize import (
     Problem,
     ProblemKind,
     Sanitized,
+    _escape,
     banned_substrings,
     block_tags,
     completion_text,
@@ -272,6 +273,119 @@ PROMPT = 'def sort(xs: list[int]) -> list[int]:\n    """Sort xs without sorted()
 )
 def test_function_body(completion: str, expected: str) -> None:
     assert function_body(completion) == expected
+
+
+HELPER_PROMPT = "def helper():\n    return 1\n\n\ndef f(xs):\n"
+ESCAPES = {
+    "a form feed after the indentation": "    return helper()\n    \fhelper = lambda: 2\n",
+    "a form feed after a tab": "    return helper()\n\t\fhelper = lambda: 2\n",
+    "a carriage return and a form feed": "    return helper()\r    \fhelper = lambda: 2\r",
+    "a form feed under a comment": "    return helper()\n    # done\n  \fhelper = lambda: 2\n",
+    "a new def after a form feed": "    return helper()\n    \fdef helper():\n        return 2\n",
+    "a backslash continuation": "    return helper()\n\\\nhelper = lambda: 2\n",
+    "no-break spaces": "    return helper()\n\u00a0\u00a0\u00a0\u00a0helper = lambda: 2\n",
+    "ideographic spaces": "    return helper()\n\u3000helper = lambda: 2\n",
+    "a decorator after a form feed": (
+        "    return helper()\n    \f@print\ndef helper():\n    return 2\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("completion", ESCAPES.values(), ids=ESCAPES.keys())
+def test_a_body_cannot_reach_module_level(completion: str) -> None:
+    """Those with a form feed after blanks ran their last lines at module level under the line
+    heuristic, rebinding the prompt's helper before any test."""
+    result = sanitize(completion, prompt=HELPER_PROMPT)
+    assert (result.code, result.problem) == (HELPER_PROMPT + "    return helper()", None)
+    namespace: dict[str, Any] = {}
+    exec(result.code, namespace)
+    assert namespace["f"]([]) == 1
+
+
+BODY_ENDS = {
+    "one-line": ("def f(xs):", " return helper()\n    \fhelper = None", " return helper()"),
+    "one-line-statements": ("def f(xs):", " return 1; y = 1\nhelper = None", " return 1; y = 1"),
+    "one-line-comment": (
+        "def f(xs):",
+        "  # why\n    return xs\nhelper = 1",
+        "  # why\n    return xs",
+    ),
+    "mid-line": ("def f(xs):\n    return ", "xs\n    \fhelper = None", "xs"),
+    "async": ("async def f(xs):\n", "    return xs\n    \fhelper = None", "    return xs"),
+    "method": (
+        "class A:\n    def f(self):\n",
+        "        return 1\n    def g(self):\n        pass",
+        "        return 1",
+    ),
+    "after-nested-def": (
+        "def f():\n    def g():\n        pass\n",
+        "    return g\n\fx = 1",
+        "    return g",
+    ),
+    "decorated-header-over-lines": (
+        "@cache\ndef f(a,\n      b):\n",
+        "    return a\n    \fprint(b)",
+        "    return a",
+    ),
+    "colons-in-header": (
+        "def f(d: dict = {'a': 1}) -> int:\n",
+        "    return d['a']\n\fx = 1",
+        "    return d['a']",
+    ),
+    "trailing-comments-dropped": (
+        "def f():\n",
+        "    return 1\n    # end\n# Tests:\nf()",
+        "    return 1",
+    ),
+}
+
+
+@pytest.mark.parametrize(("prompt", "completion", "body"), BODY_ENDS.values(), ids=BODY_ENDS.keys())
+def test_the_body_ends_where_the_tokenizer_ends_the_function(
+    prompt: str, completion: str, body: str
+) -> None:
+    result = sanitize(completion, prompt=prompt)
+    assert (result.code, result.problem) == (prompt + body, None)
+
+
+@pytest.mark.parametrize(
+    "completion",
+    [
+        "    s = '''\nhelper = None\n'''\n    return s",
+        "    x = (1,\nhelper)\n    return x",
+        "    # a column-0 comment does not end the body:\n# here\n    return xs",
+        "    return [\n\f1]",
+    ],
+    ids=["string-over-lines", "brackets", "comment-at-column-0", "form-feed-in-brackets"],
+)
+def test_what_the_tokenizer_keeps_inside_the_body_stays(completion: str) -> None:
+    result = sanitize(completion + "\nhelper = None", prompt=HELPER_PROMPT)
+    assert (result.code, result.problem) == (HELPER_PROMPT + completion, None)
+
+
+@pytest.mark.parametrize(
+    ("prompt", "completion"),
+    [
+        (HELPER_PROMPT, "    return xs\n  \f\thelper = None"),  # past the body: unexpected indent
+        ("def f(xs):\n        pass\n", "\treturn xs\nhelper = None"),  # a tab against 8 spaces
+        (HELPER_PROMPT, "    return xs\n  helper = None"),  # a dedent to no level
+        (HELPER_PROMPT, "    return (xs\nhelper = None"),  # never closed
+        (HELPER_PROMPT, "    return '''xs\nhelper = None"),
+    ],
+    ids=["form-feed-then-tab", "tab-against-spaces", "bad-dedent", "open-bracket", "open-string"],
+)
+def test_a_body_that_cannot_be_kept_inside_is_a_syntax_error(prompt: str, completion: str) -> None:
+    problem = sanitize(completion, prompt=prompt).problem
+    assert problem is not None and problem.kind is ProblemKind.SYNTAX_ERROR
+
+
+def test_code_the_compiler_places_after_the_function_is_a_syntax_error() -> None:
+    """The compiler's reading, not the tokenizer's, has the last word (they could differ)."""
+    code = HELPER_PROMPT + "    return 1\nhelper = None"
+    problem = _escape(code, (5, 0), len(HELPER_PROMPT))
+    assert problem is not None and (problem.kind, problem.line) == (ProblemKind.SYNTAX_ERROR, 7)
+    assert _escape(HELPER_PROMPT + "    return 1", (5, 0), len(HELPER_PROMPT)) is None
+    assert _escape(code + "(", (5, 0), len(HELPER_PROMPT)) is None  # the syntax check's
 
 
 def test_body_assembles_with_prompt_and_runs() -> None:
