@@ -15,7 +15,8 @@ class OutcomeKind(str, enum.Enum):
     """The code did not load or crashed as a whole (``detail`` holds the exception line)."""
     TIMEOUT = "timeout"
     BANNED = "banned"
-    """A banned construct was found before running (``detail`` says which)."""
+    """A banned construct was found before running, or reached while running (``detail``
+    says which)."""
     EMPTY = "empty"
     """Nothing to run: no code, oversized code, NUL bytes."""
     INFRA = "infra"

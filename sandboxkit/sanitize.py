@@ -183,13 +183,17 @@ def pattern_bans(
     Who bans ``"sorted("`` bans the function, however it is reached: ``name(`` and a bare
     ``name`` give the name and the attribute (``reprlib.builtins.sorted``), ``.attr(`` and
     ``mod.attr(`` the attribute, ``import m``/``from m`` and a bare standard module's name
-    the module. Other patterns (``"import "``, ``"[::-1]"``) give nothing.
+    the module, and the keyword alone (``"import "``) every module, ``"*"`` (so
+    ``from\\tm\\timport\\tx`` is an import too). Other patterns (``"[::-1]"``) give nothing.
     """
     names: list[str] = []
     attributes: list[str] = []
     modules: list[str] = []
     for pattern in _strings(patterns):
         text = unicodedata.normalize("NFKC", pattern).strip()  # as Python reads identifiers
+        if text in ("import", "from"):
+            modules.append("*")
+            continue
         imported = _IMPORT_PATTERN.fullmatch(text)
         if imported:
             modules.append(imported[1])
@@ -219,8 +223,8 @@ def find_banned(
     a local ``def sorted`` and ``from m import sorted as s`` are too. ``attributes`` (``sort``)
     cover ``xs.sort()``, ``list.sort(xs)``, ``getattr(xs, "sort")``, ``methodcaller("sort")``,
     ``from m import sort`` and ``case list(sort=f)`` patterns. ``modules`` cover ``import m``,
-    ``import m.sub`` and ``from m import x``. Names and attributes are separate: banning
-    ``sorted`` does not ban ``.sort``.
+    ``import m.sub`` and ``from m import x``; ``"*"`` every import. Names and attributes are
+    separate: banning ``sorted`` does not ban ``.sort``.
 
     When anything is banned, ways to reach an arbitrary name, attribute or module at run time
     are flagged as well, since the check cannot follow them: ``eval``/``exec``/``compile`` of
@@ -235,8 +239,9 @@ def find_banned(
     ``sys.executable``, and these callables referenced other than by a direct call
     (``g = getattr``).
 
-    Not caught: a program that writes a file and imports or runs it, code hidden in data the
-    sandbox provides, and escape routes missing from the lists above.
+    Not caught here: a program that writes a file and imports or runs it, code hidden in data
+    the sandbox provides, and escape routes missing from the lists above; harnesses given the
+    bans catch those as the code runs (``runner.enforce_bans``).
     """
     tree = _parse(code)
     if isinstance(tree, Problem):
@@ -505,6 +510,8 @@ class _Ban:
         return None
 
     def module(self, name: str) -> tuple[str, str] | None:
+        if "*" in self.modules:
+            return "*", f"imports {name!r} (the task bans imports)"
         for banned in self.modules:
             if name == banned or name.startswith(banned + "."):
                 return banned, f"imports {name!r} (banned module {banned!r})"
@@ -535,7 +542,9 @@ def _scan(tree: ast.AST, ban: _Ban) -> Iterator[tuple[int, str, str]]:
             found = [ban.module(alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             for alias in node.names:
-                if node.module and not node.level:
+                if node.level:  # relative: no module's name, so only "*" takes it
+                    found.append(ban.module("." * node.level + (node.module or "")))
+                elif node.module:
                     found.append(ban.module(f"{node.module}.{alias.name}"))
                 if alias.name in ban.names:
                     found.append((alias.name, f"imports banned name {alias.name!r}"))

@@ -601,6 +601,25 @@ def test_banned_modules(code: str, construct: str) -> None:
     assert constructs(code, modules=["os", "subprocess"]) == {construct}
 
 
+@pytest.mark.parametrize(
+    "code",
+    [
+        "from\tbisect\timport\tinsort",
+        "import\tbisect",
+        "from bisect import\\\n    insort",
+        "from . import x",
+        "from .. mod import y",
+        "def f():\n    import os.path as p",
+    ],
+    ids=["tabs", "tab-after-import", "backslash", "relative", "relative-module", "nested"],
+)
+def test_a_banned_import_keyword_bans_every_import_however_spelled(code: str) -> None:
+    """As a substring, ``"import "`` missed the first three: it was all that stood there."""
+    problem = sanitize(code, substrings=["import "], modules=["*"]).problem
+    assert problem is not None and problem.kind is ProblemKind.BANNED
+    assert find_banned(code, modules=["*"])[0].construct == "*"
+
+
 def test_banned_submodule_is_matched_through_from_import() -> None:
     assert constructs("from os import path", modules=["os.path"]) == {"os.path"}
     assert find_banned("import os\nimport osmosis", modules=["os.path"]) == ()
@@ -617,9 +636,17 @@ def test_banned_submodule_is_matched_through_from_import() -> None:
             ((), (), ("heapq", "bisect", "os.path")),
         ),
         (["heapq", "max"], (("heapq", "max"), ("heapq", "max"), ("heapq",))),
-        (["import ", "[::-1]", "for", "x ** 2", ""], ((), (), ())),
+        (["[::-1]", "for", "x ** 2", ""], ((), (), ())),
+        (["import ", " from "], ((), (), ("*",))),
     ],
-    ids=["daytona-sort", "fullwidth-and-qualified", "imports", "bare-words", "nothing-named"],
+    ids=[
+        "daytona-sort",
+        "fullwidth-and-qualified",
+        "imports",
+        "bare-words",
+        "nothing-named",
+        "the-import-keyword",
+    ],
 )
 def test_pattern_bans_name_what_the_patterns_mean(
     patterns: list[str], bans: tuple[tuple[str, ...], ...]

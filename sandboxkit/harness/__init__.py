@@ -29,6 +29,7 @@ from ..sanitize import pattern_bans
 from . import runner
 from .records import (
     PYTHON,
+    Bans,
     Harness,
     RunRequest,
     last_line,
@@ -93,10 +94,14 @@ class AssertTests:
     timeout: float = 5.0
     """Per test (and for loading the code): CPU seconds of the test's process, with a
     wall-clock backstop of ``runner.WALL_FACTOR`` times as many seconds."""
+    bans: Bans = ((), (), ())
+    """Names, attributes and modules the code may not use, enforced as it runs (a test that
+    reaches one makes the outcome ``banned``); the AST check before the run is the plan's."""
 
     def request(self, code: str) -> RunRequest:
         job = {"kind": "asserts", "timeout": self.timeout, "tests": list(self.tests)}
-        return runner_request({"code": code, "setup": self.setup}, job, len(self.tests))
+        first = {"code": code, "setup": self.setup}
+        return runner_request(first, job, len(self.tests), bans=self.bans)
 
     def judge(self, result: ExecResult, request: RunRequest) -> Outcome:
         total = len(self.tests)
@@ -169,11 +174,13 @@ class FunctionTests:
     args: Sequence[tuple[Any, ...]]
     expected: Sequence[Any]
     timeout: float = 5.0
+    bans: Bans = ((), (), ())
+    """As :attr:`AssertTests.bans`."""
 
     def request(self, code: str) -> RunRequest:
         calls = [[self.func_name, runner.encode(tuple(a))] for a in self.args]
         job = {"kind": "calls", "timeout": self.timeout, "calls": calls}
-        return runner_request({"code": code, "setup": ""}, job, len(calls))
+        return runner_request({"code": code, "setup": ""}, job, len(calls), bans=self.bans)
 
     def judge(self, result: ExecResult, request: RunRequest) -> Outcome:
         total = len(self.args)
@@ -226,7 +233,7 @@ class FunctionTask:
     banned_modules: Sequence[str] = ()
     derive_bans: bool = True
 
-    def bans(self) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    def bans(self) -> Bans:
         """``(names, attributes, modules)`` for the AST check: the explicit ones and derived."""
         derived = pattern_bans(self.banned_patterns) if self.derive_bans else ((), (), ())
         return (
@@ -239,4 +246,4 @@ class FunctionTask:
         rng = random.Random(self.seed)
         args = [(eval(expr, {"random": rng, "__builtins__": __builtins__}),) for expr in self.tests]
         expected = [self.reference(*copy.deepcopy(a)) for a in args]
-        return FunctionTests(self.func_name, args, expected, timeout)
+        return FunctionTests(self.func_name, args, expected, timeout, self.bans())

@@ -435,6 +435,8 @@ class Channel:
         """Where the zygote sends the exit status of a whole program's process."""
         self.stderr = stderr
         """A whole program's stderr (its tail says why it failed)."""
+        self.banned = ""
+        """What the candidate's process reached that its task bans, once it said so."""
 
     def request(self, message: dict[str, Any]) -> Any:
         message = dict(message)
@@ -449,7 +451,14 @@ class Channel:
             raise RemoteError("the candidate's process ended during a call") from None
         if "raise" in answer:
             raise remote_exception(answer, self)
+        if "banned" in answer:
+            self.banned = banned_detail(answer["banned"])
+            raise Banned(self.banned)
         return decode(answer["ok"], channel=self)
+
+
+def banned_detail(what: Any) -> str:
+    return f"reached {str(what)[:200]}, which the task bans"
 
 
 def remote_exception(answer: Record, channel: Channel) -> Exception:
@@ -536,9 +545,12 @@ def describe(namespace: dict[str, Any]) -> Names:
     return names
 
 
-def zygote(ctl: socket.socket, code: str, setup: str, program: Record | None) -> None:
+def zygote(
+    ctl: socket.socket, code: str, setup: str, program: Record | None, bans: Record | None = None
+) -> None:
     """Z: load the candidate once (a whole ``program``: compile it), then fork a fresh child
-    per test on request."""
+    per test on request. With ``bans``, what the task bans is unusable in Z and its children
+    (:func:`enforce_bans`)."""
     namespace = {"__name__": CANDIDATE_MODULE, "__builtins__": __builtins__}
     native = program.get("native") if program is not None else None
     try:
@@ -556,7 +568,10 @@ def zygote(ctl: socket.socket, code: str, setup: str, program: Record | None) ->
 
             ctl.sendall(frame({"loaded": {}}))
         else:
-            exec(compile(code + "\n" + setup, "<candidate>", "exec"), namespace)
+            candidate = compile(code + "\n" + setup, "<candidate>", "exec")
+            if bans:  # bans: before the candidate's first instruction
+                enforce_bans(bans, ctl.fileno())
+            exec(candidate, namespace)
             ctl.sendall(frame({"loaded": describe(namespace)}))
     except BuildError as exc:
         ctl.sendall(frame({"load_error": str(exc)[:MAX_RECORD], "build": exc.kind}))
@@ -582,7 +597,9 @@ def zygote(ctl: socket.socket, code: str, setup: str, program: Record | None) ->
             err_mine, err_theirs = socket.socketpair()
         pid = os.fork()
         if pid == 0:
-            for end in (ctl, theirs, status_mine, status_theirs, err_theirs):
+            if bans:  # a stub reports on the fd it was given: now this child's socket to T
+                os.dup2(mine.fileno(), ctl.fileno())
+            for end in (None if bans else ctl, theirs, status_mine, status_theirs, err_theirs):
                 if end is not None:
                     end.close()
             if program is not None:
@@ -600,6 +617,234 @@ def zygote(ctl: socket.socket, code: str, setup: str, program: Record | None) ->
                 end.close()
         if status_mine is not None:
             report_exit(pid, status_mine)
+
+
+# -- bans: what a task forbids, made unusable in the candidate's own process -------------------
+
+
+class Banned(BaseException):
+    """The candidate's process reached what its task bans (T's view of that process's report;
+    not an ``Exception``, which a test's ``except`` would take for the candidate's own)."""
+
+
+BAN_KEYS = ("names", "attributes", "modules")
+PROCESS_EVENTS = frozenset(("os.exec", "os.posix_spawn", "os.spawn", "os.system"))
+PROCESS_EVENTS |= {"subprocess.Popen", "os.fork", "os.forkpty"}
+HEAP_EVENTS = frozenset(("gc.get_objects", "gc.get_referrers", "gc.get_referents"))
+
+
+def enforce_bans(bans: Record, report: int) -> None:
+    """Just before the candidate's first instruction, in its process: make what the task
+    bans (``bans``: the host's AST check's ``names``, ``attributes`` and ``modules``) unusable,
+    whatever name or path reaches it. Each banned callable (a builtin, a method of a builtin
+    type, a function of a banned module, which is imported first) is replaced by a stub in
+    every dictionary that holds it (module and type namespaces, the interpreter's spare copy
+    of the builtins), so the original is gone: a call by any name, ``getattr``, ``map``, a
+    ``methodcaller``, a key function or a pickle reaches the stub, which reports the ban on
+    ``report`` (the socket to T) and ends the process. A stub the candidate rebinds or
+    rewrites is its own code: no way back to the original. An audit hook (hooks cannot be
+    removed) refuses those ways back and around: reloading a patched or banned module,
+    ``gc``'s walks of the heap, a new interpreter (fresh builtins), a new process (another
+    Python), ctypes but for the runner's own seccomp filter, made-up code objects; and it
+    checks source compiled at run time (``exec``, ``eval``, a module the candidate writes and
+    imports) as the host checks the candidate's code. What the runner's own code in this
+    process uses from here on (from the caller on) stays, for the host's check alone:
+    ``__import__`` (every import statement calls it) and, say, ``len`` or ``json``."""
+    import ast  # noqa: F401 (the hook's, loaded now: its import runs code that sorts)
+    import gc
+
+    names, attributes, modules = (frozenset(bans.get(key) or ()) for key in BAN_KEYS)
+    used, codes = runner_reach(sys._getframe(1).f_code)
+    used.add("__import__")
+    homes = {home for module in modules - used for home in (module, "_" + module)}
+    for module in modules - used:
+        with contextlib.suppress(Exception):  # no such module here: the host's check's alone
+            __import__(module)
+    originals: dict[int, tuple[Any, str]] = {}
+    for name in (names | attributes) - used:
+        value = vars(builtins).get(name)
+        if callable(value) and not isinstance(value, type):  # a type is its instances' too
+            originals[id(value)] = (value, name)
+    for klass in builtin_types():
+        for name in attributes - used:
+            value = klass.__dict__.get(name)
+            if callable(value):
+                originals[id(value)] = (value, f"{klass.__name__}.{name}")
+    for module_name, module in list(sys.modules.items()):
+        if module_name.split(".")[0] in homes:
+            for name, value in list(vars(module).items()):
+                if callable(value) and getattr(value, "__module__", None) in homes:
+                    originals[id(value)] = (value, f"{module_name}.{name}")
+    stop = ban_stop(report)
+    stubs = {key: ban_stub(what, stop) for key, (_, what) in originals.items()}
+    patched: set[str] = set()
+    for holder in gc.get_referrers(*(value for value, _ in originals.values())):
+        if type(holder) is dict and holder is not originals:
+            for key, value in list(holder.items()):
+                if id(value) in originals and value is originals[id(value)][0]:
+                    holder[key] = stubs[id(value)]
+                    patched.add(str(holder.get("__name__", "")))
+        elif type(holder) is list:
+            holder[:] = [stubs.get(id(v), v) for v in holder]
+    sys._clear_type_cache()  # lookups cached before the patch would still find the originals
+    originals.clear()
+    words = names | attributes
+    hook = ban_hook(stop, frozenset(homes | patched), words, modules, codes)
+    sys.addaudithook(hook)
+
+
+def runner_reach(code: types.CodeType) -> tuple[set[str], tuple[types.CodeType, ...]]:
+    """The names the runner's code from ``code`` on uses (following the runner's functions and
+    classes it names), and those code objects."""
+    namespace = globals()
+    used: set[str] = set()
+    seen: dict[int, types.CodeType] = {}
+    stack = [code]
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen[id(current)] = current
+        used.update(current.co_names)
+        stack += [c for c in current.co_consts if isinstance(c, types.CodeType)]
+        for name in current.co_names:
+            value = namespace.get(name)
+            if isinstance(value, type) and value.__module__ == namespace["__name__"]:
+                stack += [f.__code__ for f in vars(value).values() if callable(f)]
+            elif isinstance(value, types.FunctionType):
+                stack.append(value.__code__)
+    return used, tuple(seen.values())
+
+
+def builtin_types() -> list[type]:
+    """The types of the ``builtins`` module's kind (``list``, ``dict``, ``str``...)."""
+    found: dict[int, type] = {}
+    stack = [object]
+    while stack:
+        klass = stack.pop()
+        if id(klass) not in found:
+            found[id(klass)] = klass
+            stack += type.__subclasses__(klass)
+    return [k for k in found.values() if k.__module__ == "builtins"]
+
+
+def ban_stop(report: int) -> Callable[[str], None]:
+    """What a stub or the hook calls: tell T on ``report`` what was reached, and end this
+    process (its own bindings taken now: the candidate may rebind the modules' later)."""
+    write, end, dumps = os.write, os._exit, json.dumps
+
+    def stop(what: str) -> None:
+        try:
+            data = dumps({"banned": what[:200]}).encode()
+            write(report, b"%d\n" % len(data) + data)
+        finally:
+            end(1)
+
+    return stop
+
+
+def ban_stub(what: str, stop: Callable[[str], None]) -> Callable[..., Any]:
+    def banned(*args: Any, **kwargs: Any) -> None:
+        stop(what)
+
+    banned.__name__ = banned.__qualname__ = what.rpartition(".")[2]
+    return banned
+
+
+def ban_hook(
+    stop: Callable[[str], None],
+    reloads: frozenset[str],
+    words: frozenset[str],
+    modules: frozenset[str],
+    codes: tuple[types.CodeType, ...],
+) -> Callable[[str, tuple[Any, ...]], None]:
+    """The audit hook of :func:`enforce_bans`. It reads the candidate's arguments only as
+    exact built-in values, so none of the candidate's code runs inside it."""
+    import _thread
+
+    ident = _thread.get_ident
+    getframe = sys._getframe
+    trusted = frozenset(map(id, codes))
+    stdlib = os.path.dirname(os.__file__) + os.sep
+    passed = ("<frozen importlib.", stdlib + "ctypes" + os.sep)  # on the way from the runner
+    checking: set[int] = set()
+
+    def runner_did() -> bool:
+        """Whether the nearest caller outside the import system and ctypes is the runner's."""
+        frame: types.FrameType | None = getframe(2)
+        while frame is not None and str.startswith(frame.f_code.co_filename, passed):
+            frame = frame.f_back
+        return frame is not None and id(frame.f_code) in trusted
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if event == "import":
+            name = str.__str__(args[0]) if issubclass(type(args[0]), str) else ""
+            top = name.partition(".")[0]
+            if name in reloads or top in modules:
+                stop(f"import of {name}")
+            if top in ("ctypes", "_ctypes") and not runner_did():
+                stop("ctypes")
+        elif str.startswith(event, "ctypes.") or event in ("os.fork", "os.forkpty"):
+            if not runner_did():
+                stop("ctypes" if event[0] == "c" else "a new process")
+        elif event in PROCESS_EVENTS:
+            stop("a new process")
+        elif event in HEAP_EVENTS:
+            stop(event)
+        elif event == "cpython.PyInterpreterState_New":
+            stop("a new interpreter")
+        elif event == "code.__new__":
+            stop("a made-up code object")
+        elif event == "compile" and ident() not in checking:
+            checking.add(ident())
+            try:
+                found = banned_source(args[0], args[1], words, modules, stdlib)
+            finally:
+                checking.discard(ident())
+            if found:
+                stop(found)
+
+    return hook
+
+
+def banned_source(
+    source: Any, filename: Any, words: frozenset[str], modules: frozenset[str], stdlib: str
+) -> str:
+    """What banned ``source`` (compiled at run time) uses, as the host's check would flag it
+    (names, attributes, imports); "" when nothing. The standard library's own files pass;
+    other code may not take the name of one, nor the import system's (the hook trusts
+    frames of those on the way from the runner's own code to ctypes)."""
+    import ast
+
+    if type(source) not in (str, bytes):
+        if not issubclass(type(source), (bytes, bytearray, memoryview)):
+            return "compiling a syntax tree"
+        source = bytes(source)
+    name = filename if type(filename) is str else ""  # compile has made it one
+    if name.startswith(("<frozen", stdlib)):
+        with contextlib.suppress(OSError), open(name, "rb") as file:
+            if file.read() == (source if type(source) is bytes else source.encode()):
+                return ""
+        return "code under the standard library's name"
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return ""  # the compiler fails it too
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in words:
+            return node.id
+        if isinstance(node, ast.Attribute) and node.attr in words:
+            return node.attr
+        if isinstance(node, ast.alias) and (node.name in words or node.asname in words):
+            return node.name
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and "*" in modules:
+            return "an import"
+        for name in [a.name for a in node.names] if isinstance(node, ast.Import) else []:
+            if name.partition(".")[0] in modules:
+                return f"import of {name}"
+        if isinstance(node, ast.ImportFrom) and str(node.module).partition(".")[0] in modules:
+            return f"import of {node.module}"
+    return ""
 
 
 def report_exit(pid: int, sock: socket.socket) -> None:
@@ -1096,7 +1341,9 @@ def read_key() -> mmap.mmap:
     return memory
 
 
-def start_zygote(code: str, setup: str, program: Record | None) -> tuple[int, socket.socket]:
+def start_zygote(
+    code: str, setup: str, program: Record | None, bans: Record | None = None
+) -> tuple[int, socket.socket]:
     t_end, z_end = socket.socketpair()
     pid = os.fork()
     if pid == 0:
@@ -1107,7 +1354,7 @@ def start_zygote(code: str, setup: str, program: Record | None) -> tuple[int, so
         keep = z_end.fileno()
         os.closerange(3, keep)
         os.closerange(keep + 1, 65536)
-        zygote(z_end, code, setup, program)
+        zygote(z_end, code, setup, program, bans)
         os._exit(0)
     z_end.close()
     return pid, t_end
@@ -1122,6 +1369,8 @@ def load(t_end: socket.socket, zygote_pid: int, timeout: float, wall: float | No
         loaded = read_frame(t_end.fileno())
     except (EOFError, ValueError):
         return {"load_error": "the code's process ended while loading"}
+    if type(loaded) is dict and "banned" in loaded:
+        return {"load_error": banned_detail(loaded["banned"]), "banned": True}
     if type(loaded) is not dict or not ("loaded" in loaded or "load_error" in loaded):
         return {"load_error": "the code's process sent something else than its names"}
     if "load_error" in loaded:
@@ -1243,9 +1492,14 @@ def judge(
     try:
         pid, channel = child_channel(t_end, timeout, wall)
         box.append(channel)
-        return test(box)
+        record = test(box)
+        if channel.banned:  # however the test took it
+            return {"status": "banned", "detail": channel.banned}
+        return record
     except TimeUp as exc:
         return {"status": "timeout", "limit": exc.limit, "detail": str(exc)}
+    except Banned as exc:
+        return {"status": "banned", "detail": str(exc)}
     except OutputLimit as exc:
         return {"status": "output_limit", "detail": str(exc)}
     except (RemoteError, CodecError) as exc:
@@ -1426,7 +1680,7 @@ def main() -> None:
             report.emit({"done": True})
             return
     make_undumpable()
-    zygote_pid, t_end = start_zygote(code, setup, program)
+    zygote_pid, t_end = start_zygote(code, setup, program, first.get("bans"))
     # Only now, in T alone: T forks nothing else.
     report = Reporter(bytes.fromhex(key_memory[:].decode()))
     key_memory.close()
@@ -1441,6 +1695,7 @@ def main() -> None:
                     "load_error": loaded["load_error"],
                     "timeout": bool(loaded.get("timeout")),
                     "build": loaded.get("build", ""),
+                    "banned": bool(loaded.get("banned")),
                 }
             )
         elif job["kind"] == "asserts":
