@@ -810,6 +810,14 @@ RUNTIME_ONLY = {
         "    '    return out\\n', '<frozen importlib._bootstrap>', 'exec'), ns)\n"
         "sort_numbers = ns['go']\n"
     ),
+    "the hook's globals and builtins rebound first": (
+        INSERTION_SORT + "import __main__, builtins\n"
+        "for name in ('PROCESS_EVENTS', 'HEAP_EVENTS', 'INTERPRETER_MODULES', 'BAN_KEYS'):\n"
+        "    setattr(__main__, name, frozenset())\n"
+        "__main__.banned_source = lambda *args: ''\n"
+        "builtins.id = builtins.issubclass = lambda *args: 0\n"
+        "import gc\ngc.get_referrers(len)\n"
+    ),
     "the stub caught and an own sort after": (
         "    try:\n        return getattr(print, '__se' + 'lf__').sorted(xs)\n"
         "    except BaseException:\n        pass\n" + INSERTION_SORT
@@ -860,3 +868,18 @@ def test_a_ban_reached_at_load_time_or_inside_a_test_is_banned_in_assert_tests(
     assert judge(sandbox, harness, calling).kind is OutcomeKind.BANNED
     assert judge(sandbox, harness, honest).kind is OutcomeKind.PASSED
     assert judge(sandbox, replace(harness, bans=((), (), ())), calling).kind is OutcomeKind.PASSED
+
+
+def test_silencing_the_report_fails_the_test_it_was_silenced_in(sandbox: Sandbox) -> None:
+    """A candidate that points every descriptor elsewhere before a banned call cannot be told
+    banned, nor answer: its process ends, and the test with it."""
+    names, attributes, _ = DAYTONA_SORTING.bans()
+    harness = replace(DAYTONA_SORTING.harness(10), bans=(names, attributes, ()))
+    body = (
+        "    import os\n    for fd in range(3, 256):\n        try:\n"
+        "            os.dup2(0, fd)\n        except OSError:\n            pass\n"
+        "    return getattr(print, '__se' + 'lf__').sorted(xs)\n"
+    )
+    outcome = judge(sandbox, harness, DAYTONA_SORTING.prompt + body)
+    assert (outcome.kind, outcome.passed) == (OutcomeKind.FAILED, 0)
+    assert "ended during a call" in outcome.detail

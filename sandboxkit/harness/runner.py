@@ -631,6 +631,11 @@ BAN_KEYS = ("names", "attributes", "modules")
 PROCESS_EVENTS = frozenset(("os.exec", "os.posix_spawn", "os.spawn", "os.system"))
 PROCESS_EVENTS |= {"subprocess.Popen", "os.fork", "os.forkpty"}
 HEAP_EVENTS = frozenset(("gc.get_objects", "gc.get_referrers", "gc.get_referents"))
+INTERPRETER_MODULES = frozenset(("_interpreters", "_xxsubinterpreters", "_testcapi"))
+INTERPRETER_MODULES |= {"_testinternalcapi", "_testsinglephase", "_testmultiphase"}
+"""Modules that start interpreters (fresh builtins) or reach the interpreter's internals
+without an audit event of their own on every version (3.13's ``_interpreters.create``
+raises none)."""
 
 
 def enforce_bans(bans: Record, report: int) -> None:
@@ -731,12 +736,12 @@ def builtin_types() -> list[type]:
 def ban_stop(report: int) -> Callable[[str], None]:
     """What a stub or the hook calls: tell T on ``report`` what was reached, and end this
     process (its own bindings taken now: the candidate may rebind the modules' later)."""
-    write, end, dumps = os.write, os._exit, json.dumps
+    write, end, dumps, size = os.write, os._exit, json.dumps, len
 
     def stop(what: str) -> None:
         try:
             data = dumps({"banned": what[:200]}).encode()
-            write(report, b"%d\n" % len(data) + data)
+            write(report, b"%d\n" % size(data) + data)
         finally:
             end(1)
 
@@ -758,47 +763,67 @@ def ban_hook(
     modules: frozenset[str],
     codes: tuple[types.CodeType, ...],
 ) -> Callable[[str, tuple[Any, ...]], None]:
-    """The audit hook of :func:`enforce_bans`. It reads the candidate's arguments only as
-    exact built-in values, so none of the candidate's code runs inside it."""
+    """The audit hook of :func:`enforce_bans`. Everything it relies on is bound here, before
+    the candidate runs (it may rebind the runner's globals and the builtins afterwards), and
+    it reads the candidate's arguments only as exact built-in values, so none of the
+    candidate's code runs inside it."""
     import _thread
 
-    ident = _thread.get_ident
-    getframe = sys._getframe
+    ident, getframe, startswith, text = _thread.get_ident, sys._getframe, str.startswith, str
+    kind, subclass, identity, read_file = type, issubclass, id, open
     trusted = frozenset(map(id, codes))
+    refused = INTERPRETER_MODULES | modules
+    processes, heap = PROCESS_EVENTS, HEAP_EVENTS
     stdlib = os.path.dirname(os.__file__) + os.sep
     passed = ("<frozen importlib.", stdlib + "ctypes" + os.sep)  # on the way from the runner
+    check_source = banned_source
     checking: set[int] = set()
 
     def runner_did() -> bool:
         """Whether the nearest caller outside the import system and ctypes is the runner's."""
         frame: types.FrameType | None = getframe(2)
-        while frame is not None and str.startswith(frame.f_code.co_filename, passed):
+        while frame is not None and startswith(frame.f_code.co_filename, passed):
             frame = frame.f_back
-        return frame is not None and id(frame.f_code) in trusted
+        return frame is not None and identity(frame.f_code) in trusted
+
+    def standard_file(filename: Any, source: Any) -> bool:
+        """Whether code compiled as ``filename`` takes the standard library's or the import
+        system's name (which :func:`runner_did` trusts) without being that file's."""
+        name = filename if kind(filename) is text else ""  # compile has made it a str
+        if not startswith(name, ("<frozen", stdlib)):
+            return False
+        try:
+            with read_file(name, "rb") as file:
+                own = file.read()
+        except OSError:
+            return True
+        return kind(source) is not bytes or own != source
 
     def hook(event: str, args: tuple[Any, ...]) -> None:
         if event == "import":
-            name = str.__str__(args[0]) if issubclass(type(args[0]), str) else ""
+            name = text.__str__(args[0]) if subclass(kind(args[0]), text) else ""
             top = name.partition(".")[0]
-            if name in reloads or top in modules:
+            if name in reloads or top in refused:
                 stop(f"import of {name}")
             if top in ("ctypes", "_ctypes") and not runner_did():
                 stop("ctypes")
-        elif str.startswith(event, "ctypes.") or event in ("os.fork", "os.forkpty"):
+        elif startswith(event, "ctypes.") or event in ("os.fork", "os.forkpty"):
             if not runner_did():
                 stop("ctypes" if event[0] == "c" else "a new process")
-        elif event in PROCESS_EVENTS:
+        elif event in processes:
             stop("a new process")
-        elif event in HEAP_EVENTS:
+        elif event in heap:
             stop(event)
         elif event == "cpython.PyInterpreterState_New":
             stop("a new interpreter")
         elif event == "code.__new__":
             stop("a made-up code object")
         elif event == "compile" and ident() not in checking:
+            if standard_file(args[1], args[0]):
+                stop("code under the standard library's name")
             checking.add(ident())
             try:
-                found = banned_source(args[0], args[1], words, modules, stdlib)
+                found = check_source(args[0], words, modules)
             finally:
                 checking.discard(ident())
             if found:
@@ -807,25 +832,16 @@ def ban_hook(
     return hook
 
 
-def banned_source(
-    source: Any, filename: Any, words: frozenset[str], modules: frozenset[str], stdlib: str
-) -> str:
+def banned_source(source: Any, words: frozenset[str], modules: frozenset[str]) -> str:
     """What banned ``source`` (compiled at run time) uses, as the host's check would flag it
-    (names, attributes, imports); "" when nothing. The standard library's own files pass;
-    other code may not take the name of one, nor the import system's (the hook trusts
-    frames of those on the way from the runner's own code to ctypes)."""
+    (names, attributes, imports); "" when nothing. The first pass only: the stubs hold
+    whatever this misses."""
     import ast
 
     if type(source) not in (str, bytes):
         if not issubclass(type(source), (bytes, bytearray, memoryview)):
             return "compiling a syntax tree"
         source = bytes(source)
-    name = filename if type(filename) is str else ""  # compile has made it one
-    if name.startswith(("<frozen", stdlib)):
-        with contextlib.suppress(OSError), open(name, "rb") as file:
-            if file.read() == (source if type(source) is bytes else source.encode()):
-                return ""
-        return "code under the standard library's name"
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
