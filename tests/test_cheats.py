@@ -799,6 +799,9 @@ RUNTIME_ONLY = {
     "a subinterpreter's fresh builtins": (
         "    import _xxsubinterpreters as s\n    s.create()\n    return list(xs)\n"
     ),
+    "a process started below subprocess's audit event": (
+        "    import _posixsubprocess\n" + INSERTION_SORT
+    ),
     "a forged code object": (
         "    f = lambda: 0\n    f.__code__.replace(co_name='x')\n    return list(xs)\n"
     ),
@@ -812,7 +815,7 @@ RUNTIME_ONLY = {
     ),
     "the hook's globals and builtins rebound first": (
         INSERTION_SORT + "import __main__, builtins\n"
-        "for name in ('PROCESS_EVENTS', 'HEAP_EVENTS', 'INTERPRETER_MODULES', 'BAN_KEYS'):\n"
+        "for name in ('PROCESS_EVENTS', 'HEAP_EVENTS', 'UNAUDITED_MODULES', 'BAN_KEYS'):\n"
         "    setattr(__main__, name, frozenset())\n"
         "__main__.banned_source = lambda *args: ''\n"
         "builtins.id = builtins.issubclass = lambda *args: 0\n"

@@ -631,11 +631,12 @@ BAN_KEYS = ("names", "attributes", "modules")
 PROCESS_EVENTS = frozenset(("os.exec", "os.posix_spawn", "os.spawn", "os.system"))
 PROCESS_EVENTS |= {"subprocess.Popen", "os.fork", "os.forkpty"}
 HEAP_EVENTS = frozenset(("gc.get_objects", "gc.get_referrers", "gc.get_referents"))
-INTERPRETER_MODULES = frozenset(("_interpreters", "_xxsubinterpreters", "_testcapi"))
-INTERPRETER_MODULES |= {"_testinternalcapi", "_testsinglephase", "_testmultiphase"}
-"""Modules that start interpreters (fresh builtins) or reach the interpreter's internals
-without an audit event of their own on every version (3.13's ``_interpreters.create``
-raises none)."""
+UNAUDITED_MODULES = frozenset(("_interpreters", "_xxsubinterpreters", "_testcapi"))
+UNAUDITED_MODULES |= {"_testinternalcapi", "_testsinglephase", "_testmultiphase"}
+UNAUDITED_MODULES |= {"_posixsubprocess"}
+"""Modules that start interpreters (fresh builtins) or processes (another Python), or reach
+the interpreter's internals, without an audit event of their own on every version (3.13's
+``_interpreters.create`` raises none, ``_posixsubprocess.fork_exec`` none at all)."""
 
 
 def enforce_bans(bans: Record, report: int) -> None:
@@ -772,7 +773,7 @@ def ban_hook(
     ident, getframe, startswith, text = _thread.get_ident, sys._getframe, str.startswith, str
     kind, subclass, identity, read_file = type, issubclass, id, open
     trusted = frozenset(map(id, codes))
-    refused = INTERPRETER_MODULES | modules
+    refused = UNAUDITED_MODULES | modules
     processes, heap = PROCESS_EVENTS, HEAP_EVENTS
     stdlib = os.path.dirname(os.__file__) + os.sep
     passed = ("<frozen importlib.", stdlib + "ctypes" + os.sep)  # on the way from the runner
