@@ -802,6 +802,13 @@ RUNTIME_ONLY = {
     "a process started below subprocess's audit event": (
         "    import _posixsubprocess\n" + INSERTION_SORT
     ),
+    "heapq reloaded, its sifts sorting": (
+        "    import heapq, importlib\n    importlib.reload(heapq)\n    h = []\n"
+        "    for x in xs:\n        h.append(x)\n        heapq._siftdown(h, 0, len(h) - 1)\n"
+        "    out = []\n    while h:\n        last = h.pop()\n        if h:\n"
+        "            out.append(h[0])\n            h[0] = last\n            heapq._siftup(h, 0)\n"
+        "        else:\n            out.append(last)\n    return out\n"
+    ),
     "a forged code object": (
         "    f = lambda: 0\n    f.__code__.replace(co_name='x')\n    return list(xs)\n"
     ),

@@ -649,13 +649,13 @@ def enforce_bans(bans: Record, report: int) -> None:
     ``methodcaller``, a key function or a pickle reaches the stub, which reports the ban on
     ``report`` (the socket to T) and ends the process. A stub the candidate rebinds or
     rewrites is its own code: no way back to the original. An audit hook (hooks cannot be
-    removed) refuses those ways back and around: reloading a patched or banned module,
-    ``gc``'s walks of the heap, a new interpreter (fresh builtins), a new process (another
-    Python), ctypes but for the runner's own seccomp filter, made-up code objects; and it
-    checks source compiled at run time (``exec``, ``eval``, a module the candidate writes and
-    imports) as the host checks the candidate's code. What the runner's own code in this
-    process uses from here on (from the caller on) stays, for the host's check alone:
-    ``__import__`` (every import statement calls it) and, say, ``len`` or ``json``."""
+    removed) refuses those ways back and around: importing again or reloading a patched or
+    banned module, ``gc``'s walks of the heap, a new interpreter (fresh builtins), a new
+    process (another Python), ctypes but for the runner's own seccomp filter, made-up code
+    objects; and it checks source compiled at run time (``exec``, ``eval``, a module the
+    candidate writes and imports) as the host checks the candidate's code. What the runner's
+    own code in this process uses from here on (from the caller on) stays, for the host's
+    check alone: ``__import__`` (every import statement calls it) and, say, ``len``."""
     import ast  # noqa: F401 (the hook's, loaded now: its import runs code that sorts)
     import gc
 
@@ -694,8 +694,11 @@ def enforce_bans(bans: Record, report: int) -> None:
             holder[:] = [stubs.get(id(v), v) for v in holder]
     sys._clear_type_cache()  # lookups cached before the patch would still find the originals
     originals.clear()
-    words = names | attributes
-    hook = ban_hook(stop, frozenset(homes | patched), words, modules, codes)
+    reloads = frozenset(homes | patched)
+    files = {getattr(sys.modules.get(name), "__file__", None) for name in reloads}
+    hook = ban_hook(
+        stop, reloads, frozenset(filter(None, files)), names | attributes, modules, codes
+    )
     sys.addaudithook(hook)
 
 
@@ -760,6 +763,7 @@ def ban_stub(what: str, stop: Callable[[str], None]) -> Callable[..., Any]:
 def ban_hook(
     stop: Callable[[str], None],
     reloads: frozenset[str],
+    files: frozenset[str],
     words: frozenset[str],
     modules: frozenset[str],
     codes: tuple[types.CodeType, ...],
@@ -771,7 +775,7 @@ def ban_hook(
     import _thread
 
     ident, getframe, startswith, text = _thread.get_ident, sys._getframe, str.startswith, str
-    kind, subclass, identity, read_file = type, issubclass, id, open
+    kind, subclass, identity, read_file, code_type = type, issubclass, id, open, types.CodeType
     trusted = frozenset(map(id, codes))
     refused = UNAUDITED_MODULES | modules
     processes, heap = PROCESS_EVENTS, HEAP_EVENTS
@@ -819,6 +823,8 @@ def ban_hook(
             stop("a new interpreter")
         elif event == "code.__new__":
             stop("a made-up code object")
+        elif event == "exec" and kind(args[0]) is code_type and args[0].co_filename in files:
+            stop(f"a reload of {args[0].co_filename}")  # importlib.reload: no import event
         elif event == "compile" and ident() not in checking:
             if standard_file(args[1], args[0]):
                 stop("code under the standard library's name")
