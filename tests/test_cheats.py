@@ -747,6 +747,10 @@ DAYTONA_ROUTES = {
         "        def _(self, x: \"[globals().__setitem__('S', list.sort), list][1]\"):\n"
         "            return x\n\n    out = list(xs)\n    S(out)\n    return out\n"
     ),
+    "enum sorting in place, its call site specialized before the patch": (
+        "    from\tenum\timport\tEnum\n    out = list(xs)\n"
+        "    Enum._generate_next_value_('a', 1, len(out), out)\n    return out\n"
+    ),
     "a module written at run time": (
         "    import\tsys\n    with open('/tmp/sk_sort_dyn.py', 'w') as f:\n"
         "        f.write('def go(xs):\\n    return sor' + 'ted(xs)\\n')\n"

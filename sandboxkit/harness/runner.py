@@ -657,6 +657,7 @@ def enforce_bans(bans: Record, report: int) -> None:
     own code in this process uses from here on (from the caller on) stays, for the host's
     check alone: ``__import__`` (every import statement calls it) and, say, ``len``."""
     import ast  # noqa: F401 (the hook's, loaded now: its import runs code that sorts)
+    import ctypes
     import gc
 
     names, attributes, modules = (frozenset(bans.get(key) or ()) for key in BAN_KEYS)
@@ -671,11 +672,13 @@ def enforce_bans(bans: Record, report: int) -> None:
         value = vars(builtins).get(name)
         if callable(value) and not isinstance(value, type):  # a type is its instances' too
             originals[id(value)] = (value, name)
+    owners: list[type] = []
     for klass in builtin_types():
         for name in attributes - used:
             value = klass.__dict__.get(name)
             if callable(value):
                 originals[id(value)] = (value, f"{klass.__name__}.{name}")
+                owners.append(klass)
     for module_name, module in list(sys.modules.items()):
         if module_name.split(".")[0] in homes:
             for name, value in list(vars(module).items()):
@@ -692,7 +695,8 @@ def enforce_bans(bans: Record, report: int) -> None:
                     patched.add(str(holder.get("__name__", "")))
         elif type(holder) is list:
             holder[:] = [stubs.get(id(v), v) for v in holder]
-    sys._clear_type_cache()  # lookups cached before the patch would still find the originals
+    for klass in owners:  # what lookups and specialized calls cached stands for the original
+        ctypes.pythonapi.PyType_Modified(ctypes.py_object(klass))
     originals.clear()
     reloads = frozenset(homes | patched)
     files = {getattr(sys.modules.get(name), "__file__", None) for name in reloads}
