@@ -275,7 +275,7 @@ def sanitize(
     the sandbox's. A program in another ``language`` is taken from a block tagged with one of
     its names; its compiler judges it, and the checks after NUL bytes are Python's only.
     """
-    prefix, model, escape = _program(completion, block, prompt, language)
+    prefix, model, escape = _program(completion, block, prompt, language, max_bytes)
     code = prefix + model
     if not model:
         return Sanitized(code, Problem(ProblemKind.EMPTY, "the completion contains no code"))
@@ -308,15 +308,17 @@ def _program(
     block: Literal["first", "last"],
     prompt: str | None,
     language: Language | None = None,
+    max_chars: int | None = None,
 ) -> tuple[str, str, Problem | None]:
     """``(prefix, model_code, escape)``: the prompt's part (body mode only), the model's part,
-    and in body mode why that part does not stay inside the prompt's function."""
+    and in body mode why that part does not stay inside the prompt's function (a body is
+    read no further than ``max_chars``: longer, it is too large wherever it ends)."""
     if block not in ("first", "last"):
         raise ValueError(f"block must be 'first' or 'last', not {block!r}")
     text = _clean(completion_text(completion))
     if prompt is not None:
         prompt = _newlines(prompt)
-        body, escape = _body(prompt, text)
+        body, escape = _body(prompt, text, max_chars)
         return prompt, body, escape
     blocks = _fenced_blocks(text)
     if not blocks:
@@ -347,13 +349,13 @@ class _Def:
 _LAYOUT = (tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT, tokenize.NEWLINE)
 
 
-def _body(prompt: str, text: str) -> tuple[str, Problem | None]:
+def _body(prompt: str, text: str, max_chars: int | None = None) -> tuple[str, Problem | None]:
     """The part of ``text`` that continues the function ``prompt`` leaves open (the outermost
     ``def`` whose body has not ended where the prompt does; else, module level), cut where
     the tokenizer ends that body; and why it is no body when the compiler, reading the
     prompt and the body, still finds code of ``text`` after that function."""
     source = prompt + text
-    starts = [0, *(match.end() for match in re.finditer("\n", source))]
+    starts = [0, *(match.end() for match in re.finditer("\n", source)), len(source)]
     cut = len(source)
     ended = 0  # where the last logical line ended
     chosen: _Def | None = None
@@ -366,6 +368,9 @@ def _body(prompt: str, text: str) -> tuple[str, Problem | None]:
     try:
         for token in tokenize.generate_tokens(io.StringIO(source).readline):
             kind, (row, col) = token.type, token.start
+            if max_chars is not None and starts[row - 1] + col > len(prompt) + max_chars:
+                cut = starts[row - 1] + col  # too large already: no need to read on
+                break
             if colon is not None and kind != tokenize.COMMENT:
                 colon.inline = kind != tokenize.NEWLINE
                 opened.append(colon)

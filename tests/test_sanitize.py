@@ -379,6 +379,14 @@ def test_a_body_that_cannot_be_kept_inside_is_a_syntax_error(prompt: str, comple
     assert problem is not None and problem.kind is ProblemKind.SYNTAX_ERROR
 
 
+def test_a_body_is_read_no_further_than_the_size_limit() -> None:
+    """The tokenizer stops past ``max_bytes``: a larger body is too large wherever it ends."""
+    body = "    x = 1\n" * 100_000
+    result = sanitize(body + "print(1)\n", prompt=HELPER_PROMPT, max_bytes=1000)
+    assert result.problem is not None and result.problem.kind is ProblemKind.TOO_LARGE
+    assert 1000 < len(result.code) - len(HELPER_PROMPT) < 1100
+
+
 def test_code_the_compiler_places_after_the_function_is_a_syntax_error() -> None:
     """The compiler's reading, not the tokenizer's, has the last word (they could differ)."""
     code = HELPER_PROMPT + "    return 1\nhelper = None"
