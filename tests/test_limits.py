@@ -20,6 +20,7 @@ import pytest
 
 import sandboxkit
 from sandboxkit.backends.subprocess import SubprocessBackend
+from sandboxkit.doctor import Status, check_local
 from sandboxkit.local.cgroup import Cgroups
 from sandboxkit.local.limits import Limits
 from sandboxkit.testing.remote import processes_with, wait_until
@@ -135,6 +136,28 @@ def test_a_sandboxs_cpus_are_a_setting_a_keyword_and_a_spec_field(
     monkeypatch.setenv("SANDBOXKIT_LIMIT_CPUS", "0.001")
     with pytest.raises(ValueError, match=r"^cpus must be at least 0\.01, got 0\.001$"):
         sandboxkit.get_backend("subprocess", root=local_root)
+
+
+def test_doctor_says_which_limits_the_sandboxes_here_get(
+    monkeypatch: pytest.MonkeyPatch, local_root: Path
+) -> None:
+    """``doctor`` reports what the backend's cgroups enforce, kernel memory included."""
+    monkeypatch.setenv("SANDBOXKIT_LOCAL_ROOT", str(local_root))
+    monkeypatch.setenv("SANDBOXKIT_LIMIT_CPUS", "0.5")
+    monkeypatch.setenv("SANDBOXKIT_LIMIT_MEMORY_MB", "300")
+    cgroups = Cgroups.shared()
+    if cgroups.memory is None or cgroups.cpu is None or cgroups.uncounted:
+        pytest.skip("no memory and cpu cgroups counting all kernel memory here")
+    checks = {c.name: c for c in check_local(timeout=30)}
+    sockets = (
+        "socket buffers included (cgroup v2)"
+        if cgroups.memory_version == 2
+        else "socket buffers up to 300 MB more (their own limit) (cgroup v1)"
+    )
+    memory = f"300 MB per sandbox: processes, /dev/shm, files and kernel memory, {sockets}"
+    cpu = f"0.5 CPU per sandbox, all its processes (cgroup v{cgroups.cpu_version})"
+    assert (checks["memory limit"].status, checks["memory limit"].detail) == (Status.OK, memory)
+    assert (checks["cpu limit"].status, checks["cpu limit"].detail) == (Status.OK, cpu)
 
 
 def test_a_program_may_reserve_more_address_space_than_the_memory_limit(
@@ -340,8 +363,9 @@ with client.sandbox() as sb:
 def test_an_unprivileged_host_bounds_memory_per_process_and_disk_per_file(
     as_nobody: Callable[..., subprocess.CompletedProcess[str]],
 ) -> None:
-    """Where the host can neither write a memory cgroup nor mount (a user that is not root),
-    the limits fall back to what each process and file can hold, and ``doctor`` says so."""
+    """Where the host can neither write a memory or cpu cgroup nor mount (a user that is not
+    root), the limits fall back to what each process and file can hold, and ``doctor`` says
+    so."""
     run = as_nobody("-c", UNPRIVILEGED_LIMITS)
     doctor = as_nobody("-m", "sandboxkit", "doctor", "--backend", "subprocess")
     assert run.returncode == 0, run.stderr
@@ -349,3 +373,4 @@ def test_an_unprivileged_host_bounds_memory_per_process_and_disk_per_file(
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
     assert "[warn] memory limit  2048 MB of address space per process (RLIMIT_AS)" in doctor.stdout
     assert "[warn] disk limit    256 MB per file only (RLIMIT_FSIZE)" in doctor.stdout
+    assert "[warn] cpu limit     60 CPU seconds per process only (RLIMIT_CPU)" in doctor.stdout
