@@ -32,6 +32,7 @@ import functools
 import os
 import signal
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 _LIMIT_FILES = {
@@ -88,13 +89,33 @@ def _offers(parent: Path, controller: str) -> bool:
     for level in (parent.parent, parent):
         with contextlib.suppress(OSError):  # no such file in v1; refused, or already on
             (level / "cgroup.subtree_control").write_text(f"+{controller}")
+    with _probe(parent) as probe:
+        return probe is not None and any((probe / n).exists() for n in _LIMIT_FILES[controller])
+
+
+def _takes(parent: Path, name: str, value: str) -> bool:
+    """Whether a group made under ``parent`` accepts ``value`` in its file ``name``."""
+    with _probe(parent) as probe:
+        if probe is None:
+            return False
+        try:
+            (probe / name).write_text(value)
+        except OSError:
+            return False
+        return True
+
+
+@contextlib.contextmanager
+def _probe(parent: Path) -> Iterator[Path | None]:
+    """A new, empty group under ``parent`` while the block runs (None if none can be made)."""
     probe = parent / f"probe-{uuid.uuid4().hex[:8]}"
     try:
         probe.mkdir()
     except OSError:
-        return False
+        yield None
+        return
     try:
-        return any((probe / name).exists() for name in _LIMIT_FILES[controller])
+        yield probe
     finally:
         with contextlib.suppress(OSError):
             probe.rmdir()
@@ -216,7 +237,7 @@ class Cgroups:
         if self.memory is None:
             return ()
         options = _memory_options()
-        tcp = self.memory_version == 2 or (self.memory / _V1_TCP).exists()
+        tcp = self.memory_version == 2 or _takes(self.memory, _V1_TCP, str(1 << 30))
         return (
             *(() if tcp and "nosocket" not in options else ("socket buffers",)),
             *(("kernel objects",) if "nokmem" in options else ()),
