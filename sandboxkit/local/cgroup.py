@@ -5,12 +5,12 @@ A sandbox's memory group bounds everything its processes charge: their own memor
 whole (``RLIMIT_AS`` counts one process's mappings only), and the kernel's memory they cause:
 pipes, socket buffers, kernel objects. On v2 all of it counts toward ``memory.max``; v1 counts
 socket buffers only once a TCP limit is set (``memory.kmem.tcp.limit_in_bytes``, a counter of
-its own: there they are bounded apart, to as much again). A sandbox's cpu group bounds the CPU
-time of all its processes together (CFS bandwidth), whatever sessions or autogroups they make:
-one sandbox cannot take a machine's cores. A command's pids group bounds its processes:
-RLIMIT_NPROC is ignored for processes whose real uid is root (also inside a user namespace that
-maps to root), so when sandboxkit runs as root a fork bomb is contained only by the pids
-controller; the group also makes a reliable tree kill.
+its own: there they are bounded apart, to as much again), and kernel objects since Linux 4.6.
+A sandbox's cpu group bounds the CPU time of all its processes together (CFS bandwidth),
+whatever sessions or autogroups they make: one sandbox cannot take a machine's cores. A
+command's pids group bounds its processes: RLIMIT_NPROC is ignored for processes whose real
+uid is root (also inside a user namespace that maps to root), so when sandboxkit runs as root a
+fork bomb is contained only by the pids controller; the group also makes a reliable tree kill.
 
 All live under private parents of this process, in whichever hierarchy offers the controller
 and is writable: cgroup v2, or v1, where each controller may be a hierarchy of its own and a
@@ -30,6 +30,7 @@ import contextlib
 import errno
 import functools
 import os
+import re
 import signal
 import uuid
 from collections.abc import Iterator
@@ -144,10 +145,9 @@ def _limit_memory(group: Path, limit: int, *, tcp: bool) -> None:
         swap = group / "memory.swap.max"
     else:  # v1; memsw (memory + swap) only with swap accounting, and never below the first
         (group / "memory.limit_in_bytes").write_text(str(limit))
-        # Kernel memory counts once a kmem limit is set before any task joins (kernels since
-        # 4.6 count it anyway and ignore this); socket buffers only with a TCP limit.
-        with contextlib.suppress(OSError):
-            (group / "memory.kmem.limit_in_bytes").write_text(str(limit))
+        # Kernel objects (pipes, slab) count in it since 4.6, with no kmem limit: the one
+        # older kernels needed to count them leaked memory there (runc dropped it). Socket
+        # buffers count only with a TCP limit, set before any task joins.
         if tcp:
             (group / _V1_TCP).write_text(str(limit))
         swap = group / "memory.memsw.limit_in_bytes"
@@ -184,6 +184,12 @@ def _memory_options() -> set[str]:
     except OSError:
         return set()
     return {o for w in words if w.startswith("cgroup.memory=") for o in w[14:].split(",")}
+
+
+def _kernel_before(version: tuple[int, int]) -> bool:
+    """Whether the running kernel is older than ``version`` (major, minor)."""
+    found = re.match(r"(\d+)\.(\d+)", os.uname().release)
+    return found is not None and (int(found[1]), int(found[2])) < version
 
 
 class Cgroups:
@@ -233,14 +239,16 @@ class Cgroups:
     def uncounted(self) -> tuple[str, ...]:
         """The kernel memory a sandbox's memory limit leaves out here: 'socket buffers'
         (v1 without TCP accounting, or the kernel's ``nosocket``), 'kernel objects' (pipes,
-        slab: ``nokmem``); empty where all of it counts."""
+        slab: ``nokmem``, or v1 before Linux 4.6); empty where all of it counts."""
         if self.memory is None:
             return ()
         options = _memory_options()
-        tcp = self.memory_version == 2 or _takes(self.memory, _V1_TCP, str(1 << 30))
+        v1 = self.memory_version == 1
+        tcp = not v1 or _takes(self.memory, _V1_TCP, str(1 << 30))
+        kmem = "nokmem" not in options and not (v1 and _kernel_before((4, 6)))
         return (
             *(() if tcp and "nosocket" not in options else ("socket buffers",)),
-            *(("kernel objects",) if "nokmem" in options else ()),
+            *(() if kmem else ("kernel objects",)),
         )
 
     def sandbox(self, name: str, *, memory_bytes: int, cpus: float) -> None:
