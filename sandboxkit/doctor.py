@@ -318,24 +318,53 @@ def _runs_as(uid: int, user: str, tier: Tier) -> Check:
     return Check("runs as", Status.OK, f"host uid {uid} ({user}){mapping}")
 
 
+def _memory_check(local: SubprocessBackend) -> Check:
+    """How ``memory_mb`` holds here, kernel memory included (the facts the backend's cgroups
+    are made from)."""
+    mb = local.limits.memory_mb
+    if local.memory_limit == "none":
+        return Check("memory limit", Status.WARN, "none (isolation tier none)")
+    if local.memory_limit == "rlimit":
+        return Check(
+            "memory limit",
+            Status.WARN,
+            f"{mb} MB of address space per process (RLIMIT_AS): memfds, shared memory, kernel "
+            "memory and children together are not bounded",
+            "give this process a writable memory cgroup (v2 or v1)",
+        )
+    uncounted = local.confinement.cgroups.uncounted
+    if uncounted:
+        return Check(
+            "memory limit",
+            Status.WARN,
+            f"{mb} MB per sandbox: processes, /dev/shm and files, not its "
+            f"{' or '.join(uncounted)} ({local.memory_limit})",
+            "boot with cgroup v2 (systemd.unified_cgroup_hierarchy=1), without cgroup.memory=",
+        )
+    sockets = (
+        "socket buffers included"
+        if local.memory_limit == "cgroup v2"
+        else f"socket buffers up to {mb} MB more (their own limit)"
+    )
+    return Check(
+        "memory limit",
+        Status.OK,
+        f"{mb} MB per sandbox: processes, /dev/shm, files and kernel memory, {sockets} "
+        f"({local.memory_limit})",
+    )
+
+
 def _storage_checks(client: SandboxClient) -> list[Check]:
-    """How ``memory_mb`` and ``disk_mb`` hold here: per sandbox, or only per process and file."""
+    """How ``memory_mb``, ``cpus`` and ``disk_mb`` hold here: per sandbox, or only per process
+    and file."""
     local = client.backend_as(SubprocessBackend)
     limits = local.limits
-    memory = {
-        "rlimit": (
-            Status.WARN,
-            f"{limits.memory_mb} MB of address space per process (RLIMIT_AS): memfds, shared "
-            "memory and children together are not bounded",
-        ),
+    cpu = {
+        "rlimit": (Status.WARN, f"{limits.cpu_seconds} CPU seconds per process only (RLIMIT_CPU)"),
         "none": (Status.WARN, "none (isolation tier none)"),
     }.get(
-        local.memory_limit,
-        (
-            Status.OK,
-            f"{limits.memory_mb} MB per sandbox: processes, /dev/shm and files "
-            f"({local.memory_limit})",
-        ),
+        local.cpu_limit,
+        (Status.OK, f"{limits.cpus:g} CPU per sandbox, all its processes ({local.cpu_limit})"),
     )
     disk = {
         "tmpfs": (
@@ -348,10 +377,11 @@ def _storage_checks(client: SandboxClient) -> list[Check]:
         ),
         "none": (Status.WARN, "none (isolation tier none)"),
     }[local.disk_limit]
-    memory_fix = "give this process a writable memory cgroup (v2 or v1)"
+    cpu_fix = "give this process a writable cpu cgroup (v2, or v1 with CFS bandwidth)"
     disk_fix = "run as root (CAP_SYS_ADMIN) to give each sandbox a tmpfs of its own"
     return [
-        Check("memory limit", *memory, memory_fix if local.memory_limit == "rlimit" else ""),
+        _memory_check(local),
+        Check("cpu limit", *cpu, cpu_fix if local.cpu_limit == "rlimit" else ""),
         Check("disk limit", *disk, disk_fix if local.disk_limit == "file size" else ""),
     ]
 

@@ -14,6 +14,8 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -805,6 +807,173 @@ def test_children_together_hold_no_more_than_the_memory_limit(
         assert code == 0 and int(out) * 64 < MEMORY_MB, out
     host_is_healthy()
     assert_next_exec_works(sb)
+
+
+KERNEL_FILLS = {
+    # (what queues kernel memory the program's address space never holds, how it counts it)
+    "tcp": (
+        "server = socket.socket()\n"
+        "server.bind(('127.0.0.1', 0))\n"
+        "server.listen(512)\n"
+        "def pair():\n"
+        "    sender = socket.create_connection(server.getsockname())\n"
+        "    receiver = server.accept()[0]  # never reads\n"
+        "    receiver.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 30)\n"
+        "    sender.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 30)\n"
+        "    sender.setblocking(False)\n"
+        "    return [sender, receiver], sender.send\n"
+    ),
+    "udp": (
+        "def pair():\n"
+        "    receiver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+        "    receiver.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 30)\n"
+        "    receiver.bind(('127.0.0.1', 0))\n"
+        "    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+        "    def send(data):  # a datagram past a full queue is dropped: count what is queued\n"
+        "        queued = lambda: receiver.getsockopt(socket.SOL_SOCKET, 55, 4)  # SO_MEMINFO\n"
+        "        before = int.from_bytes(queued(), sys.byteorder)\n"
+        "        sender.sendto(data[:60000], receiver.getsockname())\n"
+        "        grown = int.from_bytes(queued(), sys.byteorder) - before\n"
+        "        if grown <= 0:\n"
+        "            raise BlockingIOError\n"
+        "        return grown\n"
+        "    return [sender, receiver], send\n"
+    ),
+    "unix": (
+        "def pair():\n"
+        "    sender, receiver = socket.socketpair()\n"
+        "    sender.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 30)\n"
+        "    sender.setblocking(False)\n"
+        "    return [sender, receiver], sender.send\n"
+    ),
+    "pipes": (
+        "def pair():\n"
+        "    r, w = os.pipe()\n"
+        "    try:\n"
+        "        fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 1 << 20)\n"
+        "    except OSError:  # past the per-user allowance of pipe pages\n"
+        "        pass\n"
+        "    os.set_blocking(w, False)\n"
+        "    return [r, w], lambda data: os.write(w, data)\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("fill", list(KERNEL_FILLS))
+def test_kernel_memory_a_program_queues_counts_toward_the_memory_limit(
+    hostile: tuple[SandboxClient, Sandbox, str], fill: str
+) -> None:
+    """Bytes queued in socket buffers and pipes that no one reads are the kernel's memory, in
+    no process's address space; hundreds of descriptors, each filled to its own cap, would
+    hold far more than the sandbox's limit, taken from the host. They count toward it: the
+    program is stopped (its writes refused, or killed) before it holds the limit's worth and a
+    little over (socket buffers keep a few KB per socket whatever the limit)."""
+    client, sb, _ = hostile
+    if client.backend_as(SubprocessBackend).memory_limit == "rlimit":
+        pytest.skip("documented: without a memory cgroup, kernel memory is not bounded")
+    prog = (
+        "import fcntl, os, socket, sys\n"
+        f"{KERNEL_FILLS[fill]}"
+        "chunk = b'x' * (1 << 16)\n"
+        "held, ends = 0, []\n"
+        "try:\n"
+        f"    while held < {3 * MEMORY_MB} << 20:\n"
+        "        both, send = pair()\n"
+        "        ends.append(both)\n"
+        f"        while held < {3 * MEMORY_MB} << 20:\n"
+        "            try:\n"
+        "                held += send(chunk)\n"
+        "            except BlockingIOError:  # this one is full\n"
+        "                break\n"
+        "        print(held >> 20, flush=True)\n"
+        "except OSError as e:\n"
+        "    print('refused', e.errno)  # out of descriptors, or memory\n"
+        "print(held >> 20)\n"
+    )
+    code, out, err, timed_out = run(sb, prog, timeout=60)
+    assert not timed_out
+    assert code in (0, 137), err
+    assert last_count(out) < MEMORY_MB + 16, out
+    host_is_healthy()
+    assert_next_exec_works(sb)
+
+
+# -- CPU, per sandbox -----------------------------------------------------------------------
+
+SPIN = """\
+import os, resource, sys, time
+procs, seconds = int(sys.argv[1]), float(sys.argv[2])
+until = time.monotonic() + seconds
+kids = []
+for i in range(procs):
+    pid = os.fork()
+    if pid == 0:
+        if i % 2:  # a session, and with autogroups a scheduling group, of its own
+            os.setsid()
+        while time.monotonic() < until:
+            pass
+        os._exit(0)
+    kids.append(pid)
+for pid in kids:
+    os.waitpid(pid, 0)
+used = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(f"{used.ru_utime + used.ru_stime:.3f}")
+"""
+
+
+def spin(sb: Sandbox, procs: int, seconds: float) -> float:
+    """CPU seconds that ``procs`` processes spinning for ``seconds`` got in ``sb``."""
+    r = sb.exec([PY, "-c", SPIN, str(procs), str(seconds)], timeout=60)
+    assert r.returncode == 0, r.stderr
+    return float(r.stdout)
+
+
+@pytest.mark.slow
+def test_a_sandboxs_processes_together_get_no_more_cpu_than_its_bound(
+    hostile: tuple[SandboxClient, Sandbox, str],
+) -> None:
+    """Two execs at once in a sandbox of half a CPU (on the namespaces tier one through its
+    warm template, the other the cold way), each spinning four processes of which two made
+    sessions of their own: together they get half a CPU-second per second of wall time (0.8
+    allowed, for a loaded machine), not the machine's cores."""
+    client, _, _ = hostile
+    if client.backend_as(SubprocessBackend).cpu_limit == "rlimit":
+        pytest.skip("documented: without a cpu cgroup, only CPU seconds per process hold")
+    sb = client.sandbox(cpu=0.5)
+    try:
+        spin(sb, 1, 0)  # starts the warm template
+        used: list[float] = []
+        execs = [threading.Thread(target=lambda: used.append(spin(sb, 4, 2))) for _ in range(2)]
+        started = time.monotonic()
+        for thread in execs:
+            thread.start()
+        for thread in execs:
+            thread.join()
+        wall = time.monotonic() - started
+    finally:
+        sb.stop()
+    assert len(used) == 2
+    assert sum(used) < 0.8 * wall, (used, wall)
+    host_is_healthy()
+
+
+@pytest.mark.slow
+def test_a_sandbox_of_one_cpu_gets_as_much_as_a_host_process_beside_it(
+    hostile: tuple[SandboxClient, Sandbox, str],
+) -> None:
+    """The bound takes nothing from a sandbox that keeps within it: two spinning processes in
+    a sandbox of one CPU get at most one CPU-second per second (1.3 allowed), and as much as
+    one spinning host process at the same time (0.7 of it, for a loaded machine)."""
+    client, sb, _ = hostile
+    if client.backend_as(SubprocessBackend).cpu_limit == "rlimit":
+        pytest.skip("documented: without a cpu cgroup, only CPU seconds per process hold")
+    spin(sb, 1, 0)  # starts the warm template
+    host = subprocess.Popen([sys.executable, "-c", SPIN, "1", "2"], stdout=subprocess.PIPE)
+    started = time.monotonic()
+    used = spin(sb, 2, 2)
+    wall = time.monotonic() - started
+    host_used = float(host.communicate(timeout=60)[0])
+    assert 0.7 * host_used < used < 1.3 * wall, (used, host_used, wall)
 
 
 FILLS = {

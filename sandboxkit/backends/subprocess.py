@@ -37,7 +37,7 @@ from ..keywords import check_keywords, keyword_only
 from ..local import disk, files
 from ..local.cgroup import Cgroups
 from ..local.isolation import SANDBOX_BIN, IsolationReport, Tier, bwrap_binary, detect
-from ..local.limits import Limits
+from ..local.limits import Limits, MiB, check_cpus
 from ..local.seccomp import host_filter
 from ..local.supervisor import Confinement, kill_session, run
 from ..local.warm import ColdPath, LearntSite, WarmTemplate
@@ -95,7 +95,7 @@ class SubprocessBackend:
         read_only_paths: Sequence[str] = (),
         python: str | None = None,
         warm: bool | None = None,
-        **limit_overrides: int,
+        **limit_overrides: Any,
     ) -> None:
         """``root`` holds the sandboxes (``SANDBOXKIT_LOCAL_ROOT``, else a per-user temp dir);
         ``read_only_paths`` are extra host paths shown read-only inside namespaced sandboxes
@@ -119,6 +119,7 @@ class SubprocessBackend:
             if limits is not None
             else Limits.from_env(**limit_overrides)
         )
+        check_cpus(self.limits.cpus)
         cgroups = Cgroups.shared()
         report = detect(has_cgroup=cgroups.pids is not None, python=python)
         if report.run_as != os.getuid():
@@ -178,6 +179,15 @@ class SubprocessBackend:
         if self.isolation.tier is Tier.NONE:
             return "none"
         version = self.confinement.cgroups.memory_version
+        return "rlimit" if version is None else f"cgroup v{version}"
+
+    @property
+    def cpu_limit(self) -> str:
+        """How ``cpus`` holds here: 'cgroup v2' or 'cgroup v1' (per sandbox), 'rlimit' (no cpu
+        cgroup is writable: only ``cpu_seconds`` per process) or 'none'."""
+        if self.isolation.tier is Tier.NONE:
+            return "none"
+        version = self.confinement.cgroups.cpu_version
         return "rlimit" if version is None else f"cgroup v{version}"
 
     def _python_links(self, python: str) -> Path:
@@ -244,6 +254,8 @@ class SubprocessBackend:
             raise BackendMisconfiguredError(
                 f"workdir {spec.workdir!r}: the local backend's workdir is under /workspace"
             )
+        cpus = spec.cpu if spec.cpu is not None else self.limits.cpus
+        check_cpus(cpus)
         sandbox_id = f"sbx-{uuid.uuid4().hex[:12]}"
         path = self.root / sandbox_id
         started = datetime.now(timezone.utc)
@@ -251,6 +263,7 @@ class SubprocessBackend:
             "tags": list(spec.tags),
             "env": dict(spec.env),
             "workdir": spec.workdir,
+            "cpus": cpus,
             "started_at": started.isoformat(),
             "owner_pid": os.getpid(),
         }
@@ -338,17 +351,30 @@ class SubprocessBackend:
             cwd_arg = str(path.joinpath(*parts))
             command = [self._localize(path, a) for a in command]
         try:
+            if self.isolation.tier is not Tier.NONE:
+                self.confinement.cgroups.sandbox(
+                    sandbox_id,
+                    memory_bytes=self.limits.memory_mb * MiB,
+                    cpus=float(meta.get("cpus", self.limits.cpus)),
+                )
             result = await self._exec(sandbox_id, path, command, cwd_arg, run_env, timeout, stdin)
         except (OSError, BackendError) as exc:
             if not (path / _META).exists():
+                self._lost(sandbox_id)
                 raise SandboxLostError(f"sandbox {sandbox_id} was stopped during the exec") from exc
             if isinstance(exc, BackendError):
                 raise
             raise BackendError(f"exec in sandbox {sandbox_id} failed: {exc}") from exc
         if not (path / _META).exists():
             # Stopped under the command, which was killed: not the program's doing.
+            self._lost(sandbox_id)
             raise SandboxLostError(f"sandbox {sandbox_id} was stopped during the exec")
         return result
+
+    def _lost(self, sandbox_id: str) -> None:
+        """Drop the cgroups of a sandbox stopped during an exec: a ``stop`` that ran before
+        the exec made them dropped none."""
+        self.confinement.cgroups.drop(sandbox_id)
 
     async def _exec(
         self,

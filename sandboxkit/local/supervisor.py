@@ -2,9 +2,9 @@
 
 The command (bwrap's namespace init, or a shell stub in the weaker tiers) starts blocked on a
 pipe. While it waits, the host applies rlimits to it with ``prlimit(2)`` and moves it into its
-sandbox's memory cgroup and a pids cgroup of its own; then it is released. Everything it spawns
-inherits all of them. On exit or timeout the whole tree is killed: the pid namespace dies with
-its init, and the pids cgroup is emptied.
+sandbox's memory and cpu cgroups and a pids cgroup of its own; then it is released. Everything
+it spawns inherits all of them. On exit or timeout the whole tree is killed: the pid namespace
+dies with its init, and the pids cgroup is emptied.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from ..protocol import KILLED_RETURNCODE, ExecResult, shell_returncode
 from .cgroup import Cgroups
 from .forkserver import OOM_SCORE_ADJ, pipe_holding
 from .isolation import IsolationReport, Tier, bwrap_argv
-from .limits import Limits, MiB, apply_rlimits
+from .limits import Limits, apply_rlimits
 from .seccomp import SyscallFilter
 
 _KILL_GRACE = 0.5
@@ -239,9 +239,9 @@ async def spawn(
     command_filter: bool = True,
 ) -> Spawned:
     """Start ``argv`` blocked, confine it (rlimits and the command's OOM score unless
-    ``rlimits`` is False, the memory cgroup of ``sandbox``, a pids cgroup of ``pids_max`` or the
-    limit's process count, bwrap's ``capabilities``, the syscall filter: the warm template's if
-    not ``command_filter``), then release it."""
+    ``rlimits`` is False, the cgroups of ``sandbox`` (made beforehand), a pids cgroup of
+    ``pids_max`` or the limit's process count, bwrap's ``capabilities``, the syscall filter:
+    the warm template's if not ``command_filter``), then release it."""
     tier = confinement.isolation.tier
     limits = confinement.limits
     block_r, block_w = os.pipe()
@@ -332,10 +332,7 @@ async def spawn(
                     apply_rlimits(target, confinement.rlimits())
                     _kill_first(target)
                 spawned.group = confinement.cgroups.confine(
-                    target,
-                    sandbox=sandbox,
-                    memory_bytes=limits.memory_mb * MiB,
-                    max_pids=pids_max or limits.processes,
+                    target, sandbox=sandbox, max_pids=pids_max or limits.processes
                 )
             except OSError as exc:
                 raise BackendError(f"could not confine the command: {exc}") from exc
