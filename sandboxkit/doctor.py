@@ -32,6 +32,7 @@ from .backends.subprocess import SubprocessBackend
 from .client import Sandbox, SandboxClient
 from .config import ISOLATION_VAR, setting
 from .contest.languages import Language, languages
+from .harness import runner
 from .local import seccomp
 from .local.isolation import Tier, bwrap_binary
 from .local.uids import RANGE_VAR
@@ -296,6 +297,7 @@ def _local_checks(client: SandboxClient, timeout: float) -> list[Check]:
     checks.append(_runs_as(report.run_as, user, report.tier, report.uids))
     if report.tier is not Tier.NONE:
         checks.append(_own_uids(report.uids, report.run_as))
+        checks.append(_judge_signals())
     bwrap = bwrap_binary()
     checks.append(
         Check("bwrap", Status.OK, bwrap)
@@ -340,6 +342,24 @@ def _own_uids(uids: range | None, run_as: int) -> Check:
         "contest program and its judge share it too (only the syscall filter keeps signals "
         "from the judge)",
         "run as root: each sandbox then gets a uid of its own",
+    )
+
+
+def _judge_signals() -> Check:
+    """What keeps a contest program (or code loaded for calls) from signalling its judge,
+    which runs as the same uid: only the runner's syscall filter."""
+    if runner.SECCOMP_CALLS.get(os.uname().machine) is None or seccomp.unsupported():
+        return Check(
+            "judge signals",
+            Status.WARN,
+            "nothing: a contest program can stop its judge (no syscall filter on this machine)",
+            "use an x86-64 or aarch64 Linux host with seccomp",
+        )
+    return Check(
+        "judge signals",
+        Status.OK,
+        "syscall filter only: kill, pidfds and descriptor owners (F_SETOWN, F_SETSIG, "
+        "FIOSETOWN) fail; the judge and the program share a uid",
     )
 
 
