@@ -1974,7 +1974,7 @@ def test_ranks_claiming_uids_at_once_never_share_one(
     finally:
         for i, rank in enumerate(got):
             for uid in rank:
-                assert uids.release(uid, tmp_path / f"r{i}")
+                uids.release(uid, tmp_path / f"r{i}")
     assert all(uids.holder_of(uid) is None for uid in claimed)
 
 

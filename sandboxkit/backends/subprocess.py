@@ -65,8 +65,9 @@ def _bury(graveyard: Path, pids: set[int], uid: int | None, holder: Path) -> Non
     still appears in it (a dying process may create files); then release the uid. What cannot
     be deleted or released is left for ``reap`` (:meth:`SubprocessBackend.leftovers`)."""
     deadline = time.monotonic() + 10
-    if uid is not None:
-        uids.kill_processes_of(uid)
+    if uid is not None and not uids.kill_processes_of(uid):
+        logger.warning("processes of uid %s outlived their sandbox: `sandboxkit reap` will", uid)
+        uid = None  # not given to another sandbox while they live
     while any(os.path.exists(f"/proc/{pid}") for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.01)
     while True:
@@ -78,8 +79,8 @@ def _bury(graveyard: Path, pids: set[int], uid: int | None, holder: Path) -> Non
                 logger.warning("could not delete %s (%s): `sandboxkit reap` will", graveyard, exc)
                 return
         time.sleep(0.05)
-    if uid is not None and not uids.release(uid, holder):
-        logger.warning("processes of uid %s outlived their sandbox: `sandboxkit reap` will", uid)
+    if uid is not None:
+        uids.release(uid, holder)
 
 
 def _default_root() -> Path:
@@ -542,8 +543,10 @@ class SubprocessBackend:
         if name.startswith(_UID_LEFTOVER):
             uid = int(name.removeprefix(_UID_LEFTOVER))
             holder = uids.holder_of(uid)
-            if holder is not None and not await asyncio.to_thread(uids.release, uid, holder):
+            if not await asyncio.to_thread(uids.kill_processes_of, uid):
                 raise BackendError(f"processes of uid {uid} outlive every kill")
+            if holder is not None:
+                uids.release(uid, holder)
             return
 
         try:

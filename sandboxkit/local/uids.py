@@ -10,8 +10,9 @@ lives. The last uid of the range is never given out: the host's probes run as it
 
 A claim is a file named by the uid in a directory only root can write (``/run/sandboxkit-uids``,
 else the temporary directory's), made with ``O_EXCL`` (the kernel decides between concurrent
-claims, of any process) and holding the sandbox's directory; ``stop`` releases it once no
-process of the uid is left, and ``reap`` releases those whose sandbox is gone.
+claims, of any process) and holding the sandbox's directory; ``stop`` kills every process of
+the uid, deletes the sandbox, then releases it, and ``reap`` does so for those whose sandbox
+is gone.
 """
 
 from __future__ import annotations
@@ -93,16 +94,12 @@ def holder_of(uid: int) -> Path | None:
         return None
 
 
-def release(uid: int, holder: Path) -> bool:
-    """Kill every process of ``uid`` (it is the sandbox's alone), then free it if ``holder``
-    still holds it. False if a process of it outlived the kill: the claim stays for ``reap``."""
-    if holder_of(uid) != holder:
-        return True
-    if not kill_processes_of(uid):
-        return False
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(claims_directory() / str(uid))
-    return True
+def release(uid: int, holder: Path) -> None:
+    """Free ``uid`` if ``holder`` still holds it; first kill every process of it
+    (:func:`kill_processes_of`), or a later sandbox would share them."""
+    if holder_of(uid) == holder:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(claims_directory() / str(uid))
 
 
 def stale(under: Path) -> list[int]:
@@ -121,15 +118,19 @@ def stale(under: Path) -> list[int]:
 def processes_of(uid: int) -> list[int]:
     """Pids of the live processes (not zombies) with ``uid`` as their real, effective or
     saved uid."""
+    wanted = str(uid).encode()
     found = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, KeyError, ValueError):
-                with open(f"/proc/{entry.name}/status") as status:
-                    fields = dict(line.split(":", 1) for line in status if ":" in line)
-                live = fields["State"].split()[0] != "Z"
-                if live and str(uid) in fields["Uid"].split()[:3]:
-                    found.append(int(entry.name))
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/status", "rb") as status:
+                    data = status.read()
+            except OSError:
+                continue
+            at = data.find(b"\nUid:")
+            ids = data[at + 5 : data.find(b"\n", at + 1)].split()[:3]
+            if wanted in ids and b"\nState:\tZ" not in data:
+                found.append(int(name))
     return found
 
 
@@ -143,5 +144,5 @@ def kill_processes_of(uid: int) -> bool:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        time.sleep(0.01)
+        time.sleep(0.002)
     return True
