@@ -2004,3 +2004,46 @@ def test_reap_frees_the_uid_of_a_sandbox_that_is_gone_and_kills_its_processes(
         survivor.kill()
         survivor.wait()
     assert uids.holder_of(uid) is None and run_sync(backend.leftovers()) == []
+
+
+_TAKE_THE_PIPE_ALLOWANCE = """
+import fcntl, os, time
+def fill():
+    held = []
+    while len(held) < 240:
+        r, w = os.pipe()
+        held += [r, w]
+        if fcntl.fcntl(r, 1032) < 65536:  # F_GETPIPE_SZ: the allowance is spent
+            return True, held
+    return False, held
+children = []
+for _ in range(40):
+    spent, held = fill()
+    if spent:
+        break
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(30)
+        os._exit(0)
+    children.append(pid)
+    for fd in held:
+        os.close(fd)
+print(spent, flush=True)
+open('started', 'w').close()
+time.sleep(8)
+"""
+_PIPE_SIZE = "import fcntl, os\nr, w = os.pipe()\nprint(fcntl.fcntl(r, 1032))"
+
+
+@root_host
+def test_spending_the_pipe_buffer_allowance_leaves_other_sandboxes_full_pipes(
+    hostile: tuple[SandboxClient, Sandbox, str],
+) -> None:
+    """Pipe buffers are counted per host uid (``fs.pipe-user-pages-soft``): past it, new pipes
+    get one page, and an exec's large stdin no longer fits. One sandbox that spends it (pipes
+    held open by children) must leave another's pipes their 64 KiB."""
+    client, sb, _ = hostile
+    with client.sandbox() as other, _holding(sb, _TAKE_THE_PIPE_ALLOWANCE) as done:
+        r = other.exec([PY, "-c", _PIPE_SIZE], timeout=60)
+        assert (r.returncode, r.stdout) == (0, "65536\n"), r.stderr
+    assert done[0].stdout == "True\n", done[0]
