@@ -73,7 +73,7 @@ def claim(uids: range, holder: Path) -> int:
     Tried from a random place, so that a uid just released is seldom the next one given."""
     directory = claims_directory()
     given = uids[:-1]
-    start = random.randrange(len(given))
+    start = random.SystemRandom().randrange(len(given))  # not the state forked ranks share
     for index in range(len(given)):
         uid = given[(start + index) % len(given)]
         try:
