@@ -1992,18 +1992,38 @@ def test_reap_frees_the_uid_of_a_sandbox_that_is_gone_and_kills_its_processes(
     holder = local_root / "sbx-crashed00000"
     uid = uids.claim(given, holder)
     claim = uids.claims_directory() / str(uid)
-    assert run_sync(backend.leftovers()) == []  # too recent: a create may still be at work
+    name = f"uid-{uid}"
+    assert name not in run_sync(backend.leftovers())  # too recent: a create may be at work
     old = time.time() - uids.STALE_AFTER_SECONDS - 1
     os.utime(claim, (old, old))
     survivor = subprocess.Popen(["sleep", "60"], user=uid, group=uid, extra_groups=[])
     try:
-        assert run_sync(backend.leftovers()) == [f"uid-{uid}"]
-        run_sync(backend.remove_leftover(f"uid-{uid}"))
+        assert name in run_sync(backend.leftovers())
+        run_sync(backend.remove_leftover(name))
         assert survivor.wait(timeout=10) == -signal.SIGKILL
     finally:
         survivor.kill()
         survivor.wait()
-    assert uids.holder_of(uid) is None and run_sync(backend.leftovers()) == []
+    assert uids.holder_of(uid) is None and name not in run_sync(backend.leftovers())
+
+
+@root_host
+def test_reap_leaves_the_uid_of_a_live_sandbox_and_of_one_being_stopped(
+    local: SandboxClient,
+) -> None:
+    """However old its claim, a live sandbox's uid is no leftover; nor is that of a sandbox
+    whose stop has renamed its directory away and is still at work (the stop touches it)."""
+    from sandboxkit.local import uids
+
+    backend = local.backend_as(SubprocessBackend)
+    with local.sandbox() as sb:
+        uid = _uid_of(sb)
+        claim = uids.claims_directory() / str(uid)
+        old = time.time() - uids.STALE_AFTER_SECONDS - 1
+        os.utime(claim, (old, old))
+        assert f"uid-{uid}" not in run_sync(backend.leftovers())
+        uids.renew(uid)  # what stop does first
+        assert time.time() - claim.stat().st_mtime < uids.STALE_AFTER_SECONDS
 
 
 _TAKE_THE_PIPE_ALLOWANCE = """

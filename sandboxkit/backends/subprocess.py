@@ -473,6 +473,8 @@ class SubprocessBackend:
         try:
             path = self._dir(sandbox_id)
             uid = self._meta(path).get("uid")
+            if uid is not None:
+                uids.renew(uid)
         except SandboxNotFoundError:
             if missing_ok:
                 return
@@ -528,7 +530,8 @@ class SubprocessBackend:
         """What half-stopped sandboxes left in ``root`` (names): the directory of a stopped
         sandbox that ``stop`` could not delete (a file it may not delete, a process killed
         before it was done) and that of a ``create`` that died half-way; then, as ``uid-N``,
-        the host uids still claimed for sandboxes of ``root`` that are gone. ``sandboxkit
+        the host uids still claimed for sandboxes of ``root`` (or of a deleted root) that are
+        gone. ``sandboxkit
         reap`` finds them here and deletes them with :meth:`remove_leftover`."""
         found = sorted(entry.name for entry in os.scandir(self.root) if _is_leftover(entry))
         if self.isolation.uids is not None:

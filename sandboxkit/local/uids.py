@@ -32,7 +32,8 @@ from ..hostdirs import private_directory
 RANGE_VAR = "SANDBOXKIT_UID_RANGE"
 DEFAULT_RANGE = range(0x70000000, 0x70000000 + 65536)
 STALE_AFTER_SECONDS = 60
-"""A claim this old whose sandbox is gone is a leftover (``stop`` releases its own sooner)."""
+"""A claim untouched this long whose sandbox is gone is a leftover (``stop`` touches the claim
+it is about to release: see :func:`renew`)."""
 _KILL_SECONDS = 10.0
 
 
@@ -102,17 +103,33 @@ def release(uid: int, holder: Path) -> None:
             os.unlink(claims_directory() / str(uid))
 
 
-def stale(under: Path) -> list[int]:
-    """Claimed uids whose sandbox, a directory of ``under``, is gone (``reap`` releases them)."""
-    directory = claims_directory()
-    found = []
-    for entry in os.scandir(directory):
+def renew(uid: int) -> None:
+    """Mark ``uid``'s claim as in use now: a ``stop`` renames the sandbox's directory away
+    before it is done with the uid, and a ``reap`` meanwhile must not take the claim for a
+    leftover."""
+    with contextlib.suppress(FileNotFoundError):
+        os.utime(claims_directory() / str(uid))
+
+
+def claims() -> dict[int, tuple[Path, float]]:
+    """Every claimed uid: its holder and when its claim was last touched."""
+    found = {}
+    for entry in os.scandir(claims_directory()):
         with contextlib.suppress(OSError, ValueError):
-            holder = Path(Path(entry.path).read_text())
-            old = time.time() - entry.stat().st_mtime > STALE_AFTER_SECONDS
-            if holder.parent == under and old and not (holder / "sandbox.json").exists():
-                found.append(int(entry.name))
-    return sorted(found)
+            found[int(entry.name)] = (Path(Path(entry.path).read_text()), entry.stat().st_mtime)
+    return found
+
+
+def stale(root: Path) -> list[int]:
+    """Claimed uids whose sandbox, of ``root`` or of a root deleted whole, is gone, and whose
+    claim no one touched for ``STALE_AFTER_SECONDS`` (``reap`` releases them)."""
+    return sorted(
+        uid
+        for uid, (holder, touched) in claims().items()
+        if time.time() - touched > STALE_AFTER_SECONDS
+        and not (holder / "sandbox.json").exists()
+        and (holder.parent == root or not holder.parent.exists())
+    )
 
 
 def processes_of(uid: int) -> list[int]:
