@@ -32,8 +32,10 @@ from .backends.subprocess import SubprocessBackend
 from .client import Sandbox, SandboxClient
 from .config import ISOLATION_VAR, setting
 from .contest.languages import Language, languages
+from .harness import runner
 from .local import seccomp
 from .local.isolation import Tier, bwrap_binary
+from .local.uids import RANGE_VAR
 from .portal import run_sync
 from .registry import BackendChoice, BackendEntry, backend_names, get_backend, resolve_backend
 
@@ -292,7 +294,10 @@ def _local_checks(client: SandboxClient, timeout: float) -> list[Check]:
         user = pwd.getpwuid(report.run_as).pw_name
     except KeyError:
         user = "?"
-    checks.append(_runs_as(report.run_as, user, report.tier))
+    checks.append(_runs_as(report.run_as, user, report.tier, report.uids))
+    if report.tier is not Tier.NONE:
+        checks.append(_own_uids(report.uids, report.run_as))
+        checks.append(_judge_signals())
     bwrap = bwrap_binary()
     checks.append(
         Check("bwrap", Status.OK, bwrap)
@@ -305,16 +310,18 @@ def _local_checks(client: SandboxClient, timeout: float) -> list[Check]:
     return checks
 
 
-def _runs_as(uid: int, user: str, tier: Tier) -> Check:
+def _runs_as(uid: int, user: str, tier: Tier, uids: range | None) -> Check:
     """The host uid sandboxed code holds; root's would own the machine, so that fails."""
     if uid == 0:
         return Check(
             "runs as",
             Status.FAIL,
             "uid 0 (root): sandboxed code would hold host privilege",
-            "install a python3 that uid 65534 can run, or run as an unprivileged user",
+            "install a python3 every user can run, or run as an unprivileged user",
         )
     mapping = " (its user namespace maps to it)" if tier is Tier.NAMESPACES else ""
+    if uids is not None:
+        return Check("runs as", Status.OK, f"its own unprivileged host uid{mapping}")
     return Check("runs as", Status.OK, f"host uid {uid} ({user}){mapping}")
 
 
@@ -351,6 +358,44 @@ def _memory_check(local: SubprocessBackend) -> Check:
         Status.OK,
         f"{mb} MB per sandbox: processes, /dev/shm, files and kernel memory, {sockets} "
         f"({local.memory_limit})",
+    )
+
+
+def _own_uids(uids: range | None, run_as: int) -> Check:
+    """Whether each sandbox has a host uid of its own; where not, what sandboxes share."""
+    if uids is not None:
+        return Check(
+            "own uids",
+            Status.OK,
+            f"a host uid per sandbox, from {uids.start}-{uids.stop - 1} ({RANGE_VAR})",
+        )
+    return Check(
+        "own uids",
+        Status.WARN,
+        f"every sandbox runs as uid {run_as}: they share its per-user kernel limits (inotify "
+        "instances, pipe buffers, processes, user namespaces) with each other and with this "
+        "user's processes; in the rlimits tier they can also signal and read one another; a "
+        "contest program and its judge share it too (only the syscall filter keeps signals "
+        "from the judge)",
+        "run as root: each sandbox then gets a uid of its own",
+    )
+
+
+def _judge_signals() -> Check:
+    """What keeps a contest program (or code loaded for calls) from signalling its judge,
+    which runs as the same uid: only the runner's syscall filter."""
+    if runner.SECCOMP_CALLS.get(os.uname().machine) is None or seccomp.unsupported():
+        return Check(
+            "judge signals",
+            Status.WARN,
+            "nothing: a contest program can stop its judge (no syscall filter on this machine)",
+            "use an x86-64 or aarch64 Linux host with seccomp",
+        )
+    return Check(
+        "judge signals",
+        Status.OK,
+        "syscall filter only: kill, pidfds and descriptor owners (F_SETOWN, F_SETSIG, "
+        "FIOSETOWN) fail; the judge and the program share a uid",
     )
 
 

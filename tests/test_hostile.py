@@ -1892,3 +1892,346 @@ def test_concurrent_first_calls_of_a_rollout_share_one_sandbox(tier: str, local_
     outs, leases = asyncio.run(rollout())
     assert leases == 1
     assert all(out.split() == ["a.txt", "b.txt"] for out in outs), outs
+
+
+# -- a host uid per sandbox -------------------------------------------------------------------
+
+root_host = pytest.mark.skipif(os.geteuid() != 0, reason="only a root host has uids to give")
+
+_TAKE_ALL_INOTIFY = """
+import ctypes, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+held = []
+while len(held) < 100000:
+    fd = libc.inotify_init1(0)
+    if fd < 0:
+        break
+    held.append(fd)
+print(len(held), os.strerror(ctypes.get_errno()), flush=True)
+open('started', 'w').close()
+time.sleep(8)
+"""
+_INOTIFY_ONCE = (
+    "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+    "print('inotify_init1:', 'ok' if libc.inotify_init1(0) >= 0 else "
+    "os.strerror(ctypes.get_errno()))"
+)
+
+
+@contextlib.contextmanager
+def _holding(sb: Sandbox, code: str, timeout: float = 30) -> Iterator[list[Any]]:
+    """Run ``code`` in ``sb`` in the background until it created ``started``; yields the list
+    its result lands in once the block ends."""
+    done: list[Any] = []
+    sb.write_file("holder.py", code)
+    holder = threading.Thread(target=lambda: done.append(sb.exec([PY, "holder.py"], timeout=30)))
+    holder.start()
+    try:
+        assert wait_for_file(sb, "started", timeout=timeout), "the holding program never started"
+        yield done
+    finally:
+        holder.join()
+
+
+def _uid_of(sb: Sandbox) -> int:
+    r = sb.exec([PY, "-c", "import os; print(os.getuid(), os.geteuid(), os.getgid())"], timeout=60)
+    uid, euid, gid = (int(n) for n in r.stdout.split())
+    assert uid == euid == gid, r.stdout
+    return uid
+
+
+@root_host
+def test_concurrent_sandboxes_run_as_host_uids_of_their_own(
+    hostile: tuple[SandboxClient, Sandbox, str],
+) -> None:
+    """Each sandbox holds a uid of the range no other live sandbox holds (and none is
+    ``nobody``'s, which other software of the host runs as); its user namespace maps it to
+    itself, so the uid a program sees is the host's."""
+    client, first, _ = hostile
+    uids = client.backend_as(SubprocessBackend).isolation.uids
+    assert uids is not None
+    with client.sandbox() as second, client.sandbox() as third:
+        seen = [_uid_of(sb) for sb in (first, second, third)]
+    assert len(set(seen)) == 3, seen
+    assert all(uid in uids[:-1] for uid in seen), seen
+
+
+@root_host
+def test_taking_every_inotify_instance_leaves_other_sandboxes_theirs(
+    hostile: tuple[SandboxClient, Sandbox, str],
+) -> None:
+    """inotify instances are counted per host uid (``fs.inotify.max_user_instances``): one
+    sandbox that takes them all must not make ``inotify_init`` fail in another."""
+    client, sb, _ = hostile
+    limit = int(Path("/proc/sys/fs/inotify/max_user_instances").read_text())
+    with client.sandbox() as other, _holding(sb, _TAKE_ALL_INOTIFY) as done:
+        r = other.exec([PY, "-c", _INOTIFY_ONCE], timeout=60)
+        assert (r.returncode, r.stdout) == (0, "inotify_init1: ok\n"), r.stderr
+    taken, why = done[0].stdout.split(" ", 1)
+    assert (int(taken), why) == (limit, "Too many open files\n"), done[0].stdout
+
+
+_SIGNAL_EVERYONE = """
+import ctypes, os, signal
+libc = ctypes.CDLL(None, use_errno=True)
+results = {}
+for pid in [int(p) for p in os.listdir('/proc') if p.isdigit()]:
+    try:
+        with open(f'/proc/{pid}/cmdline', 'rb') as f:
+            if MARK not in f.read():
+                continue
+    except OSError:
+        continue
+    for name, attempt in (
+        ('kill', lambda: os.kill(pid, signal.SIGKILL)),
+        ('ptrace', lambda: libc.ptrace(16, pid, 0, 0) and ctypes.get_errno()),  # ATTACH
+        ('pidfd', lambda: signal.pidfd_send_signal(os.pidfd_open(pid), signal.SIGKILL)),
+        ('process_vm_readv', lambda: open(f'/proc/{pid}/mem', 'rb').read(1)),
+    ):
+        try:
+            error = attempt()
+            results[name] = os.strerror(error) if error else 'done'
+        except OSError as exc:
+            results[name] = exc.strerror
+print(sorted(results.items()))
+"""
+
+
+@root_host
+def test_a_sandbox_cannot_signal_or_trace_another_that_it_can_see(
+    hostile: tuple[SandboxClient, Sandbox, str], tier: str
+) -> None:
+    """In the rlimits tier a program sees every process of the host: it tries to kill,
+    trace, pidfd-signal and read the memory of each process of another sandbox (found by a
+    mark on its command line; other software of the host is spared), which lives on. In
+    the namespaces tiers it finds none."""
+    client, sb, _ = hostile
+    mark = f"victim-{uuid.uuid4().hex}"
+    with client.sandbox() as victim:
+        code = "import time\nopen('started', 'w').close()\ntime.sleep(6)\n"
+        victim.write_file("victim.py", code)
+        outcome: list[Any] = []
+        runner = threading.Thread(
+            target=lambda: outcome.append(victim.exec([PY, "victim.py", mark], timeout=30))
+        )
+        runner.start()
+        try:
+            assert wait_for_file(victim, "started", timeout=30)
+            sb.write_file("attack.py", f"MARK = {mark.encode()!r}\n" + _SIGNAL_EVERYONE)
+            r = sb.exec([PY, "attack.py"], timeout=30)
+        finally:
+            runner.join()
+    assert r.returncode == 0, r.stderr
+    if tier == "rlimits":
+        denied = "Operation not permitted"
+        assert (
+            r.stdout
+            == str(
+                [
+                    ("kill", denied),
+                    ("pidfd", denied),
+                    ("process_vm_readv", "Permission denied"),
+                    ("ptrace", denied),
+                ]
+            )
+            + "\n"
+        )
+    else:
+        assert r.stdout == "[]\n"
+    assert (outcome[0].returncode, outcome[0].timed_out) == (0, False), outcome[0]
+
+
+_SECRET_FILES = """
+import os
+for path in os.environ['SECRETS'].split(':'):  # not argv: the rlimits tier maps /tmp there
+    try:
+        print(path.rsplit('/', 1)[-1], open(path).read())
+    except OSError as exc:
+        print(path.rsplit('/', 1)[-1], exc.strerror)
+"""
+
+
+@root_host
+def test_a_sandbox_cannot_read_what_another_left_where_both_can_name_it(
+    hostile: tuple[SandboxClient, Sandbox, str], tier: str, local_root: Path
+) -> None:
+    """Files another sandbox keeps to itself (mode 600, or in its own directories) open for
+    no other sandbox: in the rlimits tier, where the host's /dev/shm and the sandboxes'
+    directories are visible to all, and of course in the namespaces tiers, where they are
+    not."""
+    client, sb, _ = hostile
+    shared = f"/dev/shm/sbx-secret-{uuid.uuid4().hex}"
+    with client.sandbox() as owner:
+        r = owner.exec(
+            [
+                PY,
+                "-c",
+                "import os, sys\nfor p in sys.argv[1:]:\n"
+                "    os.write(os.open(p, os.O_WRONLY | os.O_CREAT, 0o600), b's')",
+                shared,
+                "/workspace/mine",
+                "/tmp/mine",
+            ],
+            timeout=60,
+        )
+        assert r.returncode == 0, r.stderr
+        try:
+            own = [str(local_root / owner.id / "workspace" / "mine")]
+            own.append(str(local_root / owner.id / "tmp" / "mine"))
+            secrets = ":".join([shared, *own])
+            r = sb.exec([PY, "-c", _SECRET_FILES], env={"SECRETS": secrets}, timeout=60)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(shared)
+    assert r.returncode == 0, r.stderr
+    name = shared.rsplit("/", 1)[-1]
+    gone = "No such file or directory"
+    denied = "Permission denied"
+    error = denied if tier == "rlimits" else gone
+    assert r.stdout.splitlines() == [f"{name} {error}", f"mine {error}", f"mine {error}"]
+
+
+@root_host
+def test_stop_kills_every_process_of_the_sandbox_uid_and_releases_it(
+    hostile: tuple[SandboxClient, Sandbox, str],
+) -> None:
+    """A sandbox's uid is its own while it lives; stop kills whatever still runs as it, and
+    only then gives it back."""
+    from sandboxkit.local import uids
+
+    client, _, _ = hostile
+    sb = client.sandbox()
+    uid = _uid_of(sb)
+    assert uids.holder_of(uid) is not None
+    sb.stop()
+    assert uids.holder_of(uid) is None
+    assert uids.processes_of(uid) == []
+
+
+def _claim_many(count: int, holder: str) -> list[int]:
+    from sandboxkit.local import uids
+
+    given = uids.sandbox_uids()
+    assert given is not None
+    return [uids.claim(given, Path(holder)) for _ in range(count)]
+
+
+@root_host
+def test_ranks_claiming_uids_at_once_never_share_one(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Training ranks create sandboxes concurrently: four processes claiming 50 uids each
+    from a range of 201 (one kept for probes) get 200 different ones, and one more claim finds
+    none left."""
+    import concurrent.futures
+    import multiprocessing
+
+    from sandboxkit.errors import BackendError
+    from sandboxkit.local import uids
+
+    first = 0x70010000 + uuid.uuid4().int % 1000 * 1000  # no other test's range
+    monkeypatch.setenv(uids.RANGE_VAR, f"{first}-{first + 200}")
+    context = multiprocessing.get_context("fork")
+    with concurrent.futures.ProcessPoolExecutor(4, mp_context=context) as pool:
+        got = list(pool.map(_claim_many, [50] * 4, [str(tmp_path / f"r{i}") for i in range(4)]))
+    try:
+        claimed = sorted(uid for rank in got for uid in rank)
+        assert claimed == list(range(first, first + 200))
+        with pytest.raises(BackendError, match="all 200 sandbox uids"):
+            _claim_many(1, str(tmp_path / "late"))
+    finally:
+        for i, rank in enumerate(got):
+            for uid in rank:
+                uids.release(uid, tmp_path / f"r{i}")
+    assert all(uids.holder_of(uid) is None for uid in claimed)
+
+
+@root_host
+def test_reap_frees_the_uid_of_a_sandbox_that_is_gone_and_kills_its_processes(
+    local: SandboxClient, local_root: Path
+) -> None:
+    """A process that died between create and stop leaves its claim: ``reap`` lists it once
+    it is old, kills what still runs as the uid, and frees it."""
+    from sandboxkit.local import uids
+
+    backend = local.backend_as(SubprocessBackend)
+    given = backend.isolation.uids
+    assert given is not None
+    holder = local_root / "sbx-crashed00000"
+    uid = uids.claim(given, holder)
+    claim = uids.claims_directory() / str(uid)
+    name = f"uid-{uid}"
+    assert name not in run_sync(backend.leftovers())  # too recent: a create may be at work
+    old = time.time() - uids.STALE_AFTER_SECONDS - 1
+    os.utime(claim, (old, old))
+    survivor = subprocess.Popen(["sleep", "60"], user=uid, group=uid, extra_groups=[])
+    try:
+        assert name in run_sync(backend.leftovers())
+        run_sync(backend.remove_leftover(name))
+        assert survivor.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        survivor.kill()
+        survivor.wait()
+    assert uids.holder_of(uid) is None and name not in run_sync(backend.leftovers())
+
+
+@root_host
+def test_reap_leaves_the_uid_of_a_live_sandbox_and_of_one_being_stopped(
+    local: SandboxClient,
+) -> None:
+    """However old its claim, a live sandbox's uid is no leftover; nor is that of a sandbox
+    whose stop has renamed its directory away and is still at work (the stop touches it)."""
+    from sandboxkit.local import uids
+
+    backend = local.backend_as(SubprocessBackend)
+    with local.sandbox() as sb:
+        uid = _uid_of(sb)
+        claim = uids.claims_directory() / str(uid)
+        old = time.time() - uids.STALE_AFTER_SECONDS - 1
+        os.utime(claim, (old, old))
+        assert f"uid-{uid}" not in run_sync(backend.leftovers())
+        uids.renew(uid)  # what stop does first
+        assert time.time() - claim.stat().st_mtime < uids.STALE_AFTER_SECONDS
+
+
+_TAKE_THE_PIPE_ALLOWANCE = """
+import fcntl, os, time
+def fill():
+    held = []
+    while len(held) < 240:
+        r, w = os.pipe()
+        held += [r, w]
+        if fcntl.fcntl(r, 1032) < 65536:  # F_GETPIPE_SZ: the allowance is spent
+            return True, held
+    return False, held
+children = []
+for _ in range(40):
+    spent, held = fill()
+    if spent:
+        break
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(30)
+        os._exit(0)
+    children.append(pid)
+    for fd in held:
+        os.close(fd)
+print(spent, flush=True)
+open('started', 'w').close()
+time.sleep(8)
+"""
+_PIPE_SIZE = "import fcntl, os\nr, w = os.pipe()\nprint(fcntl.fcntl(r, 1032))"
+
+
+@root_host
+def test_spending_the_pipe_buffer_allowance_leaves_other_sandboxes_full_pipes(
+    hostile: tuple[SandboxClient, Sandbox, str],
+) -> None:
+    """Pipe buffers are counted per host uid (``fs.pipe-user-pages-soft``): past it, new pipes
+    get one page, and an exec's large stdin no longer fits. One sandbox that spends it (pipes
+    held open by children) must leave another's pipes their 64 KiB."""
+    client, sb, _ = hostile
+    with client.sandbox() as other, _holding(sb, _TAKE_THE_PIPE_ALLOWANCE) as done:
+        r = other.exec([PY, "-c", _PIPE_SIZE], timeout=60)
+        assert (r.returncode, r.stdout) == (0, "65536\n"), r.stderr
+    assert done[0].stdout == "True\n", done[0]

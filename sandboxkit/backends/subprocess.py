@@ -34,7 +34,7 @@ from ..errors import (
 )
 from ..hostdirs import private_directory
 from ..keywords import check_keywords, keyword_only
-from ..local import disk, files
+from ..local import disk, files, uids
 from ..local.cgroup import Cgroups
 from ..local.isolation import SANDBOX_BIN, IsolationReport, Tier, bwrap_binary, detect
 from ..local.limits import Limits, MiB, check_cpus
@@ -51,6 +51,7 @@ ENV_ALLOWLIST = ("LANG", "LC_ALL", "LC_CTYPE", "TZ")
 _META = "sandbox.json"
 _GRAVEYARD = ".stopped-"
 """A stopped sandbox's directory is renamed ``.stopped-<id>-<random>``, then deleted."""
+_UID_LEFTOVER = "uid-"
 HALF_MADE_GRACE_SECONDS = 60
 """A sandbox's directory this old with no metadata yet belongs to a ``create`` that died (a
 live one writes it within milliseconds)."""
@@ -58,22 +59,28 @@ _VIRTUAL_ROOTS = ("/workspace", "/tmp")
 T = TypeVar("T")
 
 
-def _bury(graveyard: Path, pids: set[int]) -> None:
-    """Delete a stopped sandbox's directory once the processes killed in it are gone, trying
-    again for a few seconds while something still appears in it (a dying process may create
-    files). What cannot be deleted is left for ``reap`` (:meth:`SubprocessBackend.leftovers`)."""
+def _bury(graveyard: Path, pids: set[int], uid: int | None, holder: Path) -> None:
+    """Delete a stopped sandbox's directory once the processes killed in it are gone (every
+    process of its own ``uid``, if it has one), trying again for a few seconds while something
+    still appears in it (a dying process may create files); then release the uid. What cannot
+    be deleted or released is left for ``reap`` (:meth:`SubprocessBackend.leftovers`)."""
     deadline = time.monotonic() + 10
+    if uid is not None and not uids.kill_processes_of(uid):
+        logger.warning("processes of uid %s outlived their sandbox: `sandboxkit reap` will", uid)
+        uid = None  # not given to another sandbox while they live
     while any(os.path.exists(f"/proc/{pid}") for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.01)
     while True:
         try:
             files.remove_tree(graveyard)
-            return
+            break
         except OSError as exc:
             if exc.errno != errno.ENOTEMPTY or time.monotonic() > deadline:
                 logger.warning("could not delete %s (%s): `sandboxkit reap` will", graveyard, exc)
                 return
         time.sleep(0.05)
+    if uid is not None:
+        uids.release(uid, holder)
 
 
 def _default_root() -> Path:
@@ -229,15 +236,14 @@ class SubprocessBackend:
             started_at=datetime.fromisoformat(meta["started_at"]),
         )
 
-    def _owner(self) -> int | None:
-        """The uid to give what the host makes for the sandbox, if not this process's."""
-        uid = self.isolation.run_as
-        return uid if uid != os.getuid() else None
+    def _uid(self, meta: Mapping[str, Any]) -> int:
+        """The host uid the sandbox's code runs as: its own, on a root host (``local.uids``)."""
+        return int(meta.get("uid", self.isolation.run_as))
 
-    def _chown(self, path: Path) -> None:
-        uid = self._owner()
-        if uid is not None:
-            os.chown(path, uid, uid)
+    def _owner(self, meta: Mapping[str, Any]) -> int | None:
+        """The uid to give what the host makes for the sandbox, if not this process's."""
+        uid = self._uid(meta)
+        return uid if uid != os.getuid() else None
 
     def _discard(self, path: Path) -> None:
         """Delete a sandbox's directory that no sandbox uses (one a ``create`` left half-made,
@@ -259,7 +265,7 @@ class SubprocessBackend:
         sandbox_id = f"sbx-{uuid.uuid4().hex[:12]}"
         path = self.root / sandbox_id
         started = datetime.now(timezone.utc)
-        meta = {
+        meta: dict[str, Any] = {
             "tags": list(spec.tags),
             "env": dict(spec.env),
             "workdir": spec.workdir,
@@ -269,6 +275,8 @@ class SubprocessBackend:
         }
         path.mkdir(mode=0o711)
         try:
+            if self.isolation.uids is not None:
+                meta["uid"] = uids.claim(self.isolation.uids, path)
             if self.disk_limit == "tmpfs":
                 disk.mount(path, size_mb=self.limits.disk_mb, inodes=self.limits.disk_inodes)
             (path / "workspace").mkdir(mode=0o700)
@@ -280,9 +288,11 @@ class SubprocessBackend:
             # sandbox.json in it, stay the host's, so a program (in the rlimits tier, where it
             # can name them) can neither rewrite the environment of later execs nor make its
             # sandbox look stopped (a lost sandbox is retried, and ends as None).
+            owner = self._owner(meta)
             for sub in ("workspace", "tmp"):
                 for dirpath, _dirs, _files in os.walk(path / sub):
-                    self._chown(Path(dirpath))
+                    if owner is not None:
+                        os.chown(dirpath, owner, owner)
             # Last: the sandbox exists from here. Only the host reads it (the spec's env is
             # no business of other sandboxes, which can list this directory in rlimits).
             fd = os.open(path / _META, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
@@ -291,6 +301,8 @@ class SubprocessBackend:
         except BaseException:
             with contextlib.suppress(OSError):
                 self._discard(path)
+            if "uid" in meta:
+                uids.release(meta["uid"], path)
             raise
         return SandboxInfo(sandbox_id, SandboxStatus.RUNNING, tuple(spec.tags), started)
 
@@ -357,7 +369,9 @@ class SubprocessBackend:
                     memory_bytes=self.limits.memory_mb * MiB,
                     cpus=float(meta.get("cpus", self.limits.cpus)),
                 )
-            result = await self._exec(sandbox_id, path, command, cwd_arg, run_env, timeout, stdin)
+            result = await self._exec(
+                sandbox_id, path, self._uid(meta), command, cwd_arg, run_env, timeout, stdin
+            )
         except (OSError, BackendError) as exc:
             if not (path / _META).exists():
                 self._lost(sandbox_id)
@@ -380,6 +394,7 @@ class SubprocessBackend:
         self,
         sandbox_id: str,
         path: Path,
+        uid: int,
         command: list[str],
         cwd: str,
         env: dict[str, str],
@@ -389,7 +404,7 @@ class SubprocessBackend:
         if self.warm:
             try:
                 return await on_portal(
-                    self._warm_exec(sandbox_id, path, command, cwd, env, timeout, stdin)
+                    self._warm_exec(sandbox_id, path, uid, command, cwd, env, timeout, stdin)
                 )
             except ColdPath as exc:
                 self.last_cold_reason = str(exc)
@@ -398,6 +413,7 @@ class SubprocessBackend:
             self.confinement,
             command,
             sandbox=sandbox_id,
+            uid=uid,
             workspace=path / "workspace",
             tmp=path / "tmp",
             cwd=cwd,
@@ -411,6 +427,7 @@ class SubprocessBackend:
         self,
         sandbox_id: str,
         path: Path,
+        uid: int,
         argv: list[str],
         cwd: str,
         env: dict[str, str],
@@ -419,7 +436,7 @@ class SubprocessBackend:
     ) -> ExecResult:
         """Run through the sandbox's template; always on the portal loop, which outlives
         any caller's loop and so can own the template's process and socket."""
-        template = await self._template(sandbox_id, path)
+        template = await self._template(sandbox_id, path, uid)
         return await template.run(argv, cwd=cwd, env=env, timeout=timeout, stdin=stdin)
 
     def warm_template(self, sandbox_id: str) -> WarmTemplate | None:
@@ -427,7 +444,7 @@ class SubprocessBackend:
         which way execs run)."""
         return self._templates.get(sandbox_id)
 
-    async def _template(self, sandbox_id: str, path: Path) -> WarmTemplate:
+    async def _template(self, sandbox_id: str, path: Path, uid: int) -> WarmTemplate:
         """The sandbox's warm template, started on first use with the sandbox's environment
         (not the exec's: the template compares each exec's locale with its own)."""
         template = self._templates.get(sandbox_id)
@@ -440,6 +457,7 @@ class SubprocessBackend:
                 template = await WarmTemplate.start(
                     self.confinement,
                     sandbox=sandbox_id,
+                    uid=uid,
                     workspace=path / "workspace",
                     tmp=path / "tmp",
                     env=self._env(self._meta(path), None, path),
@@ -468,9 +486,10 @@ class SubprocessBackend:
         return await asyncio.to_thread(work)
 
     async def write_file(self, sandbox_id: str, path: str, data: bytes) -> None:
-        owner = self._owner()
         await self._file_operation(
-            sandbox_id, path, lambda top, parts: files.write_file(top, parts, data, owner)
+            sandbox_id,
+            path,
+            lambda top, parts: files.write_file(top, parts, data, self._owner(self._meta(top))),
         )
 
     async def read_file(self, sandbox_id: str, path: str) -> bytes:
@@ -479,6 +498,9 @@ class SubprocessBackend:
     async def stop(self, sandbox_id: str, *, missing_ok: bool = True) -> None:
         try:
             path = self._dir(sandbox_id)
+            uid = self._meta(path).get("uid")
+            if uid is not None:
+                uids.renew(uid)
         except SandboxNotFoundError:
             if missing_ok:
                 return
@@ -506,10 +528,10 @@ class SubprocessBackend:
         try:
             # A thread, shielded: a cancelled stop must still delete the directory.
             await asyncio.shield(
-                asyncio.get_running_loop().run_in_executor(None, _bury, graveyard, pids)
+                asyncio.get_running_loop().run_in_executor(None, _bury, graveyard, pids, uid, path)
             )
         except RuntimeError:  # interpreter shutdown: no new threads
-            _bury(graveyard, pids)
+            _bury(graveyard, pids, uid, path)
 
     async def list(
         self, *, tags: Sequence[str] = (), status: SandboxStatus | None = None
@@ -533,14 +555,29 @@ class SubprocessBackend:
     async def leftovers(self) -> builtins.list[str]:
         """What half-stopped sandboxes left in ``root`` (names): the directory of a stopped
         sandbox that ``stop`` could not delete (a file it may not delete, a process killed
-        before it was done) and that of a ``create`` that died half-way. ``sandboxkit reap``
-        finds them here and deletes them with :meth:`remove_leftover`."""
-        return sorted(entry.name for entry in os.scandir(self.root) if _is_leftover(entry))
+        before it was done) and that of a ``create`` that died half-way; then, as ``uid-N``,
+        the host uids still claimed for sandboxes of ``root`` (or of a deleted root) that are
+        gone. ``sandboxkit
+        reap`` finds them here and deletes them with :meth:`remove_leftover`."""
+        found = sorted(entry.name for entry in os.scandir(self.root) if _is_leftover(entry))
+        if self.isolation.uids is not None:
+            found += [f"{_UID_LEFTOVER}{uid}" for uid in uids.stale(self.root)]
+        return found
 
     async def remove_leftover(self, name: str) -> None:
-        """Delete one of :meth:`leftovers` (nothing else)."""
+        """Delete one of :meth:`leftovers` (nothing else); a uid is released once every
+        process of it is killed."""
         if name not in await self.leftovers():
             raise SandboxNotFoundError(f"{name!r} is not a half-stopped sandbox")
+        if name.startswith(_UID_LEFTOVER):
+            uid = int(name.removeprefix(_UID_LEFTOVER))
+            holder = uids.holder_of(uid)
+            if not await asyncio.to_thread(uids.kill_processes_of, uid):
+                raise BackendError(f"processes of uid {uid} outlive every kill")
+            if holder is not None:
+                uids.release(uid, holder)
+            return
+
         try:
             await asyncio.to_thread(self._discard, self.root / name)
         except OSError as exc:

@@ -1050,47 +1050,67 @@ SECCOMP_CALLS = {
 where it has them, the calls that signal the process (or thread group) their first argument
 names (``kill``, ``tgkill``, ``rt_sigqueueinfo``, ``rt_tgsigqueueinfo``), and ``tkill``
 (``clone3`` is 435, ``pidfd_send_signal`` 424 and ``pidfd_open`` 434 on both)."""
+OWNER_CALLS = {"x86_64": (72, 16), "aarch64": (25, 29)}
+"""Per machine, ``fcntl``'s and ``ioctl``'s numbers."""
+OWNER_COMMANDS = ((8, 15, 10), (0x8901, 0x8902))
+"""``fcntl``'s ``F_SETOWN``, ``F_SETOWN_EX`` and ``F_SETSIG``; ``ioctl``'s ``FIOSETOWN`` and
+``SIOCSPGRP``: they name a process the kernel then signals (any signal, with ``F_SETSIG``)
+when the descriptor is ready (``O_ASYNC``), with the permission of whoever named it."""
 
 
 def forbid_processes() -> None:
-    """C, before a program: it may start threads, not processes, and signal only itself, as on
-    a contest judge: a test's clock is its process's CPU time, which a child's work would
-    escape, and the judge shares its user and pid namespace (a stopped judge would hold the
-    sandbox until the exec's timeout). A seccomp filter (inherited through ``execve``):
+    """C, before a program or the candidate's code: it may start threads, not processes, and
+    signal only itself, as on a contest judge: a test's clock is its process's CPU time, which
+    a child's work would escape, and the judge shares its user and pid namespace (a stopped
+    judge would hold the sandbox until the exec's timeout). A seccomp filter (inherited
+    through ``execve``):
     ``fork``, ``vfork`` and ``clone`` without ``CLONE_THREAD`` fail with ``EAGAIN``;
     ``clone3``, whose flags a filter cannot read, with ``ENOSYS`` (the C library then calls
-    ``clone``); a signal to another process, ``tkill`` and pidfds with ``EPERM``; a call of
-    another ABI kills the process. Where the machine or the kernel has no such filter,
-    nothing changes."""
+    ``clone``); a signal to another process, ``tkill``, pidfds and making a descriptor signal
+    its owner (``OWNER_COMMANDS``) with ``EPERM``; a call of another ABI kills the process.
+    Where the machine or the kernel has no such filter, nothing changes."""
     import errno
 
     found = SECCOMP_CALLS.get(os.uname().machine)
     if found is None:
         return
-    arch, clone, forks, signals, denied = found
+    arch, clone, forking, signals, denied = found
+    fcntl, ioctl = OWNER_CALLS[os.uname().machine]
+    fcntl_commands, ioctl_commands = OWNER_COMMANDS
     allow, kill = 0x7FFF0000, 0x80000000
     eagain, enosys = 0x50000 | errno.EAGAIN, 0x50000 | errno.ENOSYS
     eperm = 0x50000 | errno.EPERM
     load, equal, at_least, has_bits = 0x20, 0x15, 0x35, 0x45
     own = "own"
-    # (opcode, operand, where it jumps if true, if false): a return value below, ``own`` the
-    # check of a signal's target, None the next instruction
+    # (opcode, operand, where it jumps if true, if false): a return value below, a check of an
+    # argument below (``own``: a signal's target; ``fcntl``, ``ioctl``: their command), None
+    # the next instruction
     body: list[Instruction] = [
         (load, 4, None, None),  # the call's ABI
         (equal, arch, None, kill),
         (load, 0, None, None),  # its number
         (at_least, 0x40000000, kill, None),  # x32
-        (equal, 435, enosys, None),
-        *((equal, number, eagain, None) for number in forks),
         *((equal, number, eperm, None) for number in (*denied, 424, 434)),
         *((equal, number, own, None) for number in signals),
+        (equal, fcntl, "fcntl", None),
+        (equal, ioctl, "ioctl", None),
+        (equal, 435, enosys, None),
+        *((equal, number, eagain, None) for number in forking),
         (equal, clone, None, allow),
         (load, 16, None, None),  # clone's flags (their low half)
         (has_bits, 0x10000, allow, eagain),  # CLONE_THREAD
+    ]
+    labels = {own: len(body)}
+    body += [
         (load, 16, None, None),  # own: the signal's target (a pid_t, the low half)
         (equal, os.getpid(), allow, eperm),
     ]
-    install_filter(body, [allow, eagain, enosys, eperm, kill], {own: len(body) - 2})
+    for name, commands in (("fcntl", fcntl_commands), ("ioctl", ioctl_commands)):
+        labels[name] = len(body)
+        body.append((load, 24, None, None))  # the command (its low half)
+        body += [(equal, command, eperm, None) for command in commands[:-1]]
+        body.append((equal, commands[-1], eperm, allow))
+    install_filter(body, [allow, eagain, enosys, eperm, kill], labels)
 
 
 STORAGE_CALLS = {
