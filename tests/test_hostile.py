@@ -29,7 +29,8 @@ from sandboxkit.backends.subprocess import SubprocessBackend
 from sandboxkit.emulators.host import remove_from_host
 from sandboxkit.local import disk, files
 from sandboxkit.local.isolation import Tier, namespaces_failure
-from sandboxkit.local.seccomp import SYSCALLS, native_arch, syscall_number, unsupported
+from sandboxkit.local.seccomp import native_arch, syscall_number, unsupported
+from sandboxkit.local.syscalls import SYSCALLS
 from sandboxkit.portal import run_sync
 from sandboxkit.testing.remote import processes_with
 from sandboxkit.tools import Rollout, SandboxLender
@@ -1004,6 +1005,75 @@ def test_a_command_makes_no_namespaces_and_no_mounts(
     )
     assert found.pop("clone3") == "ENOSYS"  # the C library falls back to clone
     assert len(found) >= 6 and set(found.values()) == {"EPERM"}, found
+
+
+@pytest.mark.usefixtures("filtered")
+def test_calls_off_the_allowlist_fail(hostile: tuple[SandboxClient, Sandbox, str]) -> None:
+    """The allowlist: calls the table names and denies fail with EPERM, with arguments the
+    kernel itself would take (secret memory, the mount listing calls, NUMA policy, the LDT,
+    page-cache state, security modules); a number the table does not name, made up or newer
+    than the table, with ENOSYS, as on a kernel without it."""
+    _, sb, _ = hostile
+    newest = max(n for n in SYSCALLS_HERE.values() if n is not None)
+    found = calls(
+        sb,
+        "import mmap\n"
+        "page = mmap.mmap(-1, 4096)\n"
+        "address = ctypes.addressof(ctypes.c_char.from_buffer(page))\n"
+        "mask = ctypes.c_ulong(1)\n"
+        "print('memfd_secret:', call('memfd_secret', 0))\n"
+        "request = ctypes.create_string_buffer(32)\n"  # struct mnt_id_req, version 0
+        "ctypes.c_uint32.from_buffer(request).value = 24\n"
+        "ctypes.c_uint64.from_buffer(request, 8).value = 1\n"  # LSMT_ROOT
+        "ids = (ctypes.c_uint64 * 16)()\n"
+        "print('listmount:', call('listmount', request, ids, 16, 0))\n"
+        "info = ctypes.create_string_buffer(512)\n"
+        "print('statmount:', call('statmount', request, info, 512, 0))\n"
+        "print('set_mempolicy:', call('set_mempolicy', 0, None, 0))\n"  # MPOL_DEFAULT
+        "print('get_mempolicy:', call('get_mempolicy', None, None, 0, None, 0))\n"
+        "print('mbind:', call('mbind', address, 4096, 0, None, 0, 0))\n"
+        "print('migrate_pages:', call('migrate_pages', 0, 64, ctypes.byref(mask),"
+        " ctypes.byref(mask)))\n"
+        "print('cachestat:', call('cachestat', os.open('/proc/self/exe', os.O_RDONLY),"
+        " ctypes.create_string_buffer(16), ctypes.create_string_buffer(40), 0))\n"
+        "print('lsm_list_modules:', call('lsm_list_modules', ctypes.create_string_buffer(64),"
+        " ctypes.byref(ctypes.c_uint32(64)), 0))\n"
+        "if NR['modify_ldt'] is not None:\n"  # x86-64 only
+        "    print('modify_ldt:', call('modify_ldt', 0, ctypes.create_string_buffer(16), 16))\n"
+        "    print('set_thread_area:', call('set_thread_area', ctypes.create_string_buffer(16)))\n"
+        "def raw(number):\n"
+        "    return outcome(libc.syscall(ctypes.c_long(number), 0, 0, 0, 0, 0))\n"
+        f"print('newer than the table:', raw({newest + 1}))\n"
+        "print('made-up number:', raw(1000))\n"
+        "print('far beyond:', raw(0x3FFFFFFF))\n",
+    )
+    unlisted = {
+        name: found.pop(name) for name in ("newer than the table", "made-up number", "far beyond")
+    }
+    assert set(unlisted.values()) == {"ENOSYS"}, unlisted
+    assert len(found) >= 9 and set(found.values()) == {"EPERM"}, found
+
+
+@pytest.mark.usefixtures("filtered")
+def test_socketpair_is_held_to_the_families_socket_is(
+    hostile: tuple[SandboxClient, Sandbox, str],
+) -> None:
+    """A pair of sockets of another family than Unix, IP and netlink fails as one socket
+    does, with EAFNOSUPPORT, before the kernel's code for that family runs; Unix pairs work."""
+    _, sb, _ = hostile
+    found = calls(
+        sb,
+        "import socket\n"
+        "pair = (ctypes.c_int * 2)()\n"
+        "for family in ('AF_VSOCK', 'AF_PACKET', 'AF_ALG', 'AF_TIPC', 'AF_KEY', 'AF_NETROM',"
+        " 'AF_CAN', 'AF_XDP'):\n"
+        "    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM, socket.SOCK_SEQPACKET):\n"
+        "        number = getattr(socket, family, {'AF_XDP': 44, 'AF_NETROM': 6}.get(family))\n"
+        "        print(f'{family} {kind}:', call('socketpair', number, kind, 0, pair))\n"
+        "print('unix:', call('socketpair', socket.AF_UNIX, socket.SOCK_STREAM, 0, pair))\n",
+    )
+    assert found.pop("unix") == "ok"
+    assert len(found) == 24 and set(found.values()) == {"EAFNOSUPPORT"}, found
 
 
 @pytest.mark.usefixtures("filtered")
