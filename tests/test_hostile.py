@@ -1175,6 +1175,167 @@ def test_ordinary_programs_run_under_the_filter(
     assert (built.returncode, built.stdout) == (0, "42 0 0\n"), built.stderr
 
 
+RUNTIMES: dict[str, tuple[str, dict[str, str], str, str]] = {
+    "g++": (
+        "g++",
+        {
+            "main.cpp": """
+#include <future>
+#include <iostream>
+#include <mutex>
+#include <thread>
+#include <vector>
+int main() {
+    std::vector<std::thread> threads; std::mutex m; int sum = 0;
+    for (int i = 0; i < 4; i++)
+        threads.emplace_back([&, i] { std::lock_guard<std::mutex> g(m); sum += i * 2; });
+    for (auto &t : threads) t.join();
+    auto seven = std::async(std::launch::async, [] { return 7; });
+    std::cout << sum << " " << seven.get() << std::endl;
+}
+"""
+        },
+        "g++ -O1 -pthread -o main main.cpp && ./main",
+        "12 7\n",
+    ),
+    "java": (
+        "javac",
+        {
+            "Main.java": """
+import java.nio.file.*; import java.util.*; import java.util.concurrent.*;
+public class Main { public static void main(String[] args) throws Exception {
+    ExecutorService pool = Executors.newFixedThreadPool(4); int sum = 0;
+    for (Future<Integer> f : pool.invokeAll(List.<Callable<Integer>>of(() -> 2, () -> 4, () -> 6)))
+        sum += f.get();
+    pool.shutdown();
+    Files.writeString(Path.of("j.txt"), "file");
+    Process child = new ProcessBuilder("echo", "child").start();
+    String said = new String(child.getInputStream().readAllBytes()).trim(); child.waitFor();
+    int parallel = java.util.stream.IntStream.range(0, 100).parallel().sum();
+    String file = Files.readString(Path.of("j.txt"));
+    System.out.println(sum + " " + parallel + " " + file + " " + said);
+}}
+"""
+        },
+        "javac -J-Xmx256m -J-XX:+UseSerialGC Main.java && java -Xmx64m -XX:+UseSerialGC Main",
+        "12 4950 file child\n",
+    ),
+    "node": (
+        "node",
+        {
+            "main.js": """
+const {Worker} = require('worker_threads'), cp = require('child_process'), fs = require('fs');
+const net = require('net'), crypto = require('crypto');
+(async () => {
+  const seen = [];
+  await fs.promises.writeFile('n.txt', 'file');
+  seen.push(await fs.promises.readFile('n.txt', 'utf8'));
+  seen.push(cp.execSync('echo child').toString().trim());
+  const code = "require('worker_threads').parentPort.postMessage(42)";
+  seen.push(await new Promise(r => new Worker(code, {eval: true}).on('message', r)));
+  const key = await new Promise(r => crypto.pbkdf2('a', 'b', 1, 4, 'sha256', (e, k) => r(k)));
+  seen.push(key.toString('hex'));
+  const server = net.createServer(c => c.end('tcp')).listen(0, '127.0.0.1');
+  await new Promise(r => server.on('listening', r));
+  const port = server.address().port;
+  seen.push(await new Promise(r => net.connect(port, '127.0.0.1').on('data', d => r(`${d}`))));
+  server.close();
+  console.log(seen.join(' '));
+})();
+"""
+        },
+        "node main.js",
+        "file child 42 ee212b01 tcp\n",
+    ),
+    "rustc": (
+        "rustc",
+        {
+            "main.rs": """
+use std::{fs, process::Command, thread};
+fn main() {
+    let handles: Vec<_> = (0..4).map(|i| thread::spawn(move || i * 2)).collect();
+    let sum: i32 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    fs::write("r.txt", "file").unwrap();
+    let child = Command::new("echo").arg("child").output().unwrap();
+    let said = String::from_utf8_lossy(&child.stdout);
+    println!("{} {} {}", sum, fs::read_to_string("r.txt").unwrap(), said.trim());
+}
+"""
+        },
+        "rustc -O -o main main.rs && ./main",
+        "12 file child\n",
+    ),
+    "go": (
+        "go",
+        {
+            "main.go": """
+package main
+import ("fmt"; "os"; "os/exec"; "strings"; "sync")
+func main() {
+    var wg sync.WaitGroup; var mu sync.Mutex; sum := 0
+    for i := 0; i < 4; i++ {
+        wg.Add(1)
+        go func(i int) { defer wg.Done(); mu.Lock(); sum += i * 2; mu.Unlock() }(i)
+    }
+    wg.Wait()
+    os.WriteFile("g.txt", []byte("file"), 0o644)
+    data, _ := os.ReadFile("g.txt")
+    said, _ := exec.Command("echo", "child").Output()
+    fmt.Println(sum, string(data), strings.TrimSpace(string(said)))
+}
+"""
+        },
+        "go build -o main main.go && ./main",
+        "12 file child\n",
+    ),
+    "shell and git": (
+        "git",
+        {},
+        "set -e; printf 'b\\na\\nb\\n' | sort | uniq -c | tr -s ' ' | tr '\\n' ';'; "
+        "git init -q r && cd r && git config user.email a@b && git config user.name a && "
+        "echo x > f && git add f && git commit -qm first && git log --format=%s",
+        " 1 a; 2 b;first\n",
+    ),
+    "pip": (
+        "pip3",
+        {},
+        "python3 -c \"import zipfile; z = zipfile.ZipFile('tiny-1.0-py3-none-any.whl', 'w'); "
+        "z.writestr('tiny.py', 'X = 42'); "
+        "z.writestr('tiny-1.0.dist-info/METADATA', 'Metadata-Version: 2.1\\nName: tiny\\n"
+        "Version: 1.0\\n'); "
+        "z.writestr('tiny-1.0.dist-info/WHEEL', 'Wheel-Version: 1.0\\nRoot-Is-Purelib: true\\n"
+        "Tag: py3-none-any\\n'); "
+        "z.writestr('tiny-1.0.dist-info/RECORD', ''); z.close()\" && "
+        "python3 -m pip install -q --no-index --no-cache-dir --disable-pip-version-check "
+        "--target lib tiny-1.0-py3-none-any.whl && "
+        "cd lib && python3 -c 'import tiny; print(tiny.X)'",
+        "42\n",
+    ),
+}
+"""Each runtime's program, from the tool that must be there: threads, child processes,
+files, sockets (the allowlist is built from what these call)."""
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("filtered")
+@pytest.mark.parametrize("runtime", list(RUNTIMES))
+def test_runtimes_run_under_the_filter(
+    hostile: tuple[SandboxClient, Sandbox, str], runtime: str
+) -> None:
+    """Compilers and runtimes with their threads, pools and child processes (Java's many
+    calls, libuv's thread pool, Go's and Rust's runtimes), the shell, git and pip installing a
+    wheel offline, each where the sandbox has it."""
+    _, sb, _ = hostile
+    tool, sources, command, expected = RUNTIMES[runtime]
+    found = sb.exec(["sh", "-c", f"command -v {tool}"], timeout=60)
+    if found.returncode != 0:
+        pytest.skip(f"{tool} is not installed where the sandbox runs programs")
+    for name, text in sources.items():
+        sb.write_file(name, text)
+    done = sb.exec(["sh", "-c", command], timeout=180)
+    assert (done.returncode, done.stdout) == (0, expected), done.stderr
+
+
 # -- the host's file API against a program that rearranges its files ----------------------
 
 
