@@ -467,11 +467,11 @@ def _syscall_filter(client: SandboxClient, sb: Sandbox, timeout: float) -> Check
     seen = sb.exec(["python", "-c", _SECCOMP_STATUS], timeout=timeout).stdout.split()
     if not seen or seen[0] != "2":  # SECCOMP_MODE_FILTER
         return Check("seccomp", Status.FAIL, f"not seen in a command ({seen})")
-    denied = len(syscall_filter.denied)
+    allowed = len(syscall_filter.allowed)
     return Check(
         "seccomp",
         Status.OK,
-        f"syscall filter on ({syscall_filter.arch}): {denied} calls denied to commands, "
+        f"syscall filter on ({syscall_filter.arch}): {allowed} calls allowed to commands, "
         f"{seen[1]} filters seen in a command",
     )
 

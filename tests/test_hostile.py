@@ -31,7 +31,8 @@ from sandboxkit.backends.subprocess import SubprocessBackend
 from sandboxkit.emulators.host import remove_from_host
 from sandboxkit.local import disk, files
 from sandboxkit.local.isolation import Tier, namespaces_failure
-from sandboxkit.local.seccomp import SYSCALLS, native_arch, syscall_number, unsupported
+from sandboxkit.local.seccomp import native_arch, syscall_number, unsupported
+from sandboxkit.local.syscalls import SYSCALLS
 from sandboxkit.portal import run_sync
 from sandboxkit.testing.remote import processes_with
 from sandboxkit.tools import Rollout, SandboxLender
@@ -1176,6 +1177,75 @@ def test_a_command_makes_no_namespaces_and_no_mounts(
 
 
 @pytest.mark.usefixtures("filtered")
+def test_calls_off_the_allowlist_fail(hostile: tuple[SandboxClient, Sandbox, str]) -> None:
+    """The allowlist: calls the table names and denies fail with EPERM, with arguments the
+    kernel itself would take (secret memory, the mount listing calls, NUMA policy, the LDT,
+    page-cache state, security modules); a number the table does not name, made up or newer
+    than the table, with ENOSYS, as on a kernel without it."""
+    _, sb, _ = hostile
+    newest = max(n for n in SYSCALLS_HERE.values() if n is not None)
+    found = calls(
+        sb,
+        "import mmap\n"
+        "page = mmap.mmap(-1, 4096)\n"
+        "address = ctypes.addressof(ctypes.c_char.from_buffer(page))\n"
+        "mask = ctypes.c_ulong(1)\n"
+        "print('memfd_secret:', call('memfd_secret', 0))\n"
+        "request = ctypes.create_string_buffer(32)\n"  # struct mnt_id_req, version 0
+        "ctypes.c_uint32.from_buffer(request).value = 24\n"
+        "ctypes.c_uint64.from_buffer(request, 8).value = 1\n"  # LSMT_ROOT
+        "ids = (ctypes.c_uint64 * 16)()\n"
+        "print('listmount:', call('listmount', request, ids, 16, 0))\n"
+        "info = ctypes.create_string_buffer(512)\n"
+        "print('statmount:', call('statmount', request, info, 512, 0))\n"
+        "print('set_mempolicy:', call('set_mempolicy', 0, None, 0))\n"  # MPOL_DEFAULT
+        "print('get_mempolicy:', call('get_mempolicy', None, None, 0, None, 0))\n"
+        "print('mbind:', call('mbind', address, 4096, 0, None, 0, 0))\n"
+        "print('migrate_pages:', call('migrate_pages', 0, 64, ctypes.byref(mask),"
+        " ctypes.byref(mask)))\n"
+        "print('cachestat:', call('cachestat', os.open('/proc/self/exe', os.O_RDONLY),"
+        " ctypes.create_string_buffer(16), ctypes.create_string_buffer(40), 0))\n"
+        "print('lsm_list_modules:', call('lsm_list_modules', ctypes.create_string_buffer(64),"
+        " ctypes.byref(ctypes.c_uint32(64)), 0))\n"
+        "if NR['modify_ldt'] is not None:\n"  # x86-64 only
+        "    print('modify_ldt:', call('modify_ldt', 0, ctypes.create_string_buffer(16), 16))\n"
+        "    print('set_thread_area:', call('set_thread_area', ctypes.create_string_buffer(16)))\n"
+        "def raw(number):\n"
+        "    return outcome(libc.syscall(ctypes.c_long(number), 0, 0, 0, 0, 0))\n"
+        f"print('newer than the table:', raw({newest + 1}))\n"
+        "print('made-up number:', raw(1000))\n"
+        "print('far beyond:', raw(0x3FFFFFFF))\n",
+    )
+    unlisted = {
+        name: found.pop(name) for name in ("newer than the table", "made-up number", "far beyond")
+    }
+    assert set(unlisted.values()) == {"ENOSYS"}, unlisted
+    assert len(found) >= 9 and set(found.values()) == {"EPERM"}, found
+
+
+@pytest.mark.usefixtures("filtered")
+def test_socketpair_is_held_to_the_families_socket_is(
+    hostile: tuple[SandboxClient, Sandbox, str],
+) -> None:
+    """A pair of sockets of another family than Unix, IP and netlink fails as one socket
+    does, with EAFNOSUPPORT, before the kernel's code for that family runs; Unix pairs work."""
+    _, sb, _ = hostile
+    found = calls(
+        sb,
+        "import socket\n"
+        "pair = (ctypes.c_int * 2)()\n"
+        "for family in ('AF_VSOCK', 'AF_PACKET', 'AF_ALG', 'AF_TIPC', 'AF_KEY', 'AF_NETROM',"
+        " 'AF_CAN', 'AF_XDP'):\n"
+        "    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM, socket.SOCK_SEQPACKET):\n"
+        "        number = getattr(socket, family, {'AF_XDP': 44, 'AF_NETROM': 6}.get(family))\n"
+        "        print(f'{family} {kind}:', call('socketpair', number, kind, 0, pair))\n"
+        "print('unix:', call('socketpair', socket.AF_UNIX, socket.SOCK_STREAM, 0, pair))\n",
+    )
+    assert found.pop("unix") == "ok"
+    assert len(found) == 24 and set(found.values()) == {"EAFNOSUPPORT"}, found
+
+
+@pytest.mark.usefixtures("filtered")
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="x86-64's other ABIs")
 def test_calls_of_another_abi_kill_the_process(hostile: tuple[SandboxClient, Sandbox, str]) -> None:
     """32-bit calls (``int 0x80``) and x32 calls have numbers a filter of x86-64 numbers
@@ -1272,6 +1342,167 @@ def test_ordinary_programs_run_under_the_filter(
         ["sh", "-c", "gcc -O1 -pthread -o ordinary ordinary.c && ./ordinary"], timeout=120
     )
     assert (built.returncode, built.stdout) == (0, "42 0 0\n"), built.stderr
+
+
+RUNTIMES: dict[str, tuple[str, dict[str, str], str, str]] = {
+    "g++": (
+        "g++",
+        {
+            "main.cpp": """
+#include <future>
+#include <iostream>
+#include <mutex>
+#include <thread>
+#include <vector>
+int main() {
+    std::vector<std::thread> threads; std::mutex m; int sum = 0;
+    for (int i = 0; i < 4; i++)
+        threads.emplace_back([&, i] { std::lock_guard<std::mutex> g(m); sum += i * 2; });
+    for (auto &t : threads) t.join();
+    auto seven = std::async(std::launch::async, [] { return 7; });
+    std::cout << sum << " " << seven.get() << std::endl;
+}
+"""
+        },
+        "g++ -O1 -pthread -o main main.cpp && ./main",
+        "12 7\n",
+    ),
+    "java": (
+        "javac",
+        {
+            "Main.java": """
+import java.nio.file.*; import java.util.*; import java.util.concurrent.*;
+public class Main { public static void main(String[] args) throws Exception {
+    ExecutorService pool = Executors.newFixedThreadPool(4); int sum = 0;
+    for (Future<Integer> f : pool.invokeAll(List.<Callable<Integer>>of(() -> 2, () -> 4, () -> 6)))
+        sum += f.get();
+    pool.shutdown();
+    Files.writeString(Path.of("j.txt"), "file");
+    Process child = new ProcessBuilder("echo", "child").start();
+    String said = new String(child.getInputStream().readAllBytes()).trim(); child.waitFor();
+    int parallel = java.util.stream.IntStream.range(0, 100).parallel().sum();
+    String file = Files.readString(Path.of("j.txt"));
+    System.out.println(sum + " " + parallel + " " + file + " " + said);
+}}
+"""
+        },
+        "javac -J-Xmx256m -J-XX:+UseSerialGC Main.java && java -Xmx64m -XX:+UseSerialGC Main",
+        "12 4950 file child\n",
+    ),
+    "node": (
+        "node",
+        {
+            "main.js": """
+const {Worker} = require('worker_threads'), cp = require('child_process'), fs = require('fs');
+const net = require('net'), crypto = require('crypto');
+(async () => {
+  const seen = [];
+  await fs.promises.writeFile('n.txt', 'file');
+  seen.push(await fs.promises.readFile('n.txt', 'utf8'));
+  seen.push(cp.execSync('echo child').toString().trim());
+  const code = "require('worker_threads').parentPort.postMessage(42)";
+  seen.push(await new Promise(r => new Worker(code, {eval: true}).on('message', r)));
+  const key = await new Promise(r => crypto.pbkdf2('a', 'b', 1, 4, 'sha256', (e, k) => r(k)));
+  seen.push(key.toString('hex'));
+  const server = net.createServer(c => c.end('tcp')).listen(0, '127.0.0.1');
+  await new Promise(r => server.on('listening', r));
+  const port = server.address().port;
+  seen.push(await new Promise(r => net.connect(port, '127.0.0.1').on('data', d => r(`${d}`))));
+  server.close();
+  console.log(seen.join(' '));
+})();
+"""
+        },
+        "node main.js",
+        "file child 42 ee212b01 tcp\n",
+    ),
+    "rustc": (
+        "rustc",
+        {
+            "main.rs": """
+use std::{fs, process::Command, thread};
+fn main() {
+    let handles: Vec<_> = (0..4).map(|i| thread::spawn(move || i * 2)).collect();
+    let sum: i32 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    fs::write("r.txt", "file").unwrap();
+    let child = Command::new("echo").arg("child").output().unwrap();
+    let said = String::from_utf8_lossy(&child.stdout);
+    println!("{} {} {}", sum, fs::read_to_string("r.txt").unwrap(), said.trim());
+}
+"""
+        },
+        "rustc -O -o main main.rs && ./main",
+        "12 file child\n",
+    ),
+    "go": (
+        "go",
+        {
+            "main.go": """
+package main
+import ("fmt"; "os"; "os/exec"; "strings"; "sync")
+func main() {
+    var wg sync.WaitGroup; var mu sync.Mutex; sum := 0
+    for i := 0; i < 4; i++ {
+        wg.Add(1)
+        go func(i int) { defer wg.Done(); mu.Lock(); sum += i * 2; mu.Unlock() }(i)
+    }
+    wg.Wait()
+    os.WriteFile("g.txt", []byte("file"), 0o644)
+    data, _ := os.ReadFile("g.txt")
+    said, _ := exec.Command("echo", "child").Output()
+    fmt.Println(sum, string(data), strings.TrimSpace(string(said)))
+}
+"""
+        },
+        "go build -o main main.go && ./main",
+        "12 file child\n",
+    ),
+    "shell and git": (
+        "git",
+        {},
+        "set -e; printf 'b\\na\\nb\\n' | sort | uniq -c | tr -s ' ' | tr '\\n' ';'; "
+        "git init -q r && cd r && git config user.email a@b && git config user.name a && "
+        "echo x > f && git add f && git commit -qm first && git log --format=%s",
+        " 1 a; 2 b;first\n",
+    ),
+    "pip": (
+        "pip3",
+        {},
+        "python3 -c \"import zipfile; z = zipfile.ZipFile('tiny-1.0-py3-none-any.whl', 'w'); "
+        "z.writestr('tiny.py', 'X = 42'); "
+        "z.writestr('tiny-1.0.dist-info/METADATA', 'Metadata-Version: 2.1\\nName: tiny\\n"
+        "Version: 1.0\\n'); "
+        "z.writestr('tiny-1.0.dist-info/WHEEL', 'Wheel-Version: 1.0\\nRoot-Is-Purelib: true\\n"
+        "Tag: py3-none-any\\n'); "
+        "z.writestr('tiny-1.0.dist-info/RECORD', ''); z.close()\" && "
+        "python3 -m pip install -q --no-index --no-cache-dir --disable-pip-version-check "
+        "--target lib tiny-1.0-py3-none-any.whl && "
+        "cd lib && python3 -c 'import tiny; print(tiny.X)'",
+        "42\n",
+    ),
+}
+"""Each runtime's program, from the tool that must be there: threads, child processes,
+files, sockets (the allowlist is built from what these call)."""
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("filtered")
+@pytest.mark.parametrize("runtime", list(RUNTIMES))
+def test_runtimes_run_under_the_filter(
+    hostile: tuple[SandboxClient, Sandbox, str], runtime: str
+) -> None:
+    """Compilers and runtimes with their threads, pools and child processes (Java's many
+    calls, libuv's thread pool, Go's and Rust's runtimes), the shell, git and pip installing a
+    wheel offline, each where the sandbox has it."""
+    _, sb, _ = hostile
+    tool, sources, command, expected = RUNTIMES[runtime]
+    found = sb.exec(["sh", "-c", f"command -v {tool}"], timeout=60)
+    if found.returncode != 0:
+        pytest.skip(f"{tool} is not installed where the sandbox runs programs")
+    for name, text in sources.items():
+        sb.write_file(name, text)
+    done = sb.exec(["sh", "-c", command], timeout=180)
+    assert (done.returncode, done.stdout) == (0, expected), done.stderr
 
 
 # -- the host's file API against a program that rearranges its files ----------------------
