@@ -32,8 +32,10 @@ from .backends.subprocess import SubprocessBackend
 from .client import Sandbox, SandboxClient
 from .config import ISOLATION_VAR, setting
 from .contest.languages import Language, languages
+from .harness import runner
 from .local import seccomp
 from .local.isolation import Tier, bwrap_binary
+from .local.uids import RANGE_VAR
 from .portal import run_sync
 from .registry import BackendChoice, BackendEntry, backend_names, get_backend, resolve_backend
 
@@ -292,7 +294,10 @@ def _local_checks(client: SandboxClient, timeout: float) -> list[Check]:
         user = pwd.getpwuid(report.run_as).pw_name
     except KeyError:
         user = "?"
-    checks.append(_runs_as(report.run_as, user, report.tier))
+    checks.append(_runs_as(report.run_as, user, report.tier, report.uids))
+    if report.tier is not Tier.NONE:
+        checks.append(_own_uids(report.uids, report.run_as))
+        checks.append(_judge_signals())
     bwrap = bwrap_binary()
     checks.append(
         Check("bwrap", Status.OK, bwrap)
@@ -305,37 +310,106 @@ def _local_checks(client: SandboxClient, timeout: float) -> list[Check]:
     return checks
 
 
-def _runs_as(uid: int, user: str, tier: Tier) -> Check:
+def _runs_as(uid: int, user: str, tier: Tier, uids: range | None) -> Check:
     """The host uid sandboxed code holds; root's would own the machine, so that fails."""
     if uid == 0:
         return Check(
             "runs as",
             Status.FAIL,
             "uid 0 (root): sandboxed code would hold host privilege",
-            "install a python3 that uid 65534 can run, or run as an unprivileged user",
+            "install a python3 every user can run, or run as an unprivileged user",
         )
     mapping = " (its user namespace maps to it)" if tier is Tier.NAMESPACES else ""
+    if uids is not None:
+        return Check("runs as", Status.OK, f"its own unprivileged host uid{mapping}")
     return Check("runs as", Status.OK, f"host uid {uid} ({user}){mapping}")
 
 
+def _memory_check(local: SubprocessBackend) -> Check:
+    """How ``memory_mb`` holds here, kernel memory included (the facts the backend's cgroups
+    are made from)."""
+    mb = local.limits.memory_mb
+    if local.memory_limit == "none":
+        return Check("memory limit", Status.WARN, "none (isolation tier none)")
+    if local.memory_limit == "rlimit":
+        return Check(
+            "memory limit",
+            Status.WARN,
+            f"{mb} MB of address space per process (RLIMIT_AS): memfds, shared memory, kernel "
+            "memory and children together are not bounded",
+            "give this process a writable memory cgroup (v2 or v1)",
+        )
+    uncounted = local.confinement.cgroups.uncounted
+    if uncounted:
+        return Check(
+            "memory limit",
+            Status.WARN,
+            f"{mb} MB per sandbox: processes, /dev/shm and files, not its "
+            f"{' or '.join(uncounted)} ({local.memory_limit})",
+            "boot with cgroup v2 (systemd.unified_cgroup_hierarchy=1), without cgroup.memory=",
+        )
+    sockets = (
+        "socket buffers included"
+        if local.memory_limit == "cgroup v2"
+        else f"socket buffers up to {mb} MB more (their own limit)"
+    )
+    return Check(
+        "memory limit",
+        Status.OK,
+        f"{mb} MB per sandbox: processes, /dev/shm, files and kernel memory, {sockets} "
+        f"({local.memory_limit})",
+    )
+
+
+def _own_uids(uids: range | None, run_as: int) -> Check:
+    """Whether each sandbox has a host uid of its own; where not, what sandboxes share."""
+    if uids is not None:
+        return Check(
+            "own uids",
+            Status.OK,
+            f"a host uid per sandbox, from {uids.start}-{uids.stop - 1} ({RANGE_VAR})",
+        )
+    return Check(
+        "own uids",
+        Status.WARN,
+        f"every sandbox runs as uid {run_as}: they share its per-user kernel limits (inotify "
+        "instances, pipe buffers, processes, user namespaces) with each other and with this "
+        "user's processes; in the rlimits tier they can also signal and read one another; a "
+        "contest program and its judge share it too (only the syscall filter keeps signals "
+        "from the judge)",
+        "run as root: each sandbox then gets a uid of its own",
+    )
+
+
+def _judge_signals() -> Check:
+    """What keeps a contest program (or code loaded for calls) from signalling its judge,
+    which runs as the same uid: only the runner's syscall filter."""
+    if runner.SECCOMP_CALLS.get(os.uname().machine) is None or seccomp.unsupported():
+        return Check(
+            "judge signals",
+            Status.WARN,
+            "nothing: a contest program can stop its judge (no syscall filter on this machine)",
+            "use an x86-64 or aarch64 Linux host with seccomp",
+        )
+    return Check(
+        "judge signals",
+        Status.OK,
+        "syscall filter only: kill, pidfds and descriptor owners (F_SETOWN, F_SETSIG, "
+        "FIOSETOWN) fail; the judge and the program share a uid",
+    )
+
+
 def _storage_checks(client: SandboxClient) -> list[Check]:
-    """How ``memory_mb`` and ``disk_mb`` hold here: per sandbox, or only per process and file."""
+    """How ``memory_mb``, ``cpus`` and ``disk_mb`` hold here: per sandbox, or only per process
+    and file."""
     local = client.backend_as(SubprocessBackend)
     limits = local.limits
-    memory = {
-        "rlimit": (
-            Status.WARN,
-            f"{limits.memory_mb} MB of address space per process (RLIMIT_AS): memfds, shared "
-            "memory and children together are not bounded",
-        ),
+    cpu = {
+        "rlimit": (Status.WARN, f"{limits.cpu_seconds} CPU seconds per process only (RLIMIT_CPU)"),
         "none": (Status.WARN, "none (isolation tier none)"),
     }.get(
-        local.memory_limit,
-        (
-            Status.OK,
-            f"{limits.memory_mb} MB per sandbox: processes, /dev/shm and files "
-            f"({local.memory_limit})",
-        ),
+        local.cpu_limit,
+        (Status.OK, f"{limits.cpus:g} CPU per sandbox, all its processes ({local.cpu_limit})"),
     )
     disk = {
         "tmpfs": (
@@ -348,10 +422,11 @@ def _storage_checks(client: SandboxClient) -> list[Check]:
         ),
         "none": (Status.WARN, "none (isolation tier none)"),
     }[local.disk_limit]
-    memory_fix = "give this process a writable memory cgroup (v2 or v1)"
+    cpu_fix = "give this process a writable cpu cgroup (v2, or v1 with CFS bandwidth)"
     disk_fix = "run as root (CAP_SYS_ADMIN) to give each sandbox a tmpfs of its own"
     return [
-        Check("memory limit", *memory, memory_fix if local.memory_limit == "rlimit" else ""),
+        _memory_check(local),
+        Check("cpu limit", *cpu, cpu_fix if local.cpu_limit == "rlimit" else ""),
         Check("disk limit", *disk, disk_fix if local.disk_limit == "file size" else ""),
     ]
 
@@ -392,11 +467,11 @@ def _syscall_filter(client: SandboxClient, sb: Sandbox, timeout: float) -> Check
     seen = sb.exec(["python", "-c", _SECCOMP_STATUS], timeout=timeout).stdout.split()
     if not seen or seen[0] != "2":  # SECCOMP_MODE_FILTER
         return Check("seccomp", Status.FAIL, f"not seen in a command ({seen})")
-    denied = len(syscall_filter.denied)
+    allowed = len(syscall_filter.allowed)
     return Check(
         "seccomp",
         Status.OK,
-        f"syscall filter on ({syscall_filter.arch}): {denied} calls denied to commands, "
+        f"syscall filter on ({syscall_filter.arch}): {allowed} calls allowed to commands, "
         f"{seen[1]} filters seen in a command",
     )
 

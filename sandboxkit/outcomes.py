@@ -17,7 +17,8 @@ class OutcomeKind(str, enum.Enum):
     """It ran past its time limits; also a run still going at the batch deadline after longer
     than its limits allow an honest program (``RunRequest.allowance``)."""
     BANNED = "banned"
-    """A banned construct was found before running (``detail`` says which)."""
+    """A banned construct was found before running, or reached while running (``detail``
+    says which)."""
     EMPTY = "empty"
     """Nothing to run: no code, oversized code, NUL bytes."""
     INFRA = "infra"

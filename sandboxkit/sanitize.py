@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import ast
 import enum
+import io
 import keyword
 import re
 import sys
 import textwrap
+import tokenize
 import unicodedata
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -144,7 +146,8 @@ def extract_code(
     the prompt starts (HumanEval style): the result is ``prompt`` + :func:`function_body`.
     A ``language`` other than Python takes the blocks tagged with one of its names instead.
     """
-    return "".join(_program(completion, block, prompt, language))
+    prefix, model, _ = _program(completion, block, prompt, language)
+    return prefix + model
 
 
 def block_tags(completion: Completion) -> list[str]:
@@ -152,19 +155,14 @@ def block_tags(completion: Completion) -> list[str]:
     return [tag for tag, _ in _fenced_blocks(_clean(completion_text(completion)))]
 
 
-def function_body(completion: Completion) -> str:
-    """The indented continuation of a function: lines up to the first non-blank line at column 0.
-
-    That drops what models append after the body (tests, ``__main__`` blocks, new definitions,
-    column-0 comments). Like HumanEval's stop sequences, it also cuts a triple-quoted string
-    whose lines start at column 0.
+def function_body(completion: Completion, prompt: str = "def _():\n") -> str:
+    """The continuation of the function ``prompt`` leaves open, as far as it stays in that
+    function: up to where Python's tokenizer closes it (the dedent out of its block, or the end
+    of its line for a one-line body). That drops what models append (tests, ``__main__``
+    blocks, new definitions) however it is laid out: form feeds, tabs, backslashes, strings
+    over several lines. :func:`sanitize` says why a body that cannot be kept inside is none.
     """
-    body: list[str] = []
-    for line in _clean(completion_text(completion)).split("\n"):
-        if line and line[0] not in " \t":
-            break
-        body.append(line)
-    return "\n".join(body).rstrip()
+    return _body(_newlines(prompt), _clean(completion_text(completion)))[0]
 
 
 def banned_substrings(code: str, patterns: Collection[str]) -> tuple[str, ...]:
@@ -185,13 +183,17 @@ def pattern_bans(
     Who bans ``"sorted("`` bans the function, however it is reached: ``name(`` and a bare
     ``name`` give the name and the attribute (``reprlib.builtins.sorted``), ``.attr(`` and
     ``mod.attr(`` the attribute, ``import m``/``from m`` and a bare standard module's name
-    the module. Other patterns (``"import "``, ``"[::-1]"``) give nothing.
+    the module, and the keyword alone (``"import "``) every module, ``"*"`` (so
+    ``from\\tm\\timport\\tx`` is an import too). Other patterns (``"[::-1]"``) give nothing.
     """
     names: list[str] = []
     attributes: list[str] = []
     modules: list[str] = []
     for pattern in _strings(patterns):
         text = unicodedata.normalize("NFKC", pattern).strip()  # as Python reads identifiers
+        if text in ("import", "from"):
+            modules.append("*")
+            continue
         imported = _IMPORT_PATTERN.fullmatch(text)
         if imported:
             modules.append(imported[1])
@@ -221,8 +223,8 @@ def find_banned(
     a local ``def sorted`` and ``from m import sorted as s`` are too. ``attributes`` (``sort``)
     cover ``xs.sort()``, ``list.sort(xs)``, ``getattr(xs, "sort")``, ``methodcaller("sort")``,
     ``from m import sort`` and ``case list(sort=f)`` patterns. ``modules`` cover ``import m``,
-    ``import m.sub`` and ``from m import x``. Names and attributes are separate: banning
-    ``sorted`` does not ban ``.sort``.
+    ``import m.sub`` and ``from m import x``; ``"*"`` every import. Names and attributes are
+    separate: banning ``sorted`` does not ban ``.sort``.
 
     When anything is banned, ways to reach an arbitrary name, attribute or module at run time
     are flagged as well, since the check cannot follow them: ``eval``/``exec``/``compile`` of
@@ -237,8 +239,9 @@ def find_banned(
     ``sys.executable``, and these callables referenced other than by a direct call
     (``g = getattr``).
 
-    Not caught: a program that writes a file and imports or runs it, code hidden in data the
-    sandbox provides, and escape routes missing from the lists above.
+    Not caught here: a program that writes a file and imports or runs it, code hidden in data
+    the sandbox provides, and escape routes missing from the lists above; harnesses given the
+    bans catch those as the code runs (``runner.enforce_bans``).
     """
     tree = _parse(code)
     if isinstance(tree, Problem):
@@ -272,7 +275,7 @@ def sanitize(
     the sandbox's. A program in another ``language`` is taken from a block tagged with one of
     its names; its compiler judges it, and the checks after NUL bytes are Python's only.
     """
-    prefix, model = _program(completion, block, prompt, language)
+    prefix, model, escape = _program(completion, block, prompt, language, max_bytes)
     code = prefix + model
     if not model:
         return Sanitized(code, Problem(ProblemKind.EMPTY, "the completion contains no code"))
@@ -287,6 +290,8 @@ def sanitize(
     problems = find_banned(code, names=names, attributes=attributes, modules=modules)
     if problems and problems[0].kind is not ProblemKind.BANNED:
         return Sanitized(code, problems[0])
+    if escape is not None:
+        return Sanitized(code, escape)
     first_line = prefix.count("\n") + 1
     hits = banned_substrings(model, substrings)
     if hits:
@@ -303,20 +308,21 @@ def _program(
     block: Literal["first", "last"],
     prompt: str | None,
     language: Language | None = None,
-) -> tuple[str, str]:
-    """``(prefix, model_code)``: the prompt's part (body mode only) and the model's part."""
+    max_chars: int | None = None,
+) -> tuple[str, str, Problem | None]:
+    """``(prefix, model_code, escape)``: the prompt's part (body mode only), the model's part,
+    and in body mode why that part does not stay inside the prompt's function (a body is
+    read no further than ``max_chars``: longer, it is too large wherever it ends)."""
     if block not in ("first", "last"):
         raise ValueError(f"block must be 'first' or 'last', not {block!r}")
     text = _clean(completion_text(completion))
     if prompt is not None:
         prompt = _newlines(prompt)
-        head = sep = ""
-        if prompt and not prompt.endswith("\n"):
-            head, sep, text = text.partition("\n")  # the first line finishes the prompt's last
-        return prompt, (head + sep + function_body(text)).rstrip()
+        body, escape = _body(prompt, text, max_chars)
+        return prompt, body, escape
     blocks = _fenced_blocks(text)
     if not blocks:
-        return "", _tidy(text)
+        return "", _tidy(text), None
     if language is None or language.name == "python":
         chosen = [code for tag, code in blocks if _PYTHON_TAG.fullmatch(tag)]
     else:
@@ -324,8 +330,116 @@ def _program(
         chosen = [code for tag, code in blocks if tag in tags]
     chosen = chosen or [code for tag, code in blocks if not tag]
     if not chosen:
-        return "", ""
-    return "", _tidy(chosen[0 if block == "first" else -1])
+        return "", "", None
+    return "", _tidy(chosen[0 if block == "first" else -1]), None
+
+
+@dataclass(eq=False)
+class _Def:
+    """A function whose body has not ended yet, as the tokenizer sees it."""
+
+    depth: int
+    """How many blocks its ``def`` is in."""
+    at: tuple[int, int]
+    """Where its ``def`` (or ``async``) is: line and column, as the compiler reports it."""
+    inline: bool = False
+    """Whether its body is on the line of its ``def`` (ended by that line's end)."""
+
+
+_LAYOUT = (tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT, tokenize.NEWLINE)
+
+
+def _body(prompt: str, text: str, max_chars: int | None = None) -> tuple[str, Problem | None]:
+    """The part of ``text`` that continues the function ``prompt`` leaves open (the outermost
+    ``def`` whose body has not ended where the prompt does; else, module level), cut where
+    the tokenizer ends that body; and why it is no body when the compiler, reading the
+    prompt and the body, still finds code of ``text`` after that function."""
+    source = prompt + text
+    starts = [0, *(match.end() for match in re.finditer("\n", source)), len(source)]
+    cut = len(source)
+    ended = 0  # where the last logical line ended
+    chosen: _Def | None = None
+    opened: list[_Def] = []  # outermost first
+    header: _Def | None = None  # a ``def`` whose header's colon has not come yet
+    colon: _Def | None = None  # one whose colon just came: the next token says how it goes on
+    depth = parens = 0
+    new_line = True
+    previous: tokenize.TokenInfo | None = None
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            kind, (row, col) = token.type, token.start
+            if max_chars is not None and starts[row - 1] + col > len(prompt) + max_chars:
+                cut = starts[row - 1] + col  # too large already: no need to read on
+                break
+            if colon is not None and kind != tokenize.COMMENT:
+                colon.inline = kind != tokenize.NEWLINE
+                opened.append(colon)
+                colon = None
+            if kind == tokenize.INDENT:
+                depth += 1
+            elif kind == tokenize.DEDENT:
+                depth -= 1
+            elif kind == tokenize.NEWLINE:
+                opened = [f for f in opened if not f.inline]
+            elif kind not in _LAYOUT and new_line:  # the first token of a logical line
+                opened = [f for f in opened if f.depth < depth]
+            if chosen is None and starts[row - 1] + col >= len(prompt):
+                chosen = opened[0] if opened else _Def(0, (0, 0))
+            if chosen is not None and chosen.inline and kind == tokenize.NEWLINE:
+                cut = starts[token.end[0] - 1] + token.end[1]  # the end of its one line
+                break
+            if chosen is not None and not chosen.inline and kind != tokenize.ENDMARKER:
+                starting = kind == tokenize.DEDENT or (kind not in _LAYOUT and new_line)
+                if starting and depth <= chosen.depth:  # a line out of its block
+                    cut = ended  # after its last line of code (not the comments after that)
+                    break
+            if kind == tokenize.OP and token.string in "([{":
+                parens += 1
+            elif kind == tokenize.OP and token.string in ")]}":
+                parens -= 1
+            elif kind == tokenize.OP and token.string == ":" and header is not None and not parens:
+                colon, header = header, None
+            elif kind == tokenize.NAME and token.string == "def" and not parens:
+                async_ = previous is not None and previous.string == "async"
+                header = _Def(depth, previous.start if async_ and previous else (row, col))
+            new_line = kind == tokenize.NEWLINE or (new_line and kind in _LAYOUT)
+            if kind == tokenize.NEWLINE:
+                ended = starts[token.end[0] - 1] + token.end[1]
+            previous = token
+    except (tokenize.TokenError, SyntaxError):
+        pass  # not delimited: the whole text goes to the compiler, which judges it below
+    body = source[len(prompt) : max(cut, len(prompt))].rstrip()
+    if chosen is None or chosen.at == (0, 0):
+        return body, None
+    return body, _escape(prompt + body, chosen.at, len(prompt))
+
+
+def _escape(code: str, at: tuple[int, int], start: int) -> Problem | None:
+    """Why the program ``code`` has code of the model's (from offset ``start``) outside the
+    function whose ``def`` is ``at``, as the compiler reads it; None when it has none, or
+    when it does not compile (the syntax check says so)."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    line = code.count("\n", 0, start) + 1
+    column = start - (code.rfind("\n", 0, start) + 1)
+    function = next(
+        (
+            node
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and (node.lineno, node.col_offset) == at
+        ),
+        None,
+    )
+    end = (function.end_lineno or 0, function.end_col_offset or 0) if function else (0, 0)
+    for node in ast.walk(tree):
+        where = (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
+        if where >= (line, column) and where > end:
+            reason = f"line {where[0]}: the completion goes on after the function it continues"
+            return Problem(ProblemKind.SYNTAX_ERROR, reason, where[0])
+    return None
 
 
 def _fenced_blocks(text: str) -> list[tuple[str, str]]:
@@ -401,6 +515,8 @@ class _Ban:
         return None
 
     def module(self, name: str) -> tuple[str, str] | None:
+        if "*" in self.modules:
+            return "*", f"imports {name!r} (the task bans imports)"
         for banned in self.modules:
             if name == banned or name.startswith(banned + "."):
                 return banned, f"imports {name!r} (banned module {banned!r})"
@@ -431,7 +547,9 @@ def _scan(tree: ast.AST, ban: _Ban) -> Iterator[tuple[int, str, str]]:
             found = [ban.module(alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             for alias in node.names:
-                if node.module and not node.level:
+                if node.level:  # relative: no module's name, so only "*" takes it
+                    found.append(ban.module("." * node.level + (node.module or "")))
+                elif node.module:
                     found.append(ban.module(f"{node.module}.{alias.name}"))
                 if alias.name in ban.names:
                     found.append((alias.name, f"imports banned name {alias.name!r}"))

@@ -21,7 +21,7 @@ from types import ModuleType
 import pytest
 
 from sandboxkit import Sandbox, SandboxClient, get_backend
-from sandboxkit.local import disk, files
+from sandboxkit.local import disk, files, uids
 
 pytest_plugins = [
     "sandboxkit.testing.remote",
@@ -65,8 +65,16 @@ def local_root() -> Iterator[Path]:
     for point in points:
         if point.startswith(f"{root}/"):
             disk.unmount(Path(point))
+    # The uids of the sandboxes a test left running: their processes die first.
+    left = {}
+    if uids.sandbox_uids() is not None:
+        left = {uid: holder for uid, (holder, _) in uids.claims().items() if holder.parent == root}
+    alive = {uid for uid in left if not uids.kill_processes_of(uid)}
     with contextlib.suppress(OSError):  # however deep and unreadable a failed test left it
         files.remove_tree(root)
+    for uid, holder in left.items():
+        if uid not in alive:
+            uids.release(uid, holder)
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ runs around a program that prints nothing useful.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -549,22 +550,27 @@ SORT_DODGES = {
 }
 
 
+def task_scores(
+    task: FunctionTask, bodies: dict[str, str], path: str, **options: Any
+) -> dict[str, float | None]:
+    """Each body's reward from ``function_tests_reward`` on the local backend's ``path``."""
+    from sandboxkit import get_backend
+
+    with get_backend("subprocess", warm=path == "warm") as client:
+        reward = function_tests_reward([task], backend=client, pool_size=1, timeout=10, **options)
+        try:
+            scores = reward([task.prompt] * len(bodies), list(bodies.values()))
+        finally:
+            reward.close()
+    return dict(zip(bodies, scores, strict=True))
+
+
 @pytest.mark.parametrize("per_sandbox", [1, 2])
 @pytest.mark.parametrize("path", ["warm", "cold"])
 def test_banned_patterns_cannot_be_dodged(path: str, per_sandbox: int) -> None:
     """Daytona's rule gives banned code -1.0; each dodge scored 1.0 under the substring check."""
-    from sandboxkit import get_backend
-
     bodies = {"honest": INSERTION_SORT, "wrong": "    return xs[::-1]\n", **SORT_DODGES}
-    with get_backend("subprocess", warm=path == "warm") as client:
-        reward = function_tests_reward(
-            [SORT_TASK], backend=client, pool_size=1, per_sandbox=per_sandbox, timeout=10
-        )
-        try:
-            scores = reward([SORT_TASK.prompt] * len(bodies), list(bodies.values()))
-        finally:
-            reward.close()
-    got = dict(zip(bodies, scores, strict=True))
+    got = task_scores(SORT_TASK, bodies, path, per_sandbox=per_sandbox)
     assert got.pop("honest") == 1.0
     assert got.pop("wrong") == pytest.approx(1 / 3)  # right for [5, 5, 1] only
     assert got == dict.fromkeys(SORT_DODGES, -1.0)
@@ -1238,3 +1244,250 @@ def test_a_call_that_stops_reading_its_requests_runs_into_the_tests_time_limit(
     outcome = judge(sandbox, AssertTests(tests, timeout=1), forges)
     assert (outcome.kind, outcome.passed, outcome.total) == (OutcomeKind.FAILED, 2, 3), outcome
     assert outcome.detail == "still running after 5s of wall-clock time", outcome
+
+
+# -- a function-body continuation that reaches module level ------------------------------------
+
+DOUBLE_TASK = FunctionTask(
+    prompt="def double(x: int) -> int:\n",
+    func_name="double",
+    tests=["2", "-7", "10"],
+    reference=lambda x: 2 * x,
+)
+REBINDINGS = {
+    "a form feed after the indentation": "    \fdouble = lambda x: 2 * x\n",
+    "a form feed after a tab": "\t\fdouble = lambda x: 2 * x\n",
+    "a form feed after a carriage return": "\r  \fdouble = lambda x: 2 * x\r",
+    "a form feed before a def": "    \fdef double(x):\n        return 2 * x\n",
+}
+
+
+@pytest.mark.parametrize("path", ["warm", "cold"])
+def test_a_continuation_cannot_rebind_its_function_at_module_level(path: str) -> None:
+    """Each rebinding ran at load time under the line heuristic and scored 1.0."""
+    wrong = "    return x * 3\n"
+    bodies = {"wrong": wrong, **{k: wrong + v for k, v in REBINDINGS.items()}}
+    assert task_scores(DOUBLE_TASK, bodies, path) == dict.fromkeys(bodies, 0.0)
+
+
+# -- bans that hold whatever the route: Daytona's sorting task, and the run-time enforcement -----
+
+
+def _daytona_sorting() -> FunctionTask:
+    """The sorting task of ``examples/daytona_trl`` (bans ``sorted(``, ``.sort(``, ``heapq``,
+    ``import `` and ``__import__``; the honest wrong ``xs[::-1]`` scores 0.2)."""
+    path = Path(__file__).resolve().parents[1] / "examples" / "daytona_trl" / "tasks.py"
+    spec = importlib.util.spec_from_file_location("daytona_tasks", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    task: FunctionTask = module.TASKS["sorting"]
+    return task
+
+
+DAYTONA_SORTING = _daytona_sorting()
+DAYTONA_ROUTES = {
+    "a list subclass's __match_args__": (
+        "    class L(list):\n        __match_args__ = ('so' + 'rt',)\n"
+        "    out = L(xs)\n    match out:\n        case L(f):\n            f()\n"
+        "    return list(out)\n"
+    ),
+    "__match_args__ and a metaclass __instancecheck__ reaching print.__self__": (
+        "    class Any(type):\n        def __instancecheck__(cls, obj):\n            return True\n"
+        "    class Owner(metaclass=Any):\n        __match_args__ = ('__se' + 'lf__',)\n"
+        "    class Sorter(metaclass=Any):\n        __match_args__ = ('sor' + 'ted',)\n"
+        "    match print:\n        case Owner(b):\n            match b:\n"
+        "                case Sorter(f):\n                    return f(xs)\n"
+    ),
+    "a metaclass __instancecheck__ handed print.__self__": (
+        "    class Grab(type):\n        def __instancecheck__(cls, obj):\n"
+        "            cls.seen = obj\n            return True\n"
+        "    class Sorter(metaclass=Grab):\n        __match_args__ = ('sor' + 'ted',)\n"
+        "    class Owner(metaclass=Grab):\n        __match_args__ = ('__se' + 'lf__',)\n"
+        "    match len:\n        case Owner(b):\n            isinstance(b, Sorter)\n"
+        "    match Sorter.seen:\n        case Sorter(f):\n            return f(xs)\n"
+    ),
+    "an import with tabs": (
+        "    from\tbisect\timport\tinsort\n    out = []\n    for x in xs:\n        insort(out, x)\n"
+        "    return out\n"
+    ),
+    "an import with a tab after the module": (
+        "    import\tbisect as b\n    out = []\n    for x in xs:\n        b.insort(out, x)\n"
+        "    return out\n"
+    ),
+    "an import over a backslash": (
+        "    from bisect import\\\n        insort\n    out = []\n    for x in xs:\n"
+        "        insort(out, x)\n    return out\n"
+    ),
+    "xmlrpc's resolver on reprlib": (
+        "    from\txmlrpc.server\timport\tresolve_dotted_attribute as r\n    import\treprlib\n"
+        "    return r(reprlib, 'built' + 'ins.sor' + 'ted', True)(xs)\n"
+    ),
+    "xmlrpc's resolver on a list": (
+        "    from\txmlrpc.server\timport\tresolve_dotted_attribute as r\n    out = list(xs)\n"
+        "    r(out, 'so' + 'rt')()\n    return out\n"
+    ),
+    "singledispatch evaluating a string annotation": (
+        "    from\tfunctools\timport\tsingledispatch\n\n    @singledispatch\n"
+        "    def g(x):\n        return x\n\n"
+        "    @g.register\n"
+        "    def _(x: \"[globals().__setitem__('S', print.__self__.sorted), list][1]\"):\n"
+        "        return x\n\n    return S(xs)\n"
+    ),
+    "singledispatchmethod evaluating a string annotation": (
+        "    from\tfunctools\timport\tsingledispatchmethod\n\n    class K:\n"
+        "        @singledispatchmethod\n        def g(self, x):\n            return x\n\n"
+        "        @g.register\n"
+        "        def _(self, x: \"[globals().__setitem__('S', list.sort), list][1]\"):\n"
+        "            return x\n\n    out = list(xs)\n    S(out)\n    return out\n"
+    ),
+    "enum sorting in place, its call site specialized before the patch": (
+        "    from\tenum\timport\tEnum\n    out = list(xs)\n"
+        "    Enum._generate_next_value_('a', 1, len(out), out)\n    return out\n"
+    ),
+    "a module written at run time": (
+        "    import\tsys\n    with open('/tmp/sk_sort_dyn.py', 'w') as f:\n"
+        "        f.write('def go(xs):\\n    return sor' + 'ted(xs)\\n')\n"
+        "    sys.path.insert(0, '/tmp')\n    from\tsk_sort_dyn\timport\tgo\n    return go(xs)\n"
+    ),
+    "a module written at run time, sorting in place": (
+        "    import\tsys\n    with open('/tmp/sk_sort_dyn2.py', 'w') as f:\n"
+        "        f.write('def go(xs):\\n    out = list(xs)\\n    out.so' + 'rt()\\n'\n"
+        "                '    return out\\n')\n"
+        "    sys.path.insert(0, '/tmp')\n    from\tsk_sort_dyn2\timport\tgo\n    return go(xs)\n"
+    ),
+}
+MERGE_SORT = (
+    "    if len(xs) <= 1:\n        return list(xs)\n    half = len(xs) // 2\n"
+    "    left, right = sort_numbers(xs[:half]), sort_numbers(xs[half:])\n"
+    "    out = []\n    i = j = 0\n    while i < len(left) and j < len(right):\n"
+    "        if left[i] <= right[j]:\n            out.append(left[i])\n            i += 1\n"
+    "        else:\n            out.append(right[j])\n            j += 1\n"
+    "    return out + left[i:] + right[j:]\n"
+)
+HONEST_SORTS = {"insertion sort": INSERTION_SORT, "merge sort": MERGE_SORT}
+
+
+@pytest.mark.parametrize("path", ["warm", "cold"])
+def test_bans_hold_whatever_the_route(path: str) -> None:
+    """Each route scored 1.0 past the substring and AST checks; honest sorts keep theirs."""
+    bodies = {**HONEST_SORTS, "wrong": "    return xs[::-1]\n", **DAYTONA_ROUTES}
+    assert task_scores(DAYTONA_SORTING, bodies, path) == {
+        **dict.fromkeys(HONEST_SORTS, 1.0),
+        "wrong": 0.2,
+        **dict.fromkeys(DAYTONA_ROUTES, -1.0),
+    }
+
+
+RUNTIME_ONLY = {
+    "the builtins module reloaded": (
+        "    from\txmlrpc.server\timport\tresolve_dotted_attribute as r\n    import\tsys\n"
+        "    r(sys, 'mod' + 'ules', True).pop('built' + 'ins')\n    import\treprlib\n"
+        "    return r(reprlib, 'built' + 'ins.sor' + 'ted', True)(xs)\n"
+    ),
+    "gc finding the original": (
+        "    import gc\n    for d in gc.get_referrers(len):\n"
+        "        if type(d) is dict and 'sor' + 'ted' in d:\n"
+        "            return d['sor' + 'ted'](xs)\n"
+    ),
+    "ctypes calling the C sort": (
+        "    import ctypes\n    out = list(xs)\n"
+        "    ctypes.pythonapi.PyList_Sort(ctypes.py_object(out))\n    return out\n"
+    ),
+    "a subinterpreter's fresh builtins": (
+        "    import _xxsubinterpreters as s\n    s.create()\n    return list(xs)\n"
+    ),
+    "a process started below subprocess's audit event": (
+        "    import _posixsubprocess\n" + INSERTION_SORT
+    ),
+    "heapq reloaded, its sifts sorting": (
+        "    import heapq, importlib\n    importlib.reload(heapq)\n    h = []\n"
+        "    for x in xs:\n        h.append(x)\n        heapq._siftdown(h, 0, len(h) - 1)\n"
+        "    out = []\n    while h:\n        last = h.pop()\n        if h:\n"
+        "            out.append(h[0])\n            h[0] = last\n            heapq._siftup(h, 0)\n"
+        "        else:\n            out.append(last)\n    return out\n"
+    ),
+    "a forged code object": (
+        "    f = lambda: 0\n    f.__code__.replace(co_name='x')\n    return list(xs)\n"
+    ),
+    "exec of built text": "    return eval('sor' + 'ted')(xs)\n",
+    "a function that takes the import system's name, called by the runner": (
+        INSERTION_SORT + "ns = {}\nexec(compile(\n"
+        "    'def go(xs):\\n    import ctypes\\n    out = list(xs)\\n'\n"
+        "    '    ctypes.pythonapi.PyList_Sort(ctypes.py_object(out))\\n'\n"
+        "    '    return out\\n', '<frozen importlib._bootstrap>', 'exec'), ns)\n"
+        "sort_numbers = ns['go']\n"
+    ),
+    "the hook's globals and builtins rebound first": (
+        INSERTION_SORT + "import __main__, builtins\n"
+        "for name in ('PROCESS_EVENTS', 'HEAP_EVENTS', 'UNAUDITED_MODULES', 'BAN_KEYS'):\n"
+        "    setattr(__main__, name, frozenset())\n"
+        "__main__.banned_source = lambda *args: ''\n"
+        "builtins.id = builtins.issubclass = lambda *args: 0\n"
+        "import gc\ngc.get_referrers(len)\n"
+    ),
+    "the stub caught and an own sort after": (
+        "    try:\n        return getattr(print, '__se' + 'lf__').sorted(xs)\n"
+        "    except BaseException:\n        pass\n" + INSERTION_SORT
+    ),
+}
+
+
+@pytest.mark.parametrize("path", ["warm", "cold"])
+def test_the_run_time_enforcement_alone_holds_against_every_dodge(path: str) -> None:
+    """No AST check here: the harness runs each dodge with the task's bans, and each ends
+    banned in the candidate's own process (``import`` stays allowed: the keyword is the host
+    check's)."""
+    from sandboxkit import get_backend
+
+    names, attributes, modules = DAYTONA_SORTING.bans()
+    bans = (names, attributes, tuple(m for m in modules if m != "*"))
+    harness = replace(DAYTONA_SORTING.harness(10), bans=bans)
+    bodies = {**HONEST_SORTS, **SORT_DODGES, **DAYTONA_ROUTES, **RUNTIME_ONLY}
+    with get_backend("subprocess", warm=path == "warm") as client, client.sandbox() as sb:
+        kinds = {
+            name: judge(sb, harness, DAYTONA_SORTING.prompt + body).kind
+            for name, body in bodies.items()
+        }
+    import_routes = {k for k in DAYTONA_ROUTES if "import" in k}
+    assert kinds == {
+        **dict.fromkeys(HONEST_SORTS, OutcomeKind.PASSED),
+        **dict.fromkeys(SORT_DODGES, OutcomeKind.BANNED),
+        **{
+            k: OutcomeKind.PASSED if k in import_routes else OutcomeKind.BANNED
+            for k in DAYTONA_ROUTES
+        },
+        **dict.fromkeys(RUNTIME_ONLY, OutcomeKind.BANNED),
+    }
+
+
+def test_a_ban_reached_at_load_time_or_inside_a_test_is_banned_in_assert_tests(
+    sandbox: Sandbox,
+) -> None:
+    """The assert harness takes the same bans; a test that catches the ban is still banned."""
+    tests = ["assert f([2, 1]) == [1, 2]", "try:\n    f([3])\nexcept BaseException:\n    pass"]
+    harness = AssertTests(tests, timeout=5, bans=(("sorted",), ("sort",), ()))
+    loading = (
+        "import builtins\nS = getattr(builtins, 'sor' + 'ted')\nS([1])\ndef f(xs):\n    return xs\n"
+    )
+    calling = "def f(xs):\n    out = list(xs)\n    getattr(out, 'so' + 'rt')()\n    return out\n"
+    honest = "def f(xs):\n    return [min(xs)] + [x for x in xs if x != min(xs)]\n"
+    assert judge(sandbox, harness, loading).kind is OutcomeKind.BANNED
+    assert judge(sandbox, harness, calling).kind is OutcomeKind.BANNED
+    assert judge(sandbox, harness, honest).kind is OutcomeKind.PASSED
+    assert judge(sandbox, replace(harness, bans=((), (), ())), calling).kind is OutcomeKind.PASSED
+
+
+def test_silencing_the_report_fails_the_test_it_was_silenced_in(sandbox: Sandbox) -> None:
+    """A candidate that points every descriptor elsewhere before a banned call cannot be told
+    banned, nor answer: its process ends, and the test with it."""
+    names, attributes, _ = DAYTONA_SORTING.bans()
+    harness = replace(DAYTONA_SORTING.harness(10), bans=(names, attributes, ()))
+    body = (
+        "    import os\n    for fd in range(3, 256):\n        try:\n"
+        "            os.dup2(0, fd)\n        except OSError:\n            pass\n"
+        "    return getattr(print, '__se' + 'lf__').sorted(xs)\n"
+    )
+    outcome = judge(sandbox, harness, DAYTONA_SORTING.prompt + body)
+    assert (outcome.kind, outcome.passed) == (OutcomeKind.FAILED, 0)
+    assert "ended during a call" in outcome.detail

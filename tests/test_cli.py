@@ -110,9 +110,9 @@ def test_doctor_passes_for_the_local_backend_and_never_prints_secrets(
     if os.uname().machine == "x86_64":  # the fast path, with the init it can use here
         assert re.search(r"\[ok  \] warm template +execs fork from a warm .*\(tiny init\)", out)
     if seccomp.native_arch() is not None and seccomp.unsupported() is None:
-        assert re.search(r"\[ok  \] seccomp +syscall filter on \(\w+\): \d+ calls denied", out)
-    lines = ("isolation", "process limit", "memory limit", "disk limit", "runs as", "bwrap")
-    for line in (*lines, "python", "root", "seccomp"):
+        assert re.search(r"\[ok  \] seccomp +syscall filter on \(\w+\): \d+ calls allowed", out)
+    limits = ("process limit", "memory limit", "cpu limit", "disk limit")
+    for line in ("isolation", *limits, "runs as", "bwrap", "python", "root", "seccomp"):
         assert re.search(rf"^  \[\w+ *\] {line} ", out, re.M), line
     assert "DAYTONA_API_KEY set" in out and "CWSANDBOX_API_KEY set" in out
     assert re.search(r"^daytona: NOT READY$", out, re.M)  # its endpoint is unreachable

@@ -24,7 +24,7 @@ from sandboxkit import Sandbox, get_backend
 from sandboxkit.contest import languages
 from sandboxkit.contest.languages import Language, language_for, register_language
 from sandboxkit.errors import CircuitOpenError
-from sandboxkit.harness import StdioTests
+from sandboxkit.harness import AssertTests, StdioTests
 from sandboxkit.outcomes import Outcome, OutcomeKind, Verdict
 from sandboxkit.portal import run_sync
 from sandboxkit.rewards import stdio_tests_reward
@@ -352,9 +352,11 @@ def test_searching_files_and_descriptors_never_finds_the_answer(
     assert outcome.verdict is Verdict.WRONG_ANSWER, outcome
 
 
-KILLER = (
+TURNS_ON_ITS_JUDGE = (
     FIND_JUDGE
     + r"""
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 int main() {
     long long a, b;
     cin >> a >> b;
@@ -362,6 +364,13 @@ int main() {
     if (a == 1) return 0;
     Judge judge = find_judge();
     if (judge.inner <= 0) return 64;
+"""
+)
+"""The start of a program that answers each test right, then, past the first, turns on its
+judge (the rest of ``main`` follows)."""
+KILLER = (
+    TURNS_ON_ITS_JUDGE
+    + r"""
     // Each must fail: any that reaches its target makes this a runtime error.
     if (kill(judge.inner, SIGNAL) == 0 || kill(getppid(), SIGNAL) == 0) return 3;
     if (kill(-1, SIGNAL) == 0 || kill(0, SIGNAL) == 0) return 4;
@@ -383,6 +392,117 @@ def test_a_program_cannot_signal_its_judge(sandbox: Sandbox, signal: str) -> Non
     assert outcome.verdict is Verdict.ACCEPTED and outcome.passed == 4, outcome
     assert outcome.duration < BOUNDED, outcome
     assert judge(sandbox, SUM_CPP, "cpp17").verdict is Verdict.ACCEPTED
+
+
+OWNER_SIGNALLER = (
+    TURNS_ON_ITS_JUDGE
+    + r"""
+    // The kernel signals a descriptor's owner when it is ready: each way of naming the judge
+    // the owner must fail (a pipe made ready, and the stdin socket the judge writes to). The
+    // exit status says which did not (a runtime error), if the judge lives to read it.
+    int p[2], got = 0;
+    if (pipe(p) != 0) return 65;
+    for (int fd : {p[0], 0}) {
+        struct f_owner_ex owner = {F_OWNER_PID, (pid_t)judge.inner};
+        int pid = judge.inner, group = -judge.inner;
+        if (ioctl(fd, SIOCSPGRP, &group) == 0) got |= 1;
+        if (ioctl(fd, FIOSETOWN, &pid) == 0) got |= 2;
+        if (fcntl(fd, F_SETOWN_EX, &owner) == 0) got |= 4;
+        if (fcntl(fd, F_SETOWN, judge.inner) == 0) got |= 8;
+        if (fcntl(fd, F_SETSIG, SIGNAL) == 0) got |= 16;
+        if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_ASYNC) != 0) return 66;
+    }
+    if (write(p[1], "x", 1) != 1) return 67;
+    return got;
+}
+"""
+)
+OWNER_SIGNALLER_PY = """
+import fcntl, os, signal, struct, sys
+a, b = map(int, sys.stdin.readline().split())
+print(a + b, flush=True)
+if a != 1:
+    def field(pid, name):
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith(name + ":"):
+                return line.split()[1:]
+    # Found as FIND_JUDGE finds it: /proc may number processes in an outer pid namespace.
+    judge = int(field(field(field("self", "PPid")[0], "PPid")[0], "NSpid")[-1])
+    r, w = os.pipe()
+    got = 0
+    for fd in (r, 0):
+        attempts = {
+            1: lambda: fcntl.ioctl(fd, 0x8902, struct.pack("i", -judge)),  # SIOCSPGRP
+            2: lambda: fcntl.ioctl(fd, 0x8901, struct.pack("i", judge)),  # FIOSETOWN
+            4: lambda: fcntl.fcntl(fd, 15, struct.pack("ii", 1, judge)),  # F_SETOWN_EX, PID
+            8: lambda: fcntl.fcntl(fd, fcntl.F_SETOWN, judge),
+            16: lambda: fcntl.fcntl(fd, 10, signal.SIGNAL),  # F_SETSIG
+        }
+        for bit, attempt in attempts.items():
+            try:
+                attempt()
+                got |= bit
+            except OSError:  # EPERM: the filter; ENOTTY: no socket
+                pass
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_ASYNC)
+    os.write(w, b"x")
+    sys.exit(got)
+"""
+
+
+@pytest.mark.parametrize("signal", ["SIGKILL", "SIGSTOP"])
+@pytest.mark.parametrize("language", ["cpp17", "python"])
+def test_a_program_cannot_make_the_kernel_signal_its_judge(
+    sandbox: Sandbox, signal: str, language: str
+) -> None:
+    """``fcntl(F_SETOWN)`` (or ``F_SETOWN_EX``, ``FIOSETOWN``, ``SIOCSPGRP``) with ``F_SETSIG``
+    and ``O_ASYNC`` would have the kernel send any signal to the judge when a descriptor is
+    ready: each fails with EPERM, every test is judged in its time, and the sandbox judges
+    the next completion."""
+    cases = [("1 1", "2"), ("2 2", "4"), ("3 3", "6"), ("4 4", "8")]
+    code = OWNER_SIGNALLER if language == "cpp17" else OWNER_SIGNALLER_PY
+    outcome = judge(sandbox, code.replace("SIGNAL", signal), language, cases)
+    assert (outcome.verdict, outcome.passed) == (Verdict.ACCEPTED, 4), outcome
+    assert outcome.duration < BOUNDED, outcome
+    assert judge(sandbox, SUM_CPP, "cpp17").verdict is Verdict.ACCEPTED
+
+
+STOPS_ITS_JUDGE_ON_LOAD = {
+    "kill": "os.kill(os.getppid(), signal.SIGNAL)",
+    "F_SETOWN": (
+        "r, w = os.pipe()\nfcntl.fcntl(r, 10, signal.SIGNAL)\n"
+        "fcntl.fcntl(r, fcntl.F_SETOWN, os.getppid())\n"
+        "fcntl.fcntl(r, fcntl.F_SETFL, os.O_ASYNC)\nos.write(w, b'x')"
+    ),
+    "FIOSETOWN": (
+        "r, w = socket.socketpair()\nfcntl.ioctl(r, 0x8901, struct.pack('i', os.getppid()))\n"
+        "fcntl.fcntl(r, 10, signal.SIGNAL)\nfcntl.fcntl(r, fcntl.F_SETFL, os.O_ASYNC)\n"
+        "w.send(b'x')"
+    ),
+}
+
+
+@pytest.mark.parametrize("signal", ["SIGKILL", "SIGSTOP"])
+@pytest.mark.parametrize("route", list(STOPS_ITS_JUDGE_ON_LOAD))
+def test_code_loaded_for_calls_cannot_signal_its_judge(
+    sandbox: Sandbox, signal: str, route: str
+) -> None:
+    """Function-call tests load the candidate's code in the zygote, the judge's child, which
+    then forks a process per call: the code's top level signals the judge (``kill``, or the
+    kernel through a descriptor it owns) and fails with EPERM, an error of the code's; the
+    judge ends at once, and the sandbox judges the next completion."""
+    tests = AssertTests(["assert f() == 1"] * 3, timeout=1.0)
+    attack = STOPS_ITS_JUDGE_ON_LOAD[route].replace("SIGNAL", signal)
+    code = f"import fcntl, os, signal, socket, struct\n{attack}\ndef f():\n    return 1\n"
+    request = tests.request(code)
+    result = sandbox.exec(request.argv, stdin=request.stdin, timeout=request.timeout)
+    outcome = tests.judge(result, request)
+    assert (outcome.kind, outcome.passed) == (OutcomeKind.ERROR, 0), outcome
+    assert outcome.detail == "PermissionError: [Errno 1] Operation not permitted"
+    assert not result.timed_out and result.duration < BOUNDED, result
+    request = tests.request("def f():\n    return 1\n")
+    result = sandbox.exec(request.argv, stdin=request.stdin, timeout=request.timeout)
+    assert tests.judge(result, request).passed == 3
 
 
 PLANT = r"""

@@ -15,6 +15,8 @@ import shlex
 import shutil
 import signal
 import socket
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -31,7 +33,8 @@ from sandboxkit.emulators.host import remove_from_host
 from sandboxkit.integrations.environment import sandbox_environment
 from sandboxkit.local import disk, files
 from sandboxkit.local.isolation import Tier, namespaces_failure
-from sandboxkit.local.seccomp import SYSCALLS, native_arch, syscall_number, unsupported
+from sandboxkit.local.seccomp import native_arch, syscall_number, unsupported
+from sandboxkit.local.syscalls import SYSCALLS
 from sandboxkit.portal import run_sync
 from sandboxkit.testing.remote import processes_with
 from sandboxkit.tools import Rollout, SandboxLender
@@ -809,6 +812,173 @@ def test_children_together_hold_no_more_than_the_memory_limit(
     assert_next_exec_works(sb)
 
 
+KERNEL_FILLS = {
+    # (what queues kernel memory the program's address space never holds, how it counts it)
+    "tcp": (
+        "server = socket.socket()\n"
+        "server.bind(('127.0.0.1', 0))\n"
+        "server.listen(512)\n"
+        "def pair():\n"
+        "    sender = socket.create_connection(server.getsockname())\n"
+        "    receiver = server.accept()[0]  # never reads\n"
+        "    receiver.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 30)\n"
+        "    sender.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 30)\n"
+        "    sender.setblocking(False)\n"
+        "    return [sender, receiver], sender.send\n"
+    ),
+    "udp": (
+        "def pair():\n"
+        "    receiver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+        "    receiver.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 30)\n"
+        "    receiver.bind(('127.0.0.1', 0))\n"
+        "    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+        "    def send(data):  # a datagram past a full queue is dropped: count what is queued\n"
+        "        queued = lambda: receiver.getsockopt(socket.SOL_SOCKET, 55, 4)  # SO_MEMINFO\n"
+        "        before = int.from_bytes(queued(), sys.byteorder)\n"
+        "        sender.sendto(data[:60000], receiver.getsockname())\n"
+        "        grown = int.from_bytes(queued(), sys.byteorder) - before\n"
+        "        if grown <= 0:\n"
+        "            raise BlockingIOError\n"
+        "        return grown\n"
+        "    return [sender, receiver], send\n"
+    ),
+    "unix": (
+        "def pair():\n"
+        "    sender, receiver = socket.socketpair()\n"
+        "    sender.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 30)\n"
+        "    sender.setblocking(False)\n"
+        "    return [sender, receiver], sender.send\n"
+    ),
+    "pipes": (
+        "def pair():\n"
+        "    r, w = os.pipe()\n"
+        "    try:\n"
+        "        fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 1 << 20)\n"
+        "    except OSError:  # past the per-user allowance of pipe pages\n"
+        "        pass\n"
+        "    os.set_blocking(w, False)\n"
+        "    return [r, w], lambda data: os.write(w, data)\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("fill", list(KERNEL_FILLS))
+def test_kernel_memory_a_program_queues_counts_toward_the_memory_limit(
+    hostile: tuple[SandboxClient, Sandbox, str], fill: str
+) -> None:
+    """Bytes queued in socket buffers and pipes that no one reads are the kernel's memory, in
+    no process's address space; hundreds of descriptors, each filled to its own cap, would
+    hold far more than the sandbox's limit, taken from the host. They count toward it: the
+    program is stopped (its writes refused, or killed) before it holds the limit's worth and a
+    little over (socket buffers keep a few KB per socket whatever the limit)."""
+    client, sb, _ = hostile
+    if client.backend_as(SubprocessBackend).memory_limit == "rlimit":
+        pytest.skip("documented: without a memory cgroup, kernel memory is not bounded")
+    prog = (
+        "import fcntl, os, socket, sys\n"
+        f"{KERNEL_FILLS[fill]}"
+        "chunk = b'x' * (1 << 16)\n"
+        "held, ends = 0, []\n"
+        "try:\n"
+        f"    while held < {3 * MEMORY_MB} << 20:\n"
+        "        both, send = pair()\n"
+        "        ends.append(both)\n"
+        f"        while held < {3 * MEMORY_MB} << 20:\n"
+        "            try:\n"
+        "                held += send(chunk)\n"
+        "            except BlockingIOError:  # this one is full\n"
+        "                break\n"
+        "        print(held >> 20, flush=True)\n"
+        "except OSError as e:\n"
+        "    print('refused', e.errno)  # out of descriptors, or memory\n"
+        "print(held >> 20)\n"
+    )
+    code, out, err, timed_out = run(sb, prog, timeout=60)
+    assert not timed_out
+    assert code in (0, 137), err
+    assert last_count(out) < MEMORY_MB + 16, out
+    host_is_healthy()
+    assert_next_exec_works(sb)
+
+
+# -- CPU, per sandbox -----------------------------------------------------------------------
+
+SPIN = """\
+import os, resource, sys, time
+procs, seconds = int(sys.argv[1]), float(sys.argv[2])
+until = time.monotonic() + seconds
+kids = []
+for i in range(procs):
+    pid = os.fork()
+    if pid == 0:
+        if i % 2:  # a session, and with autogroups a scheduling group, of its own
+            os.setsid()
+        while time.monotonic() < until:
+            pass
+        os._exit(0)
+    kids.append(pid)
+for pid in kids:
+    os.waitpid(pid, 0)
+used = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(f"{used.ru_utime + used.ru_stime:.3f}")
+"""
+
+
+def spin(sb: Sandbox, procs: int, seconds: float) -> float:
+    """CPU seconds that ``procs`` processes spinning for ``seconds`` got in ``sb``."""
+    r = sb.exec([PY, "-c", SPIN, str(procs), str(seconds)], timeout=60)
+    assert r.returncode == 0, r.stderr
+    return float(r.stdout)
+
+
+@pytest.mark.slow
+def test_a_sandboxs_processes_together_get_no_more_cpu_than_its_bound(
+    hostile: tuple[SandboxClient, Sandbox, str],
+) -> None:
+    """Two execs at once in a sandbox of half a CPU (on the namespaces tier one through its
+    warm template, the other the cold way), each spinning four processes of which two made
+    sessions of their own: together they get half a CPU-second per second of wall time (0.8
+    allowed, for a loaded machine), not the machine's cores."""
+    client, _, _ = hostile
+    if client.backend_as(SubprocessBackend).cpu_limit == "rlimit":
+        pytest.skip("documented: without a cpu cgroup, only CPU seconds per process hold")
+    sb = client.sandbox(cpu=0.5)
+    try:
+        spin(sb, 1, 0)  # starts the warm template
+        used: list[float] = []
+        execs = [threading.Thread(target=lambda: used.append(spin(sb, 4, 2))) for _ in range(2)]
+        started = time.monotonic()
+        for thread in execs:
+            thread.start()
+        for thread in execs:
+            thread.join()
+        wall = time.monotonic() - started
+    finally:
+        sb.stop()
+    assert len(used) == 2
+    assert sum(used) < 0.8 * wall, (used, wall)
+    host_is_healthy()
+
+
+@pytest.mark.slow
+def test_a_sandbox_of_one_cpu_gets_as_much_as_a_host_process_beside_it(
+    hostile: tuple[SandboxClient, Sandbox, str],
+) -> None:
+    """The bound takes nothing from a sandbox that keeps within it: two spinning processes in
+    a sandbox of one CPU get at most one CPU-second per second (1.3 allowed), and as much as
+    one spinning host process at the same time (0.7 of it, for a loaded machine)."""
+    client, sb, _ = hostile
+    if client.backend_as(SubprocessBackend).cpu_limit == "rlimit":
+        pytest.skip("documented: without a cpu cgroup, only CPU seconds per process hold")
+    spin(sb, 1, 0)  # starts the warm template
+    host = subprocess.Popen([sys.executable, "-c", SPIN, "1", "2"], stdout=subprocess.PIPE)
+    started = time.monotonic()
+    used = spin(sb, 2, 2)
+    wall = time.monotonic() - started
+    host_used = float(host.communicate(timeout=60)[0])
+    assert 0.7 * host_used < used < 1.3 * wall, (used, host_used, wall)
+
+
 FILLS = {
     # What fills the sandbox's storage, counting in the unit of its cap (MB or inodes).
     "megabytes": (
@@ -1009,6 +1179,75 @@ def test_a_command_makes_no_namespaces_and_no_mounts(
 
 
 @pytest.mark.usefixtures("filtered")
+def test_calls_off_the_allowlist_fail(hostile: tuple[SandboxClient, Sandbox, str]) -> None:
+    """The allowlist: calls the table names and denies fail with EPERM, with arguments the
+    kernel itself would take (secret memory, the mount listing calls, NUMA policy, the LDT,
+    page-cache state, security modules); a number the table does not name, made up or newer
+    than the table, with ENOSYS, as on a kernel without it."""
+    _, sb, _ = hostile
+    newest = max(n for n in SYSCALLS_HERE.values() if n is not None)
+    found = calls(
+        sb,
+        "import mmap\n"
+        "page = mmap.mmap(-1, 4096)\n"
+        "address = ctypes.addressof(ctypes.c_char.from_buffer(page))\n"
+        "mask = ctypes.c_ulong(1)\n"
+        "print('memfd_secret:', call('memfd_secret', 0))\n"
+        "request = ctypes.create_string_buffer(32)\n"  # struct mnt_id_req, version 0
+        "ctypes.c_uint32.from_buffer(request).value = 24\n"
+        "ctypes.c_uint64.from_buffer(request, 8).value = 1\n"  # LSMT_ROOT
+        "ids = (ctypes.c_uint64 * 16)()\n"
+        "print('listmount:', call('listmount', request, ids, 16, 0))\n"
+        "info = ctypes.create_string_buffer(512)\n"
+        "print('statmount:', call('statmount', request, info, 512, 0))\n"
+        "print('set_mempolicy:', call('set_mempolicy', 0, None, 0))\n"  # MPOL_DEFAULT
+        "print('get_mempolicy:', call('get_mempolicy', None, None, 0, None, 0))\n"
+        "print('mbind:', call('mbind', address, 4096, 0, None, 0, 0))\n"
+        "print('migrate_pages:', call('migrate_pages', 0, 64, ctypes.byref(mask),"
+        " ctypes.byref(mask)))\n"
+        "print('cachestat:', call('cachestat', os.open('/proc/self/exe', os.O_RDONLY),"
+        " ctypes.create_string_buffer(16), ctypes.create_string_buffer(40), 0))\n"
+        "print('lsm_list_modules:', call('lsm_list_modules', ctypes.create_string_buffer(64),"
+        " ctypes.byref(ctypes.c_uint32(64)), 0))\n"
+        "if NR['modify_ldt'] is not None:\n"  # x86-64 only
+        "    print('modify_ldt:', call('modify_ldt', 0, ctypes.create_string_buffer(16), 16))\n"
+        "    print('set_thread_area:', call('set_thread_area', ctypes.create_string_buffer(16)))\n"
+        "def raw(number):\n"
+        "    return outcome(libc.syscall(ctypes.c_long(number), 0, 0, 0, 0, 0))\n"
+        f"print('newer than the table:', raw({newest + 1}))\n"
+        "print('made-up number:', raw(1000))\n"
+        "print('far beyond:', raw(0x3FFFFFFF))\n",
+    )
+    unlisted = {
+        name: found.pop(name) for name in ("newer than the table", "made-up number", "far beyond")
+    }
+    assert set(unlisted.values()) == {"ENOSYS"}, unlisted
+    assert len(found) >= 9 and set(found.values()) == {"EPERM"}, found
+
+
+@pytest.mark.usefixtures("filtered")
+def test_socketpair_is_held_to_the_families_socket_is(
+    hostile: tuple[SandboxClient, Sandbox, str],
+) -> None:
+    """A pair of sockets of another family than Unix, IP and netlink fails as one socket
+    does, with EAFNOSUPPORT, before the kernel's code for that family runs; Unix pairs work."""
+    _, sb, _ = hostile
+    found = calls(
+        sb,
+        "import socket\n"
+        "pair = (ctypes.c_int * 2)()\n"
+        "for family in ('AF_VSOCK', 'AF_PACKET', 'AF_ALG', 'AF_TIPC', 'AF_KEY', 'AF_NETROM',"
+        " 'AF_CAN', 'AF_XDP'):\n"
+        "    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM, socket.SOCK_SEQPACKET):\n"
+        "        number = getattr(socket, family, {'AF_XDP': 44, 'AF_NETROM': 6}.get(family))\n"
+        "        print(f'{family} {kind}:', call('socketpair', number, kind, 0, pair))\n"
+        "print('unix:', call('socketpair', socket.AF_UNIX, socket.SOCK_STREAM, 0, pair))\n",
+    )
+    assert found.pop("unix") == "ok"
+    assert len(found) == 24 and set(found.values()) == {"EAFNOSUPPORT"}, found
+
+
+@pytest.mark.usefixtures("filtered")
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="x86-64's other ABIs")
 def test_calls_of_another_abi_kill_the_process(hostile: tuple[SandboxClient, Sandbox, str]) -> None:
     """32-bit calls (``int 0x80``) and x32 calls have numbers a filter of x86-64 numbers
@@ -1105,6 +1344,167 @@ def test_ordinary_programs_run_under_the_filter(
         ["sh", "-c", "gcc -O1 -pthread -o ordinary ordinary.c && ./ordinary"], timeout=120
     )
     assert (built.returncode, built.stdout) == (0, "42 0 0\n"), built.stderr
+
+
+RUNTIMES: dict[str, tuple[str, dict[str, str], str, str]] = {
+    "g++": (
+        "g++",
+        {
+            "main.cpp": """
+#include <future>
+#include <iostream>
+#include <mutex>
+#include <thread>
+#include <vector>
+int main() {
+    std::vector<std::thread> threads; std::mutex m; int sum = 0;
+    for (int i = 0; i < 4; i++)
+        threads.emplace_back([&, i] { std::lock_guard<std::mutex> g(m); sum += i * 2; });
+    for (auto &t : threads) t.join();
+    auto seven = std::async(std::launch::async, [] { return 7; });
+    std::cout << sum << " " << seven.get() << std::endl;
+}
+"""
+        },
+        "g++ -O1 -pthread -o main main.cpp && ./main",
+        "12 7\n",
+    ),
+    "java": (
+        "javac",
+        {
+            "Main.java": """
+import java.nio.file.*; import java.util.*; import java.util.concurrent.*;
+public class Main { public static void main(String[] args) throws Exception {
+    ExecutorService pool = Executors.newFixedThreadPool(4); int sum = 0;
+    for (Future<Integer> f : pool.invokeAll(List.<Callable<Integer>>of(() -> 2, () -> 4, () -> 6)))
+        sum += f.get();
+    pool.shutdown();
+    Files.writeString(Path.of("j.txt"), "file");
+    Process child = new ProcessBuilder("echo", "child").start();
+    String said = new String(child.getInputStream().readAllBytes()).trim(); child.waitFor();
+    int parallel = java.util.stream.IntStream.range(0, 100).parallel().sum();
+    String file = Files.readString(Path.of("j.txt"));
+    System.out.println(sum + " " + parallel + " " + file + " " + said);
+}}
+"""
+        },
+        "javac -J-Xmx256m -J-XX:+UseSerialGC Main.java && java -Xmx64m -XX:+UseSerialGC Main",
+        "12 4950 file child\n",
+    ),
+    "node": (
+        "node",
+        {
+            "main.js": """
+const {Worker} = require('worker_threads'), cp = require('child_process'), fs = require('fs');
+const net = require('net'), crypto = require('crypto');
+(async () => {
+  const seen = [];
+  await fs.promises.writeFile('n.txt', 'file');
+  seen.push(await fs.promises.readFile('n.txt', 'utf8'));
+  seen.push(cp.execSync('echo child').toString().trim());
+  const code = "require('worker_threads').parentPort.postMessage(42)";
+  seen.push(await new Promise(r => new Worker(code, {eval: true}).on('message', r)));
+  const key = await new Promise(r => crypto.pbkdf2('a', 'b', 1, 4, 'sha256', (e, k) => r(k)));
+  seen.push(key.toString('hex'));
+  const server = net.createServer(c => c.end('tcp')).listen(0, '127.0.0.1');
+  await new Promise(r => server.on('listening', r));
+  const port = server.address().port;
+  seen.push(await new Promise(r => net.connect(port, '127.0.0.1').on('data', d => r(`${d}`))));
+  server.close();
+  console.log(seen.join(' '));
+})();
+"""
+        },
+        "node main.js",
+        "file child 42 ee212b01 tcp\n",
+    ),
+    "rustc": (
+        "rustc",
+        {
+            "main.rs": """
+use std::{fs, process::Command, thread};
+fn main() {
+    let handles: Vec<_> = (0..4).map(|i| thread::spawn(move || i * 2)).collect();
+    let sum: i32 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    fs::write("r.txt", "file").unwrap();
+    let child = Command::new("echo").arg("child").output().unwrap();
+    let said = String::from_utf8_lossy(&child.stdout);
+    println!("{} {} {}", sum, fs::read_to_string("r.txt").unwrap(), said.trim());
+}
+"""
+        },
+        "rustc -O -o main main.rs && ./main",
+        "12 file child\n",
+    ),
+    "go": (
+        "go",
+        {
+            "main.go": """
+package main
+import ("fmt"; "os"; "os/exec"; "strings"; "sync")
+func main() {
+    var wg sync.WaitGroup; var mu sync.Mutex; sum := 0
+    for i := 0; i < 4; i++ {
+        wg.Add(1)
+        go func(i int) { defer wg.Done(); mu.Lock(); sum += i * 2; mu.Unlock() }(i)
+    }
+    wg.Wait()
+    os.WriteFile("g.txt", []byte("file"), 0o644)
+    data, _ := os.ReadFile("g.txt")
+    said, _ := exec.Command("echo", "child").Output()
+    fmt.Println(sum, string(data), strings.TrimSpace(string(said)))
+}
+"""
+        },
+        "go build -o main main.go && ./main",
+        "12 file child\n",
+    ),
+    "shell and git": (
+        "git",
+        {},
+        "set -e; printf 'b\\na\\nb\\n' | sort | uniq -c | tr -s ' ' | tr '\\n' ';'; "
+        "git init -q r && cd r && git config user.email a@b && git config user.name a && "
+        "echo x > f && git add f && git commit -qm first && git log --format=%s",
+        " 1 a; 2 b;first\n",
+    ),
+    "pip": (
+        "pip3",
+        {},
+        "python3 -c \"import zipfile; z = zipfile.ZipFile('tiny-1.0-py3-none-any.whl', 'w'); "
+        "z.writestr('tiny.py', 'X = 42'); "
+        "z.writestr('tiny-1.0.dist-info/METADATA', 'Metadata-Version: 2.1\\nName: tiny\\n"
+        "Version: 1.0\\n'); "
+        "z.writestr('tiny-1.0.dist-info/WHEEL', 'Wheel-Version: 1.0\\nRoot-Is-Purelib: true\\n"
+        "Tag: py3-none-any\\n'); "
+        "z.writestr('tiny-1.0.dist-info/RECORD', ''); z.close()\" && "
+        "python3 -m pip install -q --no-index --no-cache-dir --disable-pip-version-check "
+        "--target lib tiny-1.0-py3-none-any.whl && "
+        "cd lib && python3 -c 'import tiny; print(tiny.X)'",
+        "42\n",
+    ),
+}
+"""Each runtime's program, from the tool that must be there: threads, child processes,
+files, sockets (the allowlist is built from what these call)."""
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("filtered")
+@pytest.mark.parametrize("runtime", list(RUNTIMES))
+def test_runtimes_run_under_the_filter(
+    hostile: tuple[SandboxClient, Sandbox, str], runtime: str
+) -> None:
+    """Compilers and runtimes with their threads, pools and child processes (Java's many
+    calls, libuv's thread pool, Go's and Rust's runtimes), the shell, git and pip installing a
+    wheel offline, each where the sandbox has it."""
+    _, sb, _ = hostile
+    tool, sources, command, expected = RUNTIMES[runtime]
+    found = sb.exec(["sh", "-c", f"command -v {tool}"], timeout=60)
+    if found.returncode != 0:
+        pytest.skip(f"{tool} is not installed where the sandbox runs programs")
+    for name, text in sources.items():
+        sb.write_file(name, text)
+    done = sb.exec(["sh", "-c", command], timeout=180)
+    assert (done.returncode, done.stdout) == (0, expected), done.stderr
 
 
 # -- the host's file API against a program that rearranges its files ----------------------
@@ -1914,3 +2314,346 @@ def test_what_a_trl_rollout_leaves_in_the_kernel_reaches_none_after_reset(
     assert before == (expected or before), before
     assert reused == 1 or tier == "rlimits", reused
     assert seen == before, (before, seen)
+
+
+# -- a host uid per sandbox -------------------------------------------------------------------
+
+root_host = pytest.mark.skipif(os.geteuid() != 0, reason="only a root host has uids to give")
+
+_TAKE_ALL_INOTIFY = """
+import ctypes, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+held = []
+while len(held) < 100000:
+    fd = libc.inotify_init1(0)
+    if fd < 0:
+        break
+    held.append(fd)
+print(len(held), os.strerror(ctypes.get_errno()), flush=True)
+open('started', 'w').close()
+time.sleep(8)
+"""
+_INOTIFY_ONCE = (
+    "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+    "print('inotify_init1:', 'ok' if libc.inotify_init1(0) >= 0 else "
+    "os.strerror(ctypes.get_errno()))"
+)
+
+
+@contextlib.contextmanager
+def _holding(sb: Sandbox, code: str, timeout: float = 30) -> Iterator[list[Any]]:
+    """Run ``code`` in ``sb`` in the background until it created ``started``; yields the list
+    its result lands in once the block ends."""
+    done: list[Any] = []
+    sb.write_file("holder.py", code)
+    holder = threading.Thread(target=lambda: done.append(sb.exec([PY, "holder.py"], timeout=30)))
+    holder.start()
+    try:
+        assert wait_for_file(sb, "started", timeout=timeout), "the holding program never started"
+        yield done
+    finally:
+        holder.join()
+
+
+def _uid_of(sb: Sandbox) -> int:
+    r = sb.exec([PY, "-c", "import os; print(os.getuid(), os.geteuid(), os.getgid())"], timeout=60)
+    uid, euid, gid = (int(n) for n in r.stdout.split())
+    assert uid == euid == gid, r.stdout
+    return uid
+
+
+@root_host
+def test_concurrent_sandboxes_run_as_host_uids_of_their_own(
+    hostile: tuple[SandboxClient, Sandbox, str],
+) -> None:
+    """Each sandbox holds a uid of the range no other live sandbox holds (and none is
+    ``nobody``'s, which other software of the host runs as); its user namespace maps it to
+    itself, so the uid a program sees is the host's."""
+    client, first, _ = hostile
+    uids = client.backend_as(SubprocessBackend).isolation.uids
+    assert uids is not None
+    with client.sandbox() as second, client.sandbox() as third:
+        seen = [_uid_of(sb) for sb in (first, second, third)]
+    assert len(set(seen)) == 3, seen
+    assert all(uid in uids[:-1] for uid in seen), seen
+
+
+@root_host
+def test_taking_every_inotify_instance_leaves_other_sandboxes_theirs(
+    hostile: tuple[SandboxClient, Sandbox, str],
+) -> None:
+    """inotify instances are counted per host uid (``fs.inotify.max_user_instances``): one
+    sandbox that takes them all must not make ``inotify_init`` fail in another."""
+    client, sb, _ = hostile
+    limit = int(Path("/proc/sys/fs/inotify/max_user_instances").read_text())
+    with client.sandbox() as other, _holding(sb, _TAKE_ALL_INOTIFY) as done:
+        r = other.exec([PY, "-c", _INOTIFY_ONCE], timeout=60)
+        assert (r.returncode, r.stdout) == (0, "inotify_init1: ok\n"), r.stderr
+    taken, why = done[0].stdout.split(" ", 1)
+    assert (int(taken), why) == (limit, "Too many open files\n"), done[0].stdout
+
+
+_SIGNAL_EVERYONE = """
+import ctypes, os, signal
+libc = ctypes.CDLL(None, use_errno=True)
+results = {}
+for pid in [int(p) for p in os.listdir('/proc') if p.isdigit()]:
+    try:
+        with open(f'/proc/{pid}/cmdline', 'rb') as f:
+            if MARK not in f.read():
+                continue
+    except OSError:
+        continue
+    for name, attempt in (
+        ('kill', lambda: os.kill(pid, signal.SIGKILL)),
+        ('ptrace', lambda: libc.ptrace(16, pid, 0, 0) and ctypes.get_errno()),  # ATTACH
+        ('pidfd', lambda: signal.pidfd_send_signal(os.pidfd_open(pid), signal.SIGKILL)),
+        ('process_vm_readv', lambda: open(f'/proc/{pid}/mem', 'rb').read(1)),
+    ):
+        try:
+            error = attempt()
+            results[name] = os.strerror(error) if error else 'done'
+        except OSError as exc:
+            results[name] = exc.strerror
+print(sorted(results.items()))
+"""
+
+
+@root_host
+def test_a_sandbox_cannot_signal_or_trace_another_that_it_can_see(
+    hostile: tuple[SandboxClient, Sandbox, str], tier: str
+) -> None:
+    """In the rlimits tier a program sees every process of the host: it tries to kill,
+    trace, pidfd-signal and read the memory of each process of another sandbox (found by a
+    mark on its command line; other software of the host is spared), which lives on. In
+    the namespaces tiers it finds none."""
+    client, sb, _ = hostile
+    mark = f"victim-{uuid.uuid4().hex}"
+    with client.sandbox() as victim:
+        code = "import time\nopen('started', 'w').close()\ntime.sleep(6)\n"
+        victim.write_file("victim.py", code)
+        outcome: list[Any] = []
+        runner = threading.Thread(
+            target=lambda: outcome.append(victim.exec([PY, "victim.py", mark], timeout=30))
+        )
+        runner.start()
+        try:
+            assert wait_for_file(victim, "started", timeout=30)
+            sb.write_file("attack.py", f"MARK = {mark.encode()!r}\n" + _SIGNAL_EVERYONE)
+            r = sb.exec([PY, "attack.py"], timeout=30)
+        finally:
+            runner.join()
+    assert r.returncode == 0, r.stderr
+    if tier == "rlimits":
+        denied = "Operation not permitted"
+        assert (
+            r.stdout
+            == str(
+                [
+                    ("kill", denied),
+                    ("pidfd", denied),
+                    ("process_vm_readv", "Permission denied"),
+                    ("ptrace", denied),
+                ]
+            )
+            + "\n"
+        )
+    else:
+        assert r.stdout == "[]\n"
+    assert (outcome[0].returncode, outcome[0].timed_out) == (0, False), outcome[0]
+
+
+_SECRET_FILES = """
+import os
+for path in os.environ['SECRETS'].split(':'):  # not argv: the rlimits tier maps /tmp there
+    try:
+        print(path.rsplit('/', 1)[-1], open(path).read())
+    except OSError as exc:
+        print(path.rsplit('/', 1)[-1], exc.strerror)
+"""
+
+
+@root_host
+def test_a_sandbox_cannot_read_what_another_left_where_both_can_name_it(
+    hostile: tuple[SandboxClient, Sandbox, str], tier: str, local_root: Path
+) -> None:
+    """Files another sandbox keeps to itself (mode 600, or in its own directories) open for
+    no other sandbox: in the rlimits tier, where the host's /dev/shm and the sandboxes'
+    directories are visible to all, and of course in the namespaces tiers, where they are
+    not."""
+    client, sb, _ = hostile
+    shared = f"/dev/shm/sbx-secret-{uuid.uuid4().hex}"
+    with client.sandbox() as owner:
+        r = owner.exec(
+            [
+                PY,
+                "-c",
+                "import os, sys\nfor p in sys.argv[1:]:\n"
+                "    os.write(os.open(p, os.O_WRONLY | os.O_CREAT, 0o600), b's')",
+                shared,
+                "/workspace/mine",
+                "/tmp/mine",
+            ],
+            timeout=60,
+        )
+        assert r.returncode == 0, r.stderr
+        try:
+            own = [str(local_root / owner.id / "workspace" / "mine")]
+            own.append(str(local_root / owner.id / "tmp" / "mine"))
+            secrets = ":".join([shared, *own])
+            r = sb.exec([PY, "-c", _SECRET_FILES], env={"SECRETS": secrets}, timeout=60)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(shared)
+    assert r.returncode == 0, r.stderr
+    name = shared.rsplit("/", 1)[-1]
+    gone = "No such file or directory"
+    denied = "Permission denied"
+    error = denied if tier == "rlimits" else gone
+    assert r.stdout.splitlines() == [f"{name} {error}", f"mine {error}", f"mine {error}"]
+
+
+@root_host
+def test_stop_kills_every_process_of_the_sandbox_uid_and_releases_it(
+    hostile: tuple[SandboxClient, Sandbox, str],
+) -> None:
+    """A sandbox's uid is its own while it lives; stop kills whatever still runs as it, and
+    only then gives it back."""
+    from sandboxkit.local import uids
+
+    client, _, _ = hostile
+    sb = client.sandbox()
+    uid = _uid_of(sb)
+    assert uids.holder_of(uid) is not None
+    sb.stop()
+    assert uids.holder_of(uid) is None
+    assert uids.processes_of(uid) == []
+
+
+def _claim_many(count: int, holder: str) -> list[int]:
+    from sandboxkit.local import uids
+
+    given = uids.sandbox_uids()
+    assert given is not None
+    return [uids.claim(given, Path(holder)) for _ in range(count)]
+
+
+@root_host
+def test_ranks_claiming_uids_at_once_never_share_one(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Training ranks create sandboxes concurrently: four processes claiming 50 uids each
+    from a range of 201 (one kept for probes) get 200 different ones, and one more claim finds
+    none left."""
+    import concurrent.futures
+    import multiprocessing
+
+    from sandboxkit.errors import BackendError
+    from sandboxkit.local import uids
+
+    first = 0x70010000 + uuid.uuid4().int % 1000 * 1000  # no other test's range
+    monkeypatch.setenv(uids.RANGE_VAR, f"{first}-{first + 200}")
+    context = multiprocessing.get_context("fork")
+    with concurrent.futures.ProcessPoolExecutor(4, mp_context=context) as pool:
+        got = list(pool.map(_claim_many, [50] * 4, [str(tmp_path / f"r{i}") for i in range(4)]))
+    try:
+        claimed = sorted(uid for rank in got for uid in rank)
+        assert claimed == list(range(first, first + 200))
+        with pytest.raises(BackendError, match="all 200 sandbox uids"):
+            _claim_many(1, str(tmp_path / "late"))
+    finally:
+        for i, rank in enumerate(got):
+            for uid in rank:
+                uids.release(uid, tmp_path / f"r{i}")
+    assert all(uids.holder_of(uid) is None for uid in claimed)
+
+
+@root_host
+def test_reap_frees_the_uid_of_a_sandbox_that_is_gone_and_kills_its_processes(
+    local: SandboxClient, local_root: Path
+) -> None:
+    """A process that died between create and stop leaves its claim: ``reap`` lists it once
+    it is old, kills what still runs as the uid, and frees it."""
+    from sandboxkit.local import uids
+
+    backend = local.backend_as(SubprocessBackend)
+    given = backend.isolation.uids
+    assert given is not None
+    holder = local_root / "sbx-crashed00000"
+    uid = uids.claim(given, holder)
+    claim = uids.claims_directory() / str(uid)
+    name = f"uid-{uid}"
+    assert name not in run_sync(backend.leftovers())  # too recent: a create may be at work
+    old = time.time() - uids.STALE_AFTER_SECONDS - 1
+    os.utime(claim, (old, old))
+    survivor = subprocess.Popen(["sleep", "60"], user=uid, group=uid, extra_groups=[])
+    try:
+        assert name in run_sync(backend.leftovers())
+        run_sync(backend.remove_leftover(name))
+        assert survivor.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        survivor.kill()
+        survivor.wait()
+    assert uids.holder_of(uid) is None and name not in run_sync(backend.leftovers())
+
+
+@root_host
+def test_reap_leaves_the_uid_of_a_live_sandbox_and_of_one_being_stopped(
+    local: SandboxClient,
+) -> None:
+    """However old its claim, a live sandbox's uid is no leftover; nor is that of a sandbox
+    whose stop has renamed its directory away and is still at work (the stop touches it)."""
+    from sandboxkit.local import uids
+
+    backend = local.backend_as(SubprocessBackend)
+    with local.sandbox() as sb:
+        uid = _uid_of(sb)
+        claim = uids.claims_directory() / str(uid)
+        old = time.time() - uids.STALE_AFTER_SECONDS - 1
+        os.utime(claim, (old, old))
+        assert f"uid-{uid}" not in run_sync(backend.leftovers())
+        uids.renew(uid)  # what stop does first
+        assert time.time() - claim.stat().st_mtime < uids.STALE_AFTER_SECONDS
+
+
+_TAKE_THE_PIPE_ALLOWANCE = """
+import fcntl, os, time
+def fill():
+    held = []
+    while len(held) < 240:
+        r, w = os.pipe()
+        held += [r, w]
+        if fcntl.fcntl(r, 1032) < 65536:  # F_GETPIPE_SZ: the allowance is spent
+            return True, held
+    return False, held
+children = []
+for _ in range(40):
+    spent, held = fill()
+    if spent:
+        break
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(30)
+        os._exit(0)
+    children.append(pid)
+    for fd in held:
+        os.close(fd)
+print(spent, flush=True)
+open('started', 'w').close()
+time.sleep(8)
+"""
+_PIPE_SIZE = "import fcntl, os\nr, w = os.pipe()\nprint(fcntl.fcntl(r, 1032))"
+
+
+@root_host
+def test_spending_the_pipe_buffer_allowance_leaves_other_sandboxes_full_pipes(
+    hostile: tuple[SandboxClient, Sandbox, str],
+) -> None:
+    """Pipe buffers are counted per host uid (``fs.pipe-user-pages-soft``): past it, new pipes
+    get one page, and an exec's large stdin no longer fits. One sandbox that spends it (pipes
+    held open by children) must leave another's pipes their 64 KiB."""
+    client, sb, _ = hostile
+    with client.sandbox() as other, _holding(sb, _TAKE_THE_PIPE_ALLOWANCE) as done:
+        r = other.exec([PY, "-c", _PIPE_SIZE], timeout=60)
+        assert (r.returncode, r.stdout) == (0, "65536\n"), r.stderr
+    assert done[0].stdout == "True\n", done[0]

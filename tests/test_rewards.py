@@ -340,12 +340,14 @@ def test_assert_rows_that_cannot_be_judged_are_none_naming_the_row() -> None:
 
 
 def test_a_row_too_large_to_send_is_none_not_an_exception() -> None:
-    """One test past the runner's frame limit: the job cannot cross (``CodecError`` escaped
-    into the trainer), whatever the completion."""
+    """One test past the runner's frame limit cannot cross to the runner (a ``CodecError``
+    escaped into the trainer), whatever the completion: the row's, named."""
     reward = assert_tests_reward("subprocess", max_infra_share=0.0, min_batch_for_breaker=1)
     huge = "assert add(1, 1) == 2  # " + "x" * runner.MAX_FRAME
     (said,) = _unjudged_rows(reward, ["p"], test_list=[[huge]])
-    assert said.startswith("invalid_row: row 0 (prompt 'p'): CodecError: its encoding is "), said
+    assert said.startswith(
+        "invalid_row: row 0 (prompt 'p'): Unjudgeable: the row's test 0 cannot be sent"
+    ), said
 
 
 def test_function_and_stdio_rows_that_cannot_be_judged_are_none_naming_the_row() -> None:

@@ -14,6 +14,7 @@ from sandboxkit.sanitize import (
     Problem,
     ProblemKind,
     Sanitized,
+    _escape,
     banned_substrings,
     block_tags,
     completion_text,
@@ -274,6 +275,127 @@ def test_function_body(completion: str, expected: str) -> None:
     assert function_body(completion) == expected
 
 
+HELPER_PROMPT = "def helper():\n    return 1\n\n\ndef f(xs):\n"
+ESCAPES = {
+    "a form feed after the indentation": "    return helper()\n    \fhelper = lambda: 2\n",
+    "a form feed after a tab": "    return helper()\n\t\fhelper = lambda: 2\n",
+    "a carriage return and a form feed": "    return helper()\r    \fhelper = lambda: 2\r",
+    "a form feed under a comment": "    return helper()\n    # done\n  \fhelper = lambda: 2\n",
+    "a new def after a form feed": "    return helper()\n    \fdef helper():\n        return 2\n",
+    "a backslash continuation": "    return helper()\n\\\nhelper = lambda: 2\n",
+    "no-break spaces": "    return helper()\n\u00a0\u00a0\u00a0\u00a0helper = lambda: 2\n",
+    "ideographic spaces": "    return helper()\n\u3000helper = lambda: 2\n",
+    "a decorator after a form feed": (
+        "    return helper()\n    \f@print\ndef helper():\n    return 2\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("completion", ESCAPES.values(), ids=ESCAPES.keys())
+def test_a_body_cannot_reach_module_level(completion: str) -> None:
+    """Those with a form feed after blanks ran their last lines at module level under the line
+    heuristic, rebinding the prompt's helper before any test."""
+    result = sanitize(completion, prompt=HELPER_PROMPT)
+    assert (result.code, result.problem) == (HELPER_PROMPT + "    return helper()", None)
+    namespace: dict[str, Any] = {}
+    exec(result.code, namespace)
+    assert namespace["f"]([]) == 1
+
+
+BODY_ENDS = {
+    "one-line": ("def f(xs):", " return helper()\n    \fhelper = None", " return helper()"),
+    "one-line-statements": ("def f(xs):", " return 1; y = 1\nhelper = None", " return 1; y = 1"),
+    "one-line-comment": (
+        "def f(xs):",
+        "  # why\n    return xs\nhelper = 1",
+        "  # why\n    return xs",
+    ),
+    "mid-line": ("def f(xs):\n    return ", "xs\n    \fhelper = None", "xs"),
+    "async": ("async def f(xs):\n", "    return xs\n    \fhelper = None", "    return xs"),
+    "method": (
+        "class A:\n    def f(self):\n",
+        "        return 1\n    def g(self):\n        pass",
+        "        return 1",
+    ),
+    "after-nested-def": (
+        "def f():\n    def g():\n        pass\n",
+        "    return g\n\fx = 1",
+        "    return g",
+    ),
+    "decorated-header-over-lines": (
+        "@cache\ndef f(a,\n      b):\n",
+        "    return a\n    \fprint(b)",
+        "    return a",
+    ),
+    "colons-in-header": (
+        "def f(d: dict = {'a': 1}) -> int:\n",
+        "    return d['a']\n\fx = 1",
+        "    return d['a']",
+    ),
+    "trailing-comments-dropped": (
+        "def f():\n",
+        "    return 1\n    # end\n# Tests:\nf()",
+        "    return 1",
+    ),
+}
+
+
+@pytest.mark.parametrize(("prompt", "completion", "body"), BODY_ENDS.values(), ids=BODY_ENDS.keys())
+def test_the_body_ends_where_the_tokenizer_ends_the_function(
+    prompt: str, completion: str, body: str
+) -> None:
+    result = sanitize(completion, prompt=prompt)
+    assert (result.code, result.problem) == (prompt + body, None)
+
+
+@pytest.mark.parametrize(
+    "completion",
+    [
+        "    s = '''\nhelper = None\n'''\n    return s",
+        "    x = (1,\nhelper)\n    return x",
+        "    # a column-0 comment does not end the body:\n# here\n    return xs",
+        "    return [\n\f1]",
+    ],
+    ids=["string-over-lines", "brackets", "comment-at-column-0", "form-feed-in-brackets"],
+)
+def test_what_the_tokenizer_keeps_inside_the_body_stays(completion: str) -> None:
+    result = sanitize(completion + "\nhelper = None", prompt=HELPER_PROMPT)
+    assert (result.code, result.problem) == (HELPER_PROMPT + completion, None)
+
+
+@pytest.mark.parametrize(
+    ("prompt", "completion"),
+    [
+        (HELPER_PROMPT, "    return xs\n  \f\thelper = None"),  # past the body: unexpected indent
+        ("def f(xs):\n        pass\n", "\treturn xs\nhelper = None"),  # a tab against 8 spaces
+        (HELPER_PROMPT, "    return xs\n  helper = None"),  # a dedent to no level
+        (HELPER_PROMPT, "    return (xs\nhelper = None"),  # never closed
+        (HELPER_PROMPT, "    return '''xs\nhelper = None"),
+    ],
+    ids=["form-feed-then-tab", "tab-against-spaces", "bad-dedent", "open-bracket", "open-string"],
+)
+def test_a_body_that_cannot_be_kept_inside_is_a_syntax_error(prompt: str, completion: str) -> None:
+    problem = sanitize(completion, prompt=prompt).problem
+    assert problem is not None and problem.kind is ProblemKind.SYNTAX_ERROR
+
+
+def test_a_body_is_read_no_further_than_the_size_limit() -> None:
+    """The tokenizer stops past ``max_bytes``: a larger body is too large wherever it ends."""
+    body = "    x = 1\n" * 100_000
+    result = sanitize(body + "print(1)\n", prompt=HELPER_PROMPT, max_bytes=1000)
+    assert result.problem is not None and result.problem.kind is ProblemKind.TOO_LARGE
+    assert 990 < len(result.code) - len(HELPER_PROMPT) < 1010  # cut near the limit
+
+
+def test_code_the_compiler_places_after_the_function_is_a_syntax_error() -> None:
+    """The compiler's reading, not the tokenizer's, has the last word (they could differ)."""
+    code = HELPER_PROMPT + "    return 1\nhelper = None"
+    problem = _escape(code, (5, 0), len(HELPER_PROMPT))
+    assert problem is not None and (problem.kind, problem.line) == (ProblemKind.SYNTAX_ERROR, 7)
+    assert _escape(HELPER_PROMPT + "    return 1", (5, 0), len(HELPER_PROMPT)) is None
+    assert _escape(code + "(", (5, 0), len(HELPER_PROMPT)) is None  # the syntax check's
+
+
 def test_body_assembles_with_prompt_and_runs() -> None:
     completion = "    return [x for x in xs]\n\nassert sort([1]) == [1]\n"
     code = extract_code(completion, prompt=PROMPT)
@@ -487,6 +609,25 @@ def test_banned_modules(code: str, construct: str) -> None:
     assert constructs(code, modules=["os", "subprocess"]) == {construct}
 
 
+@pytest.mark.parametrize(
+    "code",
+    [
+        "from\tbisect\timport\tinsort",
+        "import\tbisect",
+        "from bisect import\\\n    insort",
+        "from . import x",
+        "from .. mod import y",
+        "def f():\n    import os.path as p",
+    ],
+    ids=["tabs", "tab-after-import", "backslash", "relative", "relative-module", "nested"],
+)
+def test_a_banned_import_keyword_bans_every_import_however_spelled(code: str) -> None:
+    """As a substring, ``"import "`` missed the first three: it was all that stood there."""
+    problem = sanitize(code, substrings=["import "], modules=["*"]).problem
+    assert problem is not None and problem.kind is ProblemKind.BANNED
+    assert find_banned(code, modules=["*"])[0].construct == "*"
+
+
 def test_banned_submodule_is_matched_through_from_import() -> None:
     assert constructs("from os import path", modules=["os.path"]) == {"os.path"}
     assert find_banned("import os\nimport osmosis", modules=["os.path"]) == ()
@@ -503,9 +644,17 @@ def test_banned_submodule_is_matched_through_from_import() -> None:
             ((), (), ("heapq", "bisect", "os.path")),
         ),
         (["heapq", "max"], (("heapq", "max"), ("heapq", "max"), ("heapq",))),
-        (["import ", "[::-1]", "for", "x ** 2", ""], ((), (), ())),
+        (["[::-1]", "for", "x ** 2", ""], ((), (), ())),
+        (["import ", " from "], ((), (), ("*",))),
     ],
-    ids=["daytona-sort", "fullwidth-and-qualified", "imports", "bare-words", "nothing-named"],
+    ids=[
+        "daytona-sort",
+        "fullwidth-and-qualified",
+        "imports",
+        "bare-words",
+        "nothing-named",
+        "the-import-keyword",
+    ],
 )
 def test_pattern_bans_name_what_the_patterns_mean(
     patterns: list[str], bans: tuple[tuple[str, ...], ...]

@@ -219,6 +219,36 @@ SYSCALL_FILTER = {
 }
 
 
+CREDENTIALS = "^(Uid|Gid|Groups|CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):"
+"""The lines of ``/proc/self/status`` that say what a process may do."""
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sh", "-c", f"grep -E '{CREDENTIALS}' /proc/self/status"],
+        [
+            "python3",
+            "-c",
+            f"import re\nfor line in open('/proc/self/status'):\n"
+            f"    if re.match({CREDENTIALS!r}, line): print(line, end='')",
+        ],
+    ],
+    ids=["exec'd", "in the template's process"],
+)
+def test_commands_run_with_the_credentials_and_capability_sets_of_cold_ones(
+    clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient], argv: list[str]
+) -> None:
+    """Every capability set, the bounding set included, is empty in both, as are the ambient
+    and inheritable ones: a warm exec's own user namespace gives its first process a full
+    bounding set, which it must drop as bwrap does for a cold exec."""
+    result = same(clients, argv)
+    lines = dict(line.split(":\t", 1) for line in result.stdout.splitlines())
+    empty = "0000000000000000"
+    assert [lines[f"Cap{s}"] for s in ("Inh", "Prm", "Eff", "Bnd", "Amb")] == [empty] * 5
+    assert lines["NoNewPrivs"] == "1"
+
+
 @pytest.mark.parametrize("name", list(SYSCALL_FILTER))
 def test_commands_run_under_the_syscall_filter_as_cold_ones(
     clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient], name: str

@@ -34,10 +34,10 @@ from ..errors import (
 )
 from ..hostdirs import private_directory
 from ..keywords import check_keywords, keyword_only
-from ..local import disk, files
+from ..local import disk, files, uids
 from ..local.cgroup import Cgroups
 from ..local.isolation import SANDBOX_BIN, IsolationReport, Tier, bwrap_binary, detect
-from ..local.limits import Limits
+from ..local.limits import Limits, MiB, check_cpus
 from ..local.seccomp import host_filter
 from ..local.supervisor import Confinement, kill_session, run
 from ..local.warm import ColdPath, LearntSite, WarmTemplate
@@ -51,6 +51,7 @@ ENV_ALLOWLIST = ("LANG", "LC_ALL", "LC_CTYPE", "TZ")
 _META = "sandbox.json"
 _GRAVEYARD = ".stopped-"
 """A stopped sandbox's directory is renamed ``.stopped-<id>-<random>``, then deleted."""
+_UID_LEFTOVER = "uid-"
 HALF_MADE_GRACE_SECONDS = 60
 """A sandbox's directory this old with no metadata yet belongs to a ``create`` that died (a
 live one writes it within milliseconds)."""
@@ -58,20 +59,26 @@ _VIRTUAL_ROOTS = ("/workspace", "/tmp")
 T = TypeVar("T")
 
 
-def _bury(graveyard: Path, pids: set[int]) -> None:
-    """Delete a stopped sandbox's directory once the processes killed in it are gone, trying
-    again for a few seconds while something still appears in it (a dying process may create
-    files). What cannot be deleted is left for ``reap`` (:meth:`SubprocessBackend.leftovers`)."""
+def _bury(graveyard: Path, pids: set[int], uid: int | None, holder: Path) -> None:
+    """Delete a stopped sandbox's directory once the processes killed in it are gone (every
+    process of its own ``uid``, if it has one), trying again for a few seconds while something
+    still appears in it (a dying process may create files); then release the uid. What cannot
+    be deleted or released is left for ``reap`` (:meth:`SubprocessBackend.leftovers`)."""
+    if uid is not None and not uids.kill_processes_of(uid):
+        logger.warning("processes of uid %s outlived their sandbox: `sandboxkit reap` will", uid)
+        uid = None  # not given to another sandbox while they live
     deadline = _wait_gone(pids, 10)
     while True:
         try:
             files.remove_tree(graveyard)
-            return
+            break
         except OSError as exc:
             if exc.errno != errno.ENOTEMPTY or time.monotonic() > deadline:
                 logger.warning("could not delete %s (%s): `sandboxkit reap` will", graveyard, exc)
                 return
         time.sleep(0.05)
+    if uid is not None:
+        uids.release(uid, holder)
 
 
 def _wait_gone(pids: set[int], seconds: float) -> float:
@@ -101,7 +108,7 @@ class SubprocessBackend:
         read_only_paths: Sequence[str] = (),
         python: str | None = None,
         warm: bool | None = None,
-        **limit_overrides: int,
+        **limit_overrides: Any,
     ) -> None:
         """``root`` holds the sandboxes (``SANDBOXKIT_LOCAL_ROOT``, else a per-user temp dir);
         ``read_only_paths`` are extra host paths shown read-only inside namespaced sandboxes
@@ -125,6 +132,7 @@ class SubprocessBackend:
             if limits is not None
             else Limits.from_env(**limit_overrides)
         )
+        check_cpus(self.limits.cpus)
         cgroups = Cgroups.shared()
         report = detect(has_cgroup=cgroups.pids is not None, python=python)
         if report.run_as != os.getuid():
@@ -186,6 +194,15 @@ class SubprocessBackend:
         version = self.confinement.cgroups.memory_version
         return "rlimit" if version is None else f"cgroup v{version}"
 
+    @property
+    def cpu_limit(self) -> str:
+        """How ``cpus`` holds here: 'cgroup v2' or 'cgroup v1' (per sandbox), 'rlimit' (no cpu
+        cgroup is writable: only ``cpu_seconds`` per process) or 'none'."""
+        if self.isolation.tier is Tier.NONE:
+            return "none"
+        version = self.confinement.cgroups.cpu_version
+        return "rlimit" if version is None else f"cgroup v{version}"
+
     def _python_links(self, python: str) -> Path:
         """``python``/``python3`` for sandboxes that see the host filesystem."""
         bin_dir = self.root / "bin"
@@ -225,15 +242,14 @@ class SubprocessBackend:
             started_at=datetime.fromisoformat(meta["started_at"]),
         )
 
-    def _owner(self) -> int | None:
-        """The uid to give what the host makes for the sandbox, if not this process's."""
-        uid = self.isolation.run_as
-        return uid if uid != os.getuid() else None
+    def _uid(self, meta: Mapping[str, Any]) -> int:
+        """The host uid the sandbox's code runs as: its own, on a root host (``local.uids``)."""
+        return int(meta.get("uid", self.isolation.run_as))
 
-    def _chown(self, path: Path) -> None:
-        uid = self._owner()
-        if uid is not None:
-            os.chown(path, uid, uid)
+    def _owner(self, meta: Mapping[str, Any]) -> int | None:
+        """The uid to give what the host makes for the sandbox, if not this process's."""
+        uid = self._uid(meta)
+        return uid if uid != os.getuid() else None
 
     def _discard(self, path: Path) -> None:
         """Delete a sandbox's directory that no sandbox uses (one a ``create`` left half-made,
@@ -250,22 +266,29 @@ class SubprocessBackend:
             raise BackendMisconfiguredError(
                 f"workdir {spec.workdir!r}: the local backend's workdir is under /workspace"
             )
+        cpus = spec.cpu if spec.cpu is not None else self.limits.cpus
+        check_cpus(cpus)
         sandbox_id = f"sbx-{uuid.uuid4().hex[:12]}"
         path = self.root / sandbox_id
         started = datetime.now(timezone.utc)
-        meta = {
+        meta: dict[str, Any] = {
             "tags": list(spec.tags),
             "env": dict(spec.env),
             "workdir": spec.workdir,
+            "cpus": cpus,
             "started_at": started.isoformat(),
             "owner_pid": os.getpid(),
         }
         path.mkdir(mode=0o711)
         try:
+            if self.isolation.uids is not None:
+                meta["uid"] = uids.claim(self.isolation.uids, path)
             self._lay_out(path, meta)
         except BaseException:
             with contextlib.suppress(OSError):
                 self._discard(path)
+            if "uid" in meta:
+                uids.release(meta["uid"], path)
             raise
         return SandboxInfo(sandbox_id, SandboxStatus.RUNNING, tuple(spec.tags), started)
 
@@ -284,9 +307,11 @@ class SubprocessBackend:
         # sandbox.json in it, stay the host's, so a program (in the rlimits tier, where it
         # can name them) can neither rewrite the environment of later execs nor make its
         # sandbox look stopped (a lost sandbox is retried, and ends as None).
+        owner = self._owner(meta)
         for sub in ("workspace", "tmp"):
             for dirpath, _dirs, _files in os.walk(path / sub):
-                self._chown(Path(dirpath))
+                if owner is not None:
+                    os.chown(dirpath, owner, owner)
         # Last: the sandbox exists from here. Only the host reads it (the spec's env is
         # no business of other sandboxes, which can list this directory in rlimits).
         fd = os.open(path / _META, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
@@ -307,6 +332,9 @@ class SubprocessBackend:
         """``renew``'s work, in a thread: killing a template spins until its cgroup is empty,
         which would hold up the event loop (a trainer's ``reset`` waits on it)."""
         _wait_gone(self._end_processes(sandbox_id), 10)
+        uid = meta.get("uid")
+        if uid is not None and not uids.kill_processes_of(uid):  # not for a next holder
+            raise BackendError(f"processes of sandbox {sandbox_id}'s uid outlived a renewal")
         if self.disk_limit == "tmpfs":
             disk.unmount(path)  # the template's views of it went with the template
         else:
@@ -384,22 +412,38 @@ class SubprocessBackend:
             cwd_arg = str(path.joinpath(*parts))
             command = [self._localize(path, a) for a in command]
         try:
-            result = await self._exec(sandbox_id, path, command, cwd_arg, run_env, timeout, stdin)
+            if self.isolation.tier is not Tier.NONE:
+                self.confinement.cgroups.sandbox(
+                    sandbox_id,
+                    memory_bytes=self.limits.memory_mb * MiB,
+                    cpus=float(meta.get("cpus", self.limits.cpus)),
+                )
+            result = await self._exec(
+                sandbox_id, path, self._uid(meta), command, cwd_arg, run_env, timeout, stdin
+            )
         except (OSError, BackendError) as exc:
             if not (path / _META).exists():
+                self._lost(sandbox_id)
                 raise SandboxLostError(f"sandbox {sandbox_id} was stopped during the exec") from exc
             if isinstance(exc, BackendError):
                 raise
             raise BackendError(f"exec in sandbox {sandbox_id} failed: {exc}") from exc
         if not (path / _META).exists():
             # Stopped under the command, which was killed: not the program's doing.
+            self._lost(sandbox_id)
             raise SandboxLostError(f"sandbox {sandbox_id} was stopped during the exec")
         return result
+
+    def _lost(self, sandbox_id: str) -> None:
+        """Drop the cgroups of a sandbox stopped during an exec: a ``stop`` that ran before
+        the exec made them dropped none."""
+        self.confinement.cgroups.drop(sandbox_id)
 
     async def _exec(
         self,
         sandbox_id: str,
         path: Path,
+        uid: int,
         command: list[str],
         cwd: str,
         env: dict[str, str],
@@ -409,7 +453,7 @@ class SubprocessBackend:
         if self.warm:
             try:
                 return await on_portal(
-                    self._warm_exec(sandbox_id, path, command, cwd, env, timeout, stdin)
+                    self._warm_exec(sandbox_id, path, uid, command, cwd, env, timeout, stdin)
                 )
             except ColdPath as exc:
                 self.last_cold_reason = str(exc)
@@ -418,6 +462,7 @@ class SubprocessBackend:
             self.confinement,
             command,
             sandbox=sandbox_id,
+            uid=uid,
             workspace=path / "workspace",
             tmp=path / "tmp",
             cwd=cwd,
@@ -431,6 +476,7 @@ class SubprocessBackend:
         self,
         sandbox_id: str,
         path: Path,
+        uid: int,
         argv: list[str],
         cwd: str,
         env: dict[str, str],
@@ -439,7 +485,7 @@ class SubprocessBackend:
     ) -> ExecResult:
         """Run through the sandbox's template; always on the portal loop, which outlives
         any caller's loop and so can own the template's process and socket."""
-        template = await self._template(sandbox_id, path)
+        template = await self._template(sandbox_id, path, uid)
         return await template.run(argv, cwd=cwd, env=env, timeout=timeout, stdin=stdin)
 
     def warm_template(self, sandbox_id: str) -> WarmTemplate | None:
@@ -447,7 +493,7 @@ class SubprocessBackend:
         which way execs run)."""
         return self._templates.get(sandbox_id)
 
-    async def _template(self, sandbox_id: str, path: Path) -> WarmTemplate:
+    async def _template(self, sandbox_id: str, path: Path, uid: int) -> WarmTemplate:
         """The sandbox's warm template, started on first use with the sandbox's environment
         (not the exec's: the template compares each exec's locale with its own)."""
         template = self._templates.get(sandbox_id)
@@ -460,6 +506,7 @@ class SubprocessBackend:
                 template = await WarmTemplate.start(
                     self.confinement,
                     sandbox=sandbox_id,
+                    uid=uid,
                     workspace=path / "workspace",
                     tmp=path / "tmp",
                     env=self._env(self._meta(path), None, path),
@@ -488,9 +535,10 @@ class SubprocessBackend:
         return await asyncio.to_thread(work)
 
     async def write_file(self, sandbox_id: str, path: str, data: bytes) -> None:
-        owner = self._owner()
         await self._file_operation(
-            sandbox_id, path, lambda top, parts: files.write_file(top, parts, data, owner)
+            sandbox_id,
+            path,
+            lambda top, parts: files.write_file(top, parts, data, self._owner(self._meta(top))),
         )
 
     async def read_file(self, sandbox_id: str, path: str) -> bytes:
@@ -499,6 +547,9 @@ class SubprocessBackend:
     async def stop(self, sandbox_id: str, *, missing_ok: bool = True) -> None:
         try:
             path = self._dir(sandbox_id)
+            uid = self._meta(path).get("uid")
+            if uid is not None:
+                uids.renew(uid)
         except SandboxNotFoundError:
             if missing_ok:
                 return
@@ -519,10 +570,10 @@ class SubprocessBackend:
         try:
             # A thread, shielded: a cancelled stop must still delete the directory.
             await asyncio.shield(
-                asyncio.get_running_loop().run_in_executor(None, _bury, graveyard, pids)
+                asyncio.get_running_loop().run_in_executor(None, _bury, graveyard, pids, uid, path)
             )
         except RuntimeError:  # interpreter shutdown: no new threads
-            _bury(graveyard, pids)
+            _bury(graveyard, pids, uid, path)
 
     async def list(
         self, *, tags: Sequence[str] = (), status: SandboxStatus | None = None
@@ -546,14 +597,29 @@ class SubprocessBackend:
     async def leftovers(self) -> builtins.list[str]:
         """What half-stopped sandboxes left in ``root`` (names): the directory of a stopped
         sandbox that ``stop`` could not delete (a file it may not delete, a process killed
-        before it was done) and that of a ``create`` that died half-way. ``sandboxkit reap``
-        finds them here and deletes them with :meth:`remove_leftover`."""
-        return sorted(entry.name for entry in os.scandir(self.root) if _is_leftover(entry))
+        before it was done) and that of a ``create`` that died half-way; then, as ``uid-N``,
+        the host uids still claimed for sandboxes of ``root`` (or of a deleted root) that are
+        gone. ``sandboxkit
+        reap`` finds them here and deletes them with :meth:`remove_leftover`."""
+        found = sorted(entry.name for entry in os.scandir(self.root) if _is_leftover(entry))
+        if self.isolation.uids is not None:
+            found += [f"{_UID_LEFTOVER}{uid}" for uid in uids.stale(self.root)]
+        return found
 
     async def remove_leftover(self, name: str) -> None:
-        """Delete one of :meth:`leftovers` (nothing else)."""
+        """Delete one of :meth:`leftovers` (nothing else); a uid is released once every
+        process of it is killed."""
         if name not in await self.leftovers():
             raise SandboxNotFoundError(f"{name!r} is not a half-stopped sandbox")
+        if name.startswith(_UID_LEFTOVER):
+            uid = int(name.removeprefix(_UID_LEFTOVER))
+            holder = uids.holder_of(uid)
+            if not await asyncio.to_thread(uids.kill_processes_of, uid):
+                raise BackendError(f"processes of uid {uid} outlive every kill")
+            if holder is not None:
+                uids.release(uid, holder)
+            return
+
         try:
             await asyncio.to_thread(self._discard, self.root / name)
         except OSError as exc:

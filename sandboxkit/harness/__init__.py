@@ -34,6 +34,7 @@ from ..sanitize import pattern_bans
 from . import runner
 from .records import (
     PYTHON,
+    Bans,
     Harness,
     RunRequest,
     last_line,
@@ -102,13 +103,16 @@ class AssertTests:
     """The code the completions continue (a function-body continuation): the names it defines
     other than the function it leaves open are the prompt's, and the tests take them from it
     (HumanEval/32's ``poly``), never from the candidate."""
+    bans: Bans = ((), (), ())
+    """Names, attributes and modules the code may not use, enforced as it runs (a test that
+    reaches one makes the outcome ``banned``); the AST check before the run is the plan's."""
 
     def request(self, code: str) -> RunRequest:
         job: dict[str, Any] = {"kind": "asserts", "timeout": self.timeout}
         job["tests"] = list(self.tests)
         if self.prompt is not None:
             job["prompt"] = prompt_definitions(self.prompt)
-        return runner_request({"code": code, "setup": self.setup}, job)
+        return runner_request({"code": code, "setup": self.setup}, job, bans=self.bans)
 
     def judge(self, result: ExecResult, request: RunRequest) -> Outcome:
         total = len(self.tests)
@@ -216,11 +220,13 @@ class FunctionTests:
     args: Sequence[tuple[Any, ...]]
     expected: Sequence[Any]
     timeout: float = 5.0
+    bans: Bans = ((), (), ())
+    """As :attr:`AssertTests.bans`."""
 
     def request(self, code: str) -> RunRequest:
         calls = [[self.func_name, runner.encode(tuple(a))] for a in self.args]
         job = {"kind": "calls", "timeout": self.timeout, "calls": calls}
-        return runner_request({"code": code, "setup": ""}, job)
+        return runner_request({"code": code, "setup": ""}, job, bans=self.bans)
 
     def judge(self, result: ExecResult, request: RunRequest) -> Outcome:
         total = len(self.args)
@@ -273,7 +279,7 @@ class FunctionTask:
     banned_modules: Sequence[str] = ()
     derive_bans: bool = True
 
-    def bans(self) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    def bans(self) -> Bans:
         """``(names, attributes, modules)`` for the AST check: the explicit ones and derived."""
         derived = pattern_bans(self.banned_patterns) if self.derive_bans else ((), (), ())
         return (
@@ -286,4 +292,4 @@ class FunctionTask:
         rng = random.Random(self.seed)
         args = [(eval(expr, {"random": rng, "__builtins__": __builtins__}),) for expr in self.tests]
         expected = [self.reference(*copy.deepcopy(a)) for a in args]
-        return FunctionTests(self.func_name, args, expected, timeout)
+        return FunctionTests(self.func_name, args, expected, timeout, self.bans())

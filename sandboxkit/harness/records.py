@@ -15,6 +15,8 @@ from ..protocol import ExecResult
 from . import runner
 
 PYTHON = "python3"
+Bans = tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]
+"""What a task bans: names, attributes, modules (as :func:`~sandboxkit.sanitize.find_banned`)."""
 RUNNER_SOURCE = Path(runner.__file__).read_text()
 START_SLACK = 15.0
 """Seconds added to every run's deadline for interpreter start-up on a loaded machine."""
@@ -50,10 +52,19 @@ def frames(*objects: object) -> bytes:
     return b"".join(runner.frame(o) for o in objects)
 
 
-def runner_request(first: dict[str, Any], job: dict[str, Any], *, extra: float = 0.0) -> RunRequest:
+def runner_request(
+    first: dict[str, Any],
+    job: dict[str, Any],
+    *,
+    extra: float = 0.0,
+    bans: Bans = ((), (), ()),
+) -> RunRequest:
     """The runner's run of ``job``, whose tests (``runner.ITEMS``) cross one frame each;
-    ``extra`` seconds on top of the tests' time (a compile). Raises :class:`Unjudgeable` where
+    ``extra`` seconds on top of the tests' time (a compile). ``bans`` (names, attributes,
+    modules) are enforced in the candidate's process too. Raises :class:`Unjudgeable` where
     the row's part cannot be sent."""
+    if any(bans):
+        first = {**first, "bans": dict(zip(runner.BAN_KEYS, map(list, bans), strict=True))}
     items = runner.ITEMS[job["kind"]]
     tests = job[items]
     if len(tests) > runner.MAX_TESTS:
@@ -87,6 +98,8 @@ def runner_request(first: dict[str, Any], job: dict[str, Any], *, extra: float =
 class Records:
     load_error: str | None = None
     load_timeout: bool = False
+    banned: bool = False
+    """Whether loading the code reached something its task bans."""
     build: str = ""
     """Why a program could not be built: ``compile`` (its code), ``toolchain`` or ``sandbox``
     (the sandbox's: no compiler, a full disk; only the runner finds these, before anything of
@@ -116,6 +129,7 @@ def read_records(result: ExecResult, request: RunRequest) -> Records:
         if "load_error" in record:
             found.load_error = str(record["load_error"])
             found.load_timeout = bool(record.get("timeout"))
+            found.banned = bool(record.get("banned"))
             found.build = str(record.get("build") or "")
         elif isinstance(record.get("test"), int):
             found.tests[record["test"]] = record
@@ -143,7 +157,12 @@ def last_line(text: str) -> str:
 
 
 def unfinished(result: ExecResult, records: Records, total: int) -> Outcome | None:
-    """The outcome when the runner never got to judge: load failures and killed runs."""
+    """The outcome when the runner never got to judge (load failures and killed runs), or when
+    the code reached something its task bans, loading or in any test."""
+    banned = [r for r in records.tests.values() if r.get("status") == "banned"]
+    if records.banned or banned:
+        detail = str(banned[0].get("detail", "")) if banned else str(records.load_error)
+        return Outcome(OutcomeKind.BANNED, 0, total, detail, result.duration)
     if records.load_error is not None:
         kind = OutcomeKind.TIMEOUT if records.load_timeout else OutcomeKind.ERROR
         return Outcome(kind, 0, total, records.load_error, result.duration)

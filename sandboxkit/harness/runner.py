@@ -495,6 +495,8 @@ class Channel:
         """A whole program's stderr (its tail says why it failed)."""
         self.names: Names = {}
         """The candidate's names, as its process said when it had loaded the code."""
+        self.banned = ""
+        """What the candidate's process reached that its task bans, once it said so."""
 
     def request(self, message: dict[str, Any]) -> Any:
         message = dict(message)
@@ -516,7 +518,14 @@ class Channel:
             raise RemoteError("the candidate's process ended during a call") from None
         if "raise" in answer:
             raise remote_exception(answer, self)
+        if "banned" in answer:
+            self.banned = banned_detail(answer["banned"])
+            raise Banned(self.banned)
         return decode(answer["ok"], channel=self)
+
+
+def banned_detail(what: Any) -> str:
+    return f"reached {str(what)[:200]}, which the task bans"
 
 
 def remote_exception(answer: Record, channel: Channel) -> Exception:
@@ -660,10 +669,13 @@ def zygote(
     setup: str,
     program: Record | None,
     run: tuple[list[str], Env] | None,
+    bans: Record | None = None,
 ) -> None:
     """Z: never runs the candidate's code. It compiles it once (a program of another
     language: runs its compiler), then forks a fresh child per test on request, which loads
-    the candidate (or runs the program) under that test's limits."""
+    the candidate (or runs the program) under that test's limits. With ``bans``, what the
+    task bans is unusable in each child before the candidate's first instruction
+    (:func:`enforce_bans`)."""
     native = program.get("native") if program is not None else None
     try:
         if native is not None and program is not None and run is not None:
@@ -680,8 +692,8 @@ def zygote(
             # what forbid_processes needs, and the standard modules the code imports.
             for name in ("traceback",) if program is not None else ("ctypes", "struct"):
                 __import__(name)
-            if program is None:
-                preimport(imported_modules(tree))
+            if program is None and not bans:  # a module already loaded is imported
+                preimport(imported_modules(tree))  # unseen by the bans' audit hook
         ctl.sendall(frame({"ready": True}))
     except BuildError as exc:  # a compile error (Z meets no other kind)
         ctl.sendall(frame({"load_error": str(exc)[:MAX_RECORD], "build": "compile"}))
@@ -717,6 +729,8 @@ def zygote(
                     exec_program(mine, err_mine, *run)
                 run_program(mine, err_mine, compiled)
             forbid_processes()  # all the candidate's work is this process's: none in children
+            if bans:  # bans: before the candidate's first instruction (what this frame's
+                enforce_bans(bans, mine.fileno())  # code runs from here on is left alone)
             serve(mine, load_candidate(mine, compiled))
         ends = [e for e in (theirs, status_theirs, err_theirs) if e is not None]
         socket.send_fds(ctl, [frame({"child": pid})], [end.fileno() for end in ends])
@@ -725,6 +739,261 @@ def zygote(
                 end.close()
         if status_mine is not None:
             report_exit(pid, status_mine)
+
+
+# -- bans: what a task forbids, made unusable in the candidate's own process -------------------
+
+
+class Banned(BaseException):
+    """The candidate's process reached what its task bans (T's view of that process's report;
+    not an ``Exception``, which a test's ``except`` would take for the candidate's own)."""
+
+
+BAN_KEYS = ("names", "attributes", "modules")
+PROCESS_EVENTS = frozenset(("os.exec", "os.posix_spawn", "os.spawn", "os.system"))
+PROCESS_EVENTS |= {"subprocess.Popen", "os.fork", "os.forkpty"}
+HEAP_EVENTS = frozenset(("gc.get_objects", "gc.get_referrers", "gc.get_referents"))
+UNAUDITED_MODULES = frozenset(("_interpreters", "_xxsubinterpreters", "_testcapi"))
+UNAUDITED_MODULES |= {"_testinternalcapi", "_testsinglephase", "_testmultiphase"}
+UNAUDITED_MODULES |= {"_posixsubprocess"}
+"""Modules that start interpreters (fresh builtins) or processes (another Python), or reach
+the interpreter's internals, without an audit event of their own on every version (3.13's
+``_interpreters.create`` raises none, ``_posixsubprocess.fork_exec`` none at all)."""
+
+
+def enforce_bans(bans: Record, report: int) -> None:
+    """Just before the candidate's first instruction, in its process: make what the task
+    bans (``bans``: the host's AST check's ``names``, ``attributes`` and ``modules``) unusable,
+    whatever name or path reaches it. Each banned callable (a builtin, a method of a builtin
+    type, a function of a banned module, which is imported first) is replaced by a stub in
+    every dictionary that holds it (module and type namespaces, the interpreter's spare copy
+    of the builtins), so the original is gone: a call by any name, ``getattr``, ``map``, a
+    ``methodcaller``, a key function or a pickle reaches the stub, which reports the ban on
+    ``report`` (the socket to T) and ends the process. A stub the candidate rebinds or
+    rewrites is its own code: no way back to the original. An audit hook (hooks cannot be
+    removed) refuses those ways back and around: importing again or reloading a patched or
+    banned module, ``gc``'s walks of the heap, a new interpreter (fresh builtins), a new
+    process (another Python), ctypes but for the runner's own seccomp filter, made-up code
+    objects; and it checks source compiled at run time (``exec``, ``eval``, a module the
+    candidate writes and imports) as the host checks the candidate's code. What the runner's
+    own code in this process uses from here on (from the caller on) stays, for the host's
+    check alone: ``__import__`` (every import statement calls it) and, say, ``len``."""
+    import ast  # noqa: F401 (the hook's, loaded now: its import runs code that sorts)
+    import ctypes
+    import gc
+
+    names, attributes, modules = (frozenset(bans.get(key) or ()) for key in BAN_KEYS)
+    used, codes = runner_reach(sys._getframe(1).f_code)
+    used.add("__import__")
+    homes = {home for module in modules - used for home in (module, "_" + module)}
+    for module in modules - used:
+        with contextlib.suppress(Exception):  # no such module here: the host's check's alone
+            __import__(module)
+    originals: dict[int, tuple[Any, str]] = {}
+    for name in (names | attributes) - used:
+        value = vars(builtins).get(name)
+        if callable(value) and not isinstance(value, type):  # a type is its instances' too
+            originals[id(value)] = (value, name)
+    owners: list[type] = []
+    for klass in builtin_types():
+        for name in attributes - used:
+            value = klass.__dict__.get(name)
+            if callable(value):
+                originals[id(value)] = (value, f"{klass.__name__}.{name}")
+                owners.append(klass)
+    for module_name, module in list(sys.modules.items()):
+        if module_name.split(".")[0] in homes:
+            for name, value in list(vars(module).items()):
+                if callable(value) and getattr(value, "__module__", None) in homes:
+                    originals[id(value)] = (value, f"{module_name}.{name}")
+    stop = ban_stop(report)
+    stubs = {key: ban_stub(what, stop) for key, (_, what) in originals.items()}
+    patched: set[str] = set()
+    for holder in gc.get_referrers(*(value for value, _ in originals.values())):
+        if type(holder) is dict and holder is not originals:
+            for key, value in list(holder.items()):
+                if id(value) in originals and value is originals[id(value)][0]:
+                    holder[key] = stubs[id(value)]
+                    patched.add(str(holder.get("__name__", "")))
+        elif type(holder) is list:
+            holder[:] = [stubs.get(id(v), v) for v in holder]
+    for klass in owners:  # what lookups and specialized calls cached stands for the original
+        ctypes.pythonapi.PyType_Modified(ctypes.py_object(klass))
+    originals.clear()
+    reloads = frozenset(homes | patched)
+    files = {getattr(sys.modules.get(name), "__file__", None) for name in reloads}
+    hook = ban_hook(
+        stop, reloads, frozenset(filter(None, files)), names | attributes, modules, codes
+    )
+    sys.addaudithook(hook)
+
+
+def runner_reach(code: types.CodeType) -> tuple[set[str], tuple[types.CodeType, ...]]:
+    """The names the runner's code from ``code`` on uses (following the runner's functions and
+    classes it names), and those code objects."""
+    namespace = globals()
+    used: set[str] = set()
+    seen: dict[int, types.CodeType] = {}
+    stack = [code]
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen[id(current)] = current
+        used.update(current.co_names)
+        stack += [c for c in current.co_consts if isinstance(c, types.CodeType)]
+        for name in current.co_names:
+            value = namespace.get(name)
+            if isinstance(value, type) and value.__module__ == namespace["__name__"]:
+                stack += [f.__code__ for f in vars(value).values() if callable(f)]
+            elif isinstance(value, types.FunctionType):
+                stack.append(value.__code__)
+    return used, tuple(seen.values())
+
+
+def builtin_types() -> list[type]:
+    """The types of the ``builtins`` module's kind (``list``, ``dict``, ``str``...)."""
+    found: dict[int, type] = {}
+    stack = [object]
+    while stack:
+        klass = stack.pop()
+        if id(klass) not in found:
+            found[id(klass)] = klass
+            stack += type.__subclasses__(klass)
+    return [k for k in found.values() if k.__module__ == "builtins"]
+
+
+def ban_stop(report: int) -> Callable[[str], None]:
+    """What a stub or the hook calls: tell T on ``report`` what was reached, and end this
+    process (its own bindings taken now: the candidate may rebind the modules' later)."""
+    write, end, dumps, size = os.write, os._exit, json.dumps, len
+
+    def stop(what: str) -> None:
+        try:
+            data = dumps({"banned": what[:200]}).encode()
+            write(report, b"%d\n" % size(data) + data)
+        finally:
+            end(1)
+
+    return stop
+
+
+def ban_stub(what: str, stop: Callable[[str], None]) -> Callable[..., Any]:
+    def banned(*args: Any, **kwargs: Any) -> None:
+        stop(what)
+
+    banned.__name__ = banned.__qualname__ = what.rpartition(".")[2]
+    return banned
+
+
+def ban_hook(
+    stop: Callable[[str], None],
+    reloads: frozenset[str],
+    files: frozenset[str],
+    words: frozenset[str],
+    modules: frozenset[str],
+    codes: tuple[types.CodeType, ...],
+) -> Callable[[str, tuple[Any, ...]], None]:
+    """The audit hook of :func:`enforce_bans`. Everything it relies on is bound here, before
+    the candidate runs (it may rebind the runner's globals and the builtins afterwards), and
+    it reads the candidate's arguments only as exact built-in values, so none of the
+    candidate's code runs inside it."""
+    import _thread
+
+    ident, getframe, startswith, text = _thread.get_ident, sys._getframe, str.startswith, str
+    kind, subclass, identity, read_file, code_type = type, issubclass, id, open, types.CodeType
+    trusted = frozenset(map(id, codes))
+    refused = UNAUDITED_MODULES | modules
+    processes, heap = PROCESS_EVENTS, HEAP_EVENTS
+    stdlib = os.path.dirname(os.__file__) + os.sep
+    passed = ("<frozen importlib.", stdlib + "ctypes" + os.sep)  # on the way from the runner
+    check_source = banned_source
+    checking: set[int] = set()
+
+    def runner_did() -> bool:
+        """Whether the nearest caller outside the import system and ctypes is the runner's."""
+        frame: types.FrameType | None = getframe(2)
+        while frame is not None and startswith(frame.f_code.co_filename, passed):
+            frame = frame.f_back
+        return frame is not None and identity(frame.f_code) in trusted
+
+    def standard_file(filename: Any, source: Any) -> bool:
+        """Whether code compiled as ``filename`` takes the standard library's or the import
+        system's name (which :func:`runner_did` trusts) without being that file's."""
+        name = filename if kind(filename) is text else ""  # compile has made it a str
+        if not startswith(name, ("<frozen", stdlib)):
+            return False
+        try:
+            with read_file(name, "rb") as file:
+                own = file.read()
+        except OSError:
+            return True
+        return kind(source) is not bytes or own != source
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if event == "import":
+            name = text.__str__(args[0]) if subclass(kind(args[0]), text) else ""
+            top = name.partition(".")[0]
+            if name in reloads or top in refused:
+                stop(f"import of {name}")
+            if top in ("ctypes", "_ctypes") and not runner_did():
+                stop("ctypes")
+        elif startswith(event, "ctypes.") or event in ("os.fork", "os.forkpty"):
+            if not runner_did():
+                stop("ctypes" if event[0] == "c" else "a new process")
+        elif event in processes:
+            stop("a new process")
+        elif event in heap:
+            stop(event)
+        elif event == "cpython.PyInterpreterState_New":
+            stop("a new interpreter")
+        elif event == "code.__new__":
+            stop("a made-up code object")
+        elif event == "exec" and kind(args[0]) is code_type and args[0].co_filename in files:
+            stop(f"a reload of {args[0].co_filename}")  # importlib.reload: no import event
+        elif event == "compile" and ident() not in checking:
+            if standard_file(args[1], args[0]):
+                stop("code under the standard library's name")
+            checking.add(ident())
+            try:
+                found = check_source(args[0], words, modules)
+            finally:
+                checking.discard(ident())
+            if found:
+                stop(found)
+
+    return hook
+
+
+def banned_source(source: Any, words: frozenset[str], modules: frozenset[str]) -> str:
+    """What banned ``source`` (compiled at run time) uses, as the host's check would flag it
+    (names, attributes, imports); "" when nothing. The first pass only: the stubs hold
+    whatever this misses."""
+    import ast
+
+    if type(source) not in (str, bytes):
+        if not issubclass(type(source), (bytes, bytearray, memoryview)):
+            return "compiling a syntax tree"
+        source = bytes(source)
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return ""  # the compiler fails it too
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in words:
+            return node.id
+        if isinstance(node, ast.Attribute) and node.attr in words:
+            return node.attr
+        if isinstance(node, ast.alias) and (node.name in words or node.asname in words):
+            return node.name
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and "*" in modules:
+            return "an import"
+        for name in [a.name for a in node.names] if isinstance(node, ast.Import) else []:
+            if name.partition(".")[0] in modules:
+                return f"import of {name}"
+        if isinstance(node, ast.ImportFrom) and str(node.module).partition(".")[0] in modules:
+            return f"import of {node.module}"
+    return ""
 
 
 def report_exit(pid: int, sock: socket.socket) -> None:
@@ -781,47 +1050,67 @@ SECCOMP_CALLS = {
 where it has them, the calls that signal the process (or thread group) their first argument
 names (``kill``, ``tgkill``, ``rt_sigqueueinfo``, ``rt_tgsigqueueinfo``), and ``tkill``
 (``clone3`` is 435, ``pidfd_send_signal`` 424 and ``pidfd_open`` 434 on both)."""
+OWNER_CALLS = {"x86_64": (72, 16), "aarch64": (25, 29)}
+"""Per machine, ``fcntl``'s and ``ioctl``'s numbers."""
+OWNER_COMMANDS = ((8, 15, 10), (0x8901, 0x8902))
+"""``fcntl``'s ``F_SETOWN``, ``F_SETOWN_EX`` and ``F_SETSIG``; ``ioctl``'s ``FIOSETOWN`` and
+``SIOCSPGRP``: they name a process the kernel then signals (any signal, with ``F_SETSIG``)
+when the descriptor is ready (``O_ASYNC``), with the permission of whoever named it."""
 
 
 def forbid_processes() -> None:
-    """C, before a program: it may start threads, not processes, and signal only itself, as on
-    a contest judge: a test's clock is its process's CPU time, which a child's work would
-    escape, and the judge shares its user and pid namespace (a stopped judge would hold the
-    sandbox until the exec's timeout). A seccomp filter (inherited through ``execve``):
+    """C, before a program or the candidate's code: it may start threads, not processes, and
+    signal only itself, as on a contest judge: a test's clock is its process's CPU time, which
+    a child's work would escape, and the judge shares its user and pid namespace (a stopped
+    judge would hold the sandbox until the exec's timeout). A seccomp filter (inherited
+    through ``execve``):
     ``fork``, ``vfork`` and ``clone`` without ``CLONE_THREAD`` fail with ``EAGAIN``;
     ``clone3``, whose flags a filter cannot read, with ``ENOSYS`` (the C library then calls
-    ``clone``); a signal to another process, ``tkill`` and pidfds with ``EPERM``; a call of
-    another ABI kills the process. Where the machine or the kernel has no such filter,
-    nothing changes."""
+    ``clone``); a signal to another process, ``tkill``, pidfds and making a descriptor signal
+    its owner (``OWNER_COMMANDS``) with ``EPERM``; a call of another ABI kills the process.
+    Where the machine or the kernel has no such filter, nothing changes."""
     import errno
 
     found = SECCOMP_CALLS.get(os.uname().machine)
     if found is None:
         return
-    arch, clone, forks, signals, denied = found
+    arch, clone, forking, signals, denied = found
+    fcntl, ioctl = OWNER_CALLS[os.uname().machine]
+    fcntl_commands, ioctl_commands = OWNER_COMMANDS
     allow, kill = 0x7FFF0000, 0x80000000
     eagain, enosys = 0x50000 | errno.EAGAIN, 0x50000 | errno.ENOSYS
     eperm = 0x50000 | errno.EPERM
     load, equal, at_least, has_bits = 0x20, 0x15, 0x35, 0x45
     own = "own"
-    # (opcode, operand, where it jumps if true, if false): a return value below, ``own`` the
-    # check of a signal's target, None the next instruction
+    # (opcode, operand, where it jumps if true, if false): a return value below, a check of an
+    # argument below (``own``: a signal's target; ``fcntl``, ``ioctl``: their command), None
+    # the next instruction
     body: list[Instruction] = [
         (load, 4, None, None),  # the call's ABI
         (equal, arch, None, kill),
         (load, 0, None, None),  # its number
         (at_least, 0x40000000, kill, None),  # x32
-        (equal, 435, enosys, None),
-        *((equal, number, eagain, None) for number in forks),
         *((equal, number, eperm, None) for number in (*denied, 424, 434)),
         *((equal, number, own, None) for number in signals),
+        (equal, fcntl, "fcntl", None),
+        (equal, ioctl, "ioctl", None),
+        (equal, 435, enosys, None),
+        *((equal, number, eagain, None) for number in forking),
         (equal, clone, None, allow),
         (load, 16, None, None),  # clone's flags (their low half)
         (has_bits, 0x10000, allow, eagain),  # CLONE_THREAD
+    ]
+    labels = {own: len(body)}
+    body += [
         (load, 16, None, None),  # own: the signal's target (a pid_t, the low half)
         (equal, os.getpid(), allow, eperm),
     ]
-    install_filter(body, [allow, eagain, enosys, eperm, kill], {own: len(body) - 2})
+    for name, commands in (("fcntl", fcntl_commands), ("ioctl", ioctl_commands)):
+        labels[name] = len(body)
+        body.append((load, 24, None, None))  # the command (its low half)
+        body += [(equal, command, eperm, None) for command in commands[:-1]]
+        body.append((equal, commands[-1], eperm, allow))
+    install_filter(body, [allow, eagain, enosys, eperm, kill], labels)
 
 
 STORAGE_CALLS = {
@@ -1301,7 +1590,11 @@ def read_key() -> mmap.mmap:
 
 
 def start_zygote(
-    code: str, setup: str, program: Record | None, run: tuple[list[str], Env] | None
+    code: str,
+    setup: str,
+    program: Record | None,
+    run: tuple[list[str], Env] | None,
+    bans: Record | None = None,
 ) -> tuple[int, socket.socket]:
     t_end, z_end = socket.socketpair()
     pid = os.fork()
@@ -1313,7 +1606,7 @@ def start_zygote(
         keep = z_end.fileno()
         os.closerange(3, keep)
         os.closerange(keep + 1, 65536)
-        zygote(z_end, code, setup, program, run)
+        zygote(z_end, code, setup, program, run, bans)
         os._exit(0)
     z_end.close()
     return pid, t_end
@@ -1384,6 +1677,9 @@ def await_load(channel: Channel, pid: int) -> None:
     except (EOFError, OSError, ValueError):
         raise LoadFailed("the code's process ended while loading, or said too much") from None
     names = said.get("loaded") if type(said) is dict else None
+    if type(said) is dict and "banned" in said:  # reached at load time
+        channel.banned = banned_detail(said["banned"])
+        raise Banned(channel.banned)
     if type(said) is dict and "load_error" in said:
         raise LoadFailed(str(said["load_error"]))
     if type(names) is not dict:
@@ -1539,11 +1835,16 @@ def judge(
         box.append(channel)
         if loads:
             await_load(channel, pid)
-        return test(box)
+        record = test(box)
+        if channel.banned:  # however the test took it
+            return {"status": "banned", "detail": channel.banned}
+        return record
     except LoadFailed as exc:
         return {"status": "load_error", "detail": str(exc), "timeout": exc.timeout}
     except TimeUp as exc:
         return {"status": "timeout", "limit": exc.limit, "detail": str(exc)}
+    except Banned as exc:
+        return {"status": "banned", "detail": str(exc)}
     except OutputLimit as exc:
         return {"status": "output_limit", "detail": str(exc)}
     except (RemoteError, CodecError) as exc:
@@ -1741,7 +2042,7 @@ def main() -> None:
             report.emit({"done": True})
             return
     make_undumpable()
-    zygote_pid, t_end = start_zygote(code, setup, program, run)
+    zygote_pid, t_end = start_zygote(code, setup, program, run, first.get("bans"))
     # Only now, in T alone: T forks nothing else.
     report = Reporter(bytes.fromhex(key_memory[:].decode()))
     key_memory.close()
@@ -1757,6 +2058,7 @@ def main() -> None:
                     "load_error": loaded["load_error"],
                     "timeout": bool(loaded.get("timeout")),
                     "build": loaded.get("build", ""),
+                    "banned": bool(loaded.get("banned")),
                 }
             )
         elif job["kind"] == "asserts":

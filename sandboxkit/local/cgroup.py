@@ -1,19 +1,25 @@
-"""The local backend's cgroups: a memory limit per sandbox, a process limit per command.
+"""The local backend's cgroups: memory and CPU bounded per sandbox, processes per command.
 
 A sandbox's memory group bounds everything its processes charge: their own memory, memfds,
 /dev/shm and the tmpfs of its storage (``disk.py``), none of which a per-process limit sees
-whole (``RLIMIT_AS`` counts one process's mappings only). A command's pids group bounds its
-processes: RLIMIT_NPROC is ignored for processes whose real uid is root (also inside a user
-namespace that maps to root), so when sandboxkit runs as root a fork bomb is contained only by
-the pids controller; the group also makes a reliable tree kill.
+whole (``RLIMIT_AS`` counts one process's mappings only), and the kernel's memory they cause:
+pipes, socket buffers, kernel objects. On v2 all of it counts toward ``memory.max``; v1 counts
+socket buffers only once a TCP limit is set (``memory.kmem.tcp.limit_in_bytes``, a counter of
+its own: there they are bounded apart, to as much again), and kernel objects since Linux 4.6.
+A sandbox's cpu group bounds the CPU time of all its processes together (CFS bandwidth),
+whatever sessions or autogroups they make: one sandbox cannot take a machine's cores. A
+command's pids group bounds its processes: RLIMIT_NPROC is ignored for processes whose real
+uid is root (also inside a user namespace that maps to root), so when sandboxkit runs as root a
+fork bomb is contained only by the pids controller; the group also makes a reliable tree kill.
 
-Both live under a private parent of this process, in whichever hierarchy offers the controller
-and is writable: cgroup v2, or v1, where memory and pids are separate hierarchies and a process
-joins a group in each. In one hierarchy (v2, where only leaves hold processes), a command's
-group is a child of its sandbox's. Where a controller is missing, the supervisor falls back to
-RLIMIT_AS and RLIMIT_NPROC.
+All live under private parents of this process, in whichever hierarchy offers the controller
+and is writable: cgroup v2, or v1, where each controller may be a hierarchy of its own and a
+process joins a group in each. In one hierarchy (v2, where only leaves hold processes), a
+command's group is a child of its sandbox's. Where a controller is missing, the supervisor
+falls back to RLIMIT_AS and RLIMIT_NPROC; CPU time is then bounded per process only
+(RLIMIT_CPU).
 
-A sandbox's group belongs to the process that runs its commands: two processes running
+A sandbox's groups belong to the process that runs its commands: two processes running
 commands in one sandbox bound theirs separately.
 """
 
@@ -21,14 +27,26 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import functools
 import os
+import re
 import signal
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
-_LIMIT_FILES = {"pids": ("pids.max",), "memory": ("memory.max", "memory.limit_in_bytes")}
-"""The file a group gets where its controller is on (v2, v1)."""
+_LIMIT_FILES = {
+    "pids": ("pids.max",),
+    "memory": ("memory.max", "memory.limit_in_bytes"),
+    "cpu": ("cpu.max", "cpu.cfs_quota_us"),
+}
+"""The file a group gets where its controller is on (v2, v1; v1's cpu only with CFS
+bandwidth control)."""
+CPU_PERIOD_US = 100_000
+"""The period of a sandbox's CPU quota (the kernel's default): its processes may use
+``cpus`` times this in every period."""
+_V1_TCP = "memory.kmem.tcp.limit_in_bytes"
 
 
 def _mounts() -> list[tuple[str, str, str]]:
@@ -72,13 +90,33 @@ def _offers(parent: Path, controller: str) -> bool:
     for level in (parent.parent, parent):
         with contextlib.suppress(OSError):  # no such file in v1; refused, or already on
             (level / "cgroup.subtree_control").write_text(f"+{controller}")
+    with _probe(parent) as probe:
+        return probe is not None and any((probe / n).exists() for n in _LIMIT_FILES[controller])
+
+
+def _takes(parent: Path, name: str, value: str) -> bool:
+    """Whether a group made under ``parent`` accepts ``value`` in its file ``name``."""
+    with _probe(parent) as probe:
+        if probe is None:
+            return False
+        try:
+            (probe / name).write_text(value)
+        except OSError:
+            return False
+        return True
+
+
+@contextlib.contextmanager
+def _probe(parent: Path) -> Iterator[Path | None]:
+    """A new, empty group under ``parent`` while the block runs (None if none can be made)."""
     probe = parent / f"probe-{uuid.uuid4().hex[:8]}"
     try:
         probe.mkdir()
     except OSError:
-        return False
+        yield None
+        return
     try:
-        return any((probe / name).exists() for name in _LIMIT_FILES[controller])
+        yield probe
     finally:
         with contextlib.suppress(OSError):
             probe.rmdir()
@@ -99,37 +137,84 @@ def _private_parent(controller: str) -> Path | None:
     return None
 
 
-def _limit_memory(group: Path, limit: int) -> None:
-    """``limit`` bytes of memory and no swap beyond it."""
-    if (group / "memory.max").exists():  # v2
+def _limit_memory(group: Path, limit: int, *, tcp: bool) -> None:
+    """``limit`` bytes of memory and no swap beyond it; on v1 kernel memory too, and socket
+    buffers (``tcp``) to as much again."""
+    if (group / "memory.max").exists():  # v2: kernel memory, sockets included, counts here
         (group / "memory.max").write_text(str(limit))
         swap = group / "memory.swap.max"
     else:  # v1; memsw (memory + swap) only with swap accounting, and never below the first
         (group / "memory.limit_in_bytes").write_text(str(limit))
+        # Kernel objects (pipes, slab) count in it since 4.6, with no kmem limit: the one
+        # older kernels needed to count them leaked memory there (runc dropped it). Socket
+        # buffers count only with a TCP limit, set before any task joins.
+        if tcp:
+            (group / _V1_TCP).write_text(str(limit))
         swap = group / "memory.memsw.limit_in_bytes"
     if swap.exists():
         swap.write_text("0" if swap.name == "memory.swap.max" else str(limit))
 
 
-class Cgroups:
-    """This process's private parents: ``memory`` for sandbox groups, ``pids`` for command
-    groups (the same directory where one hierarchy has both); None where none is writable."""
+def _limit_cpu(group: Path, cpus: float) -> None:
+    """``cpus`` CPUs' worth of time in every period, for all of the group's processes."""
+    quota = max(1000, round(cpus * CPU_PERIOD_US))  # the kernel's least quota is 1 ms
+    if (group / "cpu.max").exists():  # v2
+        (group / "cpu.max").write_text(f"{quota} {CPU_PERIOD_US}")
+    else:
+        (group / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
+        try:
+            (group / "cpu.cfs_quota_us").write_text(str(quota))
+        except OSError as exc:  # v1 refuses more than a group above has: that one bounds it
+            if exc.errno != errno.EINVAL:
+                raise
 
-    def __init__(self, pids: Path | None, memory: Path | None) -> None:
+
+def _version(parent: Path | None) -> int | None:
+    """The cgroup version of ``parent`` (v1 has no ``cgroup.controllers``)."""
+    if parent is None:
+        return None
+    return 2 if (parent / "cgroup.controllers").exists() else 1
+
+
+def _memory_options() -> set[str]:
+    """The kernel's ``cgroup.memory=`` options (``nokmem``, ``nosocket``): what it never
+    counts, whatever a group's limits say."""
+    try:
+        words = Path("/proc/cmdline").read_text().split()
+    except OSError:
+        return set()
+    return {o for w in words if w.startswith("cgroup.memory=") for o in w[14:].split(",")}
+
+
+def _kernel_before(version: tuple[int, int]) -> bool:
+    """Whether the running kernel is older than ``version`` (major, minor)."""
+    found = re.match(r"(\d+)\.(\d+)", os.uname().release)
+    return found is not None and (int(found[1]), int(found[2])) < version
+
+
+class Cgroups:
+    """This process's private parents: ``memory`` and ``cpu`` for sandbox groups, ``pids`` for
+    command groups (one directory where one hierarchy has several); None where none is
+    writable."""
+
+    def __init__(self, pids: Path | None, memory: Path | None, cpu: Path | None) -> None:
         self.pids = pids
         self.memory = memory
-        self.nested = pids is not None and pids == memory
+        self.cpu = cpu
+        self.nested = pids is not None and pids in (memory, cpu)
         """One hierarchy: a command's group is made inside its sandbox's."""
-        self._sandboxes: dict[str, Path] = {}
+        self._sandboxes: dict[str, list[Path]] = {}
+        """Each sandbox's groups, one per hierarchy."""
         self._dying: list[Path] = []
         """Groups of stopped sandboxes whose killed processes were still exiting."""
 
     @classmethod
     def create(cls) -> Cgroups:
         pids = _private_parent("pids")
-        if pids is not None and _offers(pids, "memory"):
-            return cls(pids, pids)
-        return cls(pids, _private_parent("memory"))
+        memory = pids if pids is not None and _offers(pids, "memory") else _private_parent("memory")
+        made = [p for p in dict.fromkeys((pids, memory)) if p is not None]
+        cpu = next((p for p in made if _offers(p, "cpu")), None) or _private_parent("cpu")
+        return cls(pids, memory, cpu)
 
     @staticmethod
     @functools.cache
@@ -141,49 +226,78 @@ class Cgroups:
 
     @functools.cached_property
     def memory_version(self) -> int | None:
-        """The cgroup version that bounds sandbox memory (v1 has no ``cgroup.controllers``)."""
-        if self.memory is None:
-            return None
-        return 2 if (self.memory / "cgroup.controllers").exists() else 1
+        """The cgroup version that bounds sandbox memory."""
+        return _version(self.memory)
 
-    def _sandbox(self, name: str, memory_bytes: int) -> Path | None:
-        """The sandbox's group, made with its limit on its first command here."""
+    @functools.cached_property
+    def cpu_version(self) -> int | None:
+        """The cgroup version that bounds sandbox CPU time (None: only RLIMIT_CPU per
+        process)."""
+        return _version(self.cpu)
+
+    @functools.cached_property
+    def uncounted(self) -> tuple[str, ...]:
+        """The kernel memory a sandbox's memory limit leaves out here: 'socket buffers'
+        (v1 without TCP accounting, or the kernel's ``nosocket``), 'kernel objects' (pipes,
+        slab: ``nokmem``, or v1 before Linux 4.6); empty where all of it counts."""
         if self.memory is None:
-            return None
-        group = self._sandboxes.get(name)
-        if group is None:
-            group = self.memory / name
+            return ()
+        options = _memory_options()
+        v1 = self.memory_version == 1
+        tcp = not v1 or _takes(self.memory, _V1_TCP, str(1 << 30))
+        kmem = "nokmem" not in options and not (v1 and _kernel_before((4, 6)))
+        return (
+            *(() if tcp and "nosocket" not in options else ("socket buffers",)),
+            *(() if kmem else ("kernel objects",)),
+        )
+
+    def sandbox(self, name: str, *, memory_bytes: int, cpus: float) -> None:
+        """Make the sandbox's groups with their limits, unless they are made: before its
+        commands run here (:meth:`confine` joins them)."""
+        if name in self._sandboxes:
+            return
+        groups = []
+        tcp = self.memory_version == 1 and "socket buffers" not in self.uncounted
+        for parent in dict.fromkeys((self.memory, self.cpu)):
+            if parent is None:
+                continue
+            group = parent / name
             with contextlib.suppress(FileExistsError):
                 group.mkdir()
-            _limit_memory(group, memory_bytes)
-            if self.nested:  # command groups inside get pids.max (v2)
+            if parent == self.memory:
+                _limit_memory(group, memory_bytes, tcp=tcp)
+            if parent == self.cpu:
+                _limit_cpu(group, cpus)
+            if parent == self.pids:  # command groups inside get pids.max (v2)
                 with contextlib.suppress(OSError):
                     (group / "cgroup.subtree_control").write_text("+pids")
-            self._sandboxes[name] = group
-        return group
+            groups.append(group)
+        self._sandboxes[name] = groups
 
-    def confine(self, pid: int, *, sandbox: str, memory_bytes: int, max_pids: int) -> Path | None:
-        """Move ``pid`` (a command not yet started) into its sandbox's group and into a new
-        group of its own; returns the latter, to kill the command with (None without a pids
-        controller)."""
-        sandbox_group = self._sandbox(sandbox, memory_bytes)
+    def confine(self, pid: int, *, sandbox: str, max_pids: int) -> Path | None:
+        """Move ``pid`` (a command not yet started) into its sandbox's groups (made by
+        :meth:`sandbox`; FileNotFoundError once it is dropped) and into a new group of its
+        own; returns the latter, to kill the command with (None without a pids controller)."""
+        groups = self._sandboxes.get(sandbox)
+        if groups is None:
+            raise FileNotFoundError(f"sandbox {sandbox} has no cgroups here (stopped)")
         command = None
         if self.pids is not None:
-            under = sandbox_group if self.nested and sandbox_group is not None else self.pids
+            under = next((g for g in groups if g.parent == self.pids), self.pids)
             command = under / uuid.uuid4().hex
             command.mkdir()
             (command / "pids.max").write_text(str(max_pids))
-        for group in (command, None if self.nested else sandbox_group):
+        joined = [g for g in groups if command is None or g != command.parent]
+        for group in (command, *joined):
             if group is not None:
                 (group / "cgroup.procs").write_text(str(pid))
         return command
 
     def drop(self, sandbox: str) -> None:
-        """Kill what is left in a stopped sandbox's group, and remove it: at once if it is
-        empty, else once the killed processes are gone (freeing their memory takes a while),
-        retried on later calls and at exit, never waiting for them."""
-        group = self._sandboxes.pop(sandbox, None)
-        if group is not None:
+        """Kill what is left in a stopped sandbox's groups, and remove them: at once if they
+        are empty, else once the killed processes are gone (freeing their memory takes a
+        while), retried on later calls and at exit, never waiting for them."""
+        for group in self._sandboxes.pop(sandbox, []):
             for inner in _groups_in(group):
                 if pids := _procs(inner):
                     _signal(inner, pids)
@@ -211,7 +325,7 @@ class Cgroups:
                 os.sched_yield()
 
     def close(self) -> None:
-        for parent in {p for p in (self.pids, self.memory) if p is not None}:
+        for parent in {p for p in (self.pids, self.memory, self.cpu) if p is not None}:
             for group in _groups_in(parent):
                 self.kill_all(group)
 

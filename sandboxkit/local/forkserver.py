@@ -100,6 +100,7 @@ of which each exec's is a fresh copy."""
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_SET_SECCOMP = 22
+PR_CAPBSET_DROP = 24
 SECCOMP_MODE_FILTER = 2
 PYTHON_FLAGS = set("IEsSPBuq")
 WARM_UP_PROGRAM = """
@@ -434,9 +435,15 @@ def enter_exec_namespaces() -> None:
     """Take the exec's own user namespace (so the command has no capability over the
     server's namespaces) and ``EXEC_NAMESPACES``, then drop the capabilities the new user
     namespace gave: a cold exec has none (bwrap drops them all), and with them a command would
-    see other permissions than cold (a mode 000 file of its own would still open). bwrap's
-    ``no_new_privs`` keeps an exec'd program from getting them back."""
+    see other permissions than cold (a mode 000 file of its own would still open); the
+    bounding set too. bwrap's ``no_new_privs`` keeps an exec'd program from getting them
+    back."""
     new_user_namespace(EXEC_NAMESPACES)
+    # A new user namespace also fills the bounding set, which bwrap empties for a cold exec:
+    # emptied here, while CAP_SETPCAP is held, up to the kernel's last capability.
+    capability = 0
+    while libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) == 0:
+        capability += 1
     header, data = NO_CAPABILITIES
     if libc.capset(ctypes.byref(header), data) != 0:
         errno = ctypes.get_errno()

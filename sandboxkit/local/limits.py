@@ -3,14 +3,15 @@
 Per command, rlimits applied with ``prlimit(2)`` before it starts: the supervisor starts each
 command blocked, applies them to the blocked process from the host, then releases it, so they
 hold from the first instruction of untrusted code, and no ``preexec_fn`` (unsafe with threads)
-or extra interpreter start is needed. Per sandbox, where the host allows: memory in a cgroup
-(``cgroup.py``), storage on a tmpfs of its own (``disk.py``).
+or extra interpreter start is needed. Per sandbox, where the host allows: memory and CPU in
+cgroups (``cgroup.py``), storage on a tmpfs of its own (``disk.py``).
 """
 
 from __future__ import annotations
 
 import resource
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 from ..config import setting
 
@@ -20,6 +21,10 @@ MiB = 1024 * 1024
 @dataclass(frozen=True)
 class Limits:
     cpu_seconds: int = 60
+    cpus: float = 1.0
+    """CPUs that all processes of a sandbox together may keep busy (a cpu cgroup per sandbox;
+    a spec's ``cpu`` sets it for its sandbox). Where no cpu cgroup is writable, only
+    ``cpu_seconds`` per process holds."""
     memory_mb: int = 2048
     """Memory of the whole sandbox, its processes, /dev/shm and files on its tmpfs included
     (a memory cgroup per sandbox); where no memory cgroup is writable, the address space of
@@ -38,14 +43,16 @@ class Limits:
     """Kept per stream (stdout, stderr); the rest is read and dropped, and ``truncated`` set."""
 
     @classmethod
-    def from_env(cls, **overrides: int) -> Limits:
+    @classmethod
+    def from_env(cls, **overrides: Any) -> Limits:
         """Defaults, then ``SANDBOXKIT_LIMIT_<FIELD>`` variables, then ``overrides``."""
-        values: dict[str, int] = {}
+        values: dict[str, Any] = {}
         for f in fields(cls):
             raw = setting(f"SANDBOXKIT_LIMIT_{f.name.upper()}")
             if raw is not None:
+                parse = float if isinstance(f.default, float) else int
                 try:
-                    values[f.name] = int(raw)
+                    values[f.name] = parse(raw)
                 except ValueError:
                     raise ValueError(f"SANDBOXKIT_LIMIT_{f.name.upper()}={raw!r}") from None
         return replace(cls(**values), **overrides)
@@ -63,6 +70,12 @@ class Limits:
         if with_nproc:
             limits[resource.RLIMIT_NPROC] = (self.processes, self.processes)
         return limits
+
+
+def check_cpus(cpus: float) -> None:
+    """A sandbox's CPUs must be a positive number the kernel can bound (1 ms per 100 ms)."""
+    if not cpus >= 0.01:
+        raise ValueError(f"cpus must be at least 0.01, got {cpus!r}")
 
 
 def apply_rlimits(pid: int, rlimits: dict[int, tuple[int, int]]) -> None:

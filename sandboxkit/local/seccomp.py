@@ -1,118 +1,56 @@
 """The syscall filter of local sandboxes: classic-BPF seccomp programs generated here.
 
-A denylist, after Docker's default profile and gVisor's: the calls sandboxed programs never
-need and that reach kernel code an attacker wants (keyrings shared with the host, io_uring,
-bpf, another process's memory, the host's clock, modules, mounts). Two sets of rules:
+An allowlist, as Docker's default profile and gVisor's are: the calls ordinary programs make
+(Python, C and C++, Java, Node, Rust, Go, the shell, git, pip) are allowed, some of them by
+argument; the rest fail. A call named here and denied (``DENIED``: kernel surface exploits
+start from, or the host's to administer) fails with ``EPERM``; a call the table does not name
+(one newer than it, a made-up number) with ``ENOSYS``, as on a kernel without it, so a C
+library or runtime trying a new call falls back to an older one. Two sets of rules:
 
 - ``BASE`` covers everything in a namespaced sandbox, bwrap's init and the warm template
-  included, so it allows what the template needs: ``unshare``, ``setns`` and ``mount``;
-- ``COMMAND`` denies those too, to commands alone: a new namespace is where most escapes from
-  containers start.
+  included, so it also allows what the template needs: ``unshare``, ``setns`` and ``mount``;
+- ``COMMAND`` denies those three, to commands alone: a new namespace is where most escapes
+  from containers start.
 
-A cold command gets both in one program (from bwrap, or in the rlimits tier from its
-launcher); the warm template gets the base one from bwrap and stacks the command one on each
-of its commands.
+A cold command gets ``WHOLE`` (both in one program: from bwrap, or in the rlimits tier from
+its launcher); the warm template gets ``BASE`` from bwrap and stacks ``COMMAND`` on each of
+its commands, which then get what a cold one gets.
 
-A denied call fails with ``EPERM``, except ``clone3``, which fails with ``ENOSYS`` (its flags
-sit in memory a filter cannot read; the C library then falls back to ``clone``, whose flags it
-can), as in Docker's profile. A call of another ABI (32-bit calls by ``int 0x80``, x32 calls on
-x86-64, 32-bit ARM on aarch64) kills the process, as libseccomp's and gVisor's bad-arch default
-does: its numbers differ, so a filter of native numbers would let everything through, and a
-process whose every call fails (its exit included) would only spin. Programs are generated for
-x86-64 and aarch64; elsewhere there is no filter (``sandboxkit doctor`` says so).
+A call of another ABI (32-bit calls by ``int 0x80``, x32 calls on x86-64, 32-bit ARM on
+aarch64) kills the process, as libseccomp's and gVisor's bad-arch default does: its numbers
+differ, and a process whose every call fails (its exit included) would only spin. Programs
+are generated for x86-64 and aarch64; elsewhere there is no filter (``sandboxkit doctor``
+says so).
 
-A filter that only compares syscall numbers is cached by the kernel (5.11 and later) as
-"always allowed" for every call it allows: only ``clone``, ``personality`` and ``socket`` run
-it.
+The program is a binary search over the runs of numbers that share a verdict (some 90 runs:
+7 compares deep), not a chain of one compare per call. The kernel (5.11 and later)
+caches the verdict of every call the program decides by number alone as "always allowed":
+only ``clone``, ``personality``, ``socket`` and ``socketpair`` run it.
 """
 
 from __future__ import annotations
 
 import errno
 import functools
+import itertools
 import os
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .syscalls import SYSCALLS
+
 ARCHES = ("x86_64", "aarch64")
 AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 X32_SYSCALL_BIT = 0x40000000
-
-# Syscall numbers (in the order of ARCHES; None: the call does not exist there), from the kernel's
-# arch/x86/entry/syscalls/syscall_64.tbl and include/uapi/asm-generic/unistd.h.
-SYSCALLS: dict[str, tuple[int, int | None]] = {
-    "add_key": (248, 217),
-    "request_key": (249, 218),
-    "keyctl": (250, 219),
-    "io_uring_setup": (425, 425),
-    "io_uring_enter": (426, 426),
-    "io_uring_register": (427, 427),
-    "bpf": (321, 280),
-    "perf_event_open": (298, 241),
-    "userfaultfd": (323, 282),
-    "ptrace": (101, 117),
-    "process_vm_readv": (310, 270),
-    "process_vm_writev": (311, 271),
-    "process_madvise": (440, 440),
-    "pidfd_getfd": (438, 438),
-    "kcmp": (312, 272),
-    "init_module": (175, 105),
-    "finit_module": (313, 273),
-    "delete_module": (176, 106),
-    "create_module": (174, None),
-    "get_kernel_syms": (177, None),
-    "query_module": (178, None),
-    "kexec_load": (246, 104),
-    "kexec_file_load": (320, 294),
-    "reboot": (169, 142),
-    "swapon": (167, 224),
-    "swapoff": (168, 225),
-    "acct": (163, 89),
-    "quotactl": (179, 60),
-    "quotactl_fd": (443, 443),
-    "lookup_dcookie": (212, 18),
-    "nfsservctl": (180, 42),
-    "vhangup": (153, 58),
-    "syslog": (103, 116),
-    "fanotify_init": (300, 262),
-    "iopl": (172, None),
-    "ioperm": (173, None),
-    "uselib": (134, None),
-    "_sysctl": (156, None),
-    "settimeofday": (164, 170),
-    "clock_settime": (227, 112),
-    "clock_adjtime": (305, 266),
-    "adjtimex": (159, 171),
-    "open_by_handle_at": (304, 265),
-    "name_to_handle_at": (303, 264),
-    "personality": (135, 92),
-    "clone": (56, 220),
-    "clone3": (435, 435),
-    "chroot": (161, 51),
-    "pivot_root": (155, 41),
-    "umount2": (166, 39),
-    "open_tree": (428, 428),
-    "open_tree_attr": (467, 467),
-    "move_mount": (429, 429),
-    "fsopen": (430, 430),
-    "fsconfig": (431, 431),
-    "fsmount": (432, 432),
-    "fspick": (433, 433),
-    "mount_setattr": (442, 442),
-    "unshare": (272, 97),
-    "setns": (308, 268),
-    "mount": (165, 40),
-    "socket": (41, 198),
-}
 
 CLONE_NEW_FLAGS = 0x7E020000
 """CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID and NEWNET (CLONE_NEWTIME is
 clone3's and unshare's: in clone's flags that bit is part of the exit signal)."""
 SOCKET_FAMILIES = (1, 2, 10, 16)
 """AF_UNIX, AF_INET, AF_INET6 and AF_NETLINK (the C library's name lookups use it), as in
-Flatpak's filter: the other families (vsock, AF_ALG, rds, tipc...) are kernel code most
-programs never reach and exploits often do."""
+Flatpak's filter: the other families (vsock, AF_ALG, packet, rds, tipc...) are kernel code
+most programs never reach and exploits often do."""
 PERSONALITIES = (0x0, 0x8, 0x20000, 0x20008, 0xFFFFFFFF)
 """Docker's: PER_LINUX, PER_LINUX32, UNAME26, both, and the query; not ADDR_NO_RANDOMIZE or
 READ_IMPLIES_EXEC, which turn off exploit mitigations."""
@@ -120,84 +58,208 @@ READ_IMPLIES_EXEC, which turn off exploit mitigations."""
 
 @dataclass(frozen=True)
 class Rule:
-    """Calls denied for one reason (docs/isolation.md's table groups these)."""
+    """Calls with one verdict, for one reason (docs/isolation.md's tables group these)."""
 
     names: str
     """The calls, separated by spaces."""
     why: str
+    allowed: bool
     errno: int = errno.EPERM
-    unless_arg0: tuple[int, ...] = ()
-    """Allowed when the low 32 bits of the first argument (all the kernel reads) are one of
-    these."""
-    if_arg0_has: int = 0
-    """Denied only when the first argument has one of these bits."""
+    """The error of a denied call, or of an allowed one that its argument rules out."""
+    arg0_in: tuple[int, ...] = ()
+    """Allowed only when the low 32 bits of the first argument (all the kernel reads) are one
+    of these."""
+    arg0_without: int = 0
+    """Allowed only when the first argument has none of these bits."""
 
 
-BASE = (
-    Rule(
+def allow(
+    names: str,
+    why: str,
+    *,
+    code: int = errno.EPERM,
+    arg0_in: tuple[int, ...] = (),
+    arg0_without: int = 0,
+) -> Rule:
+    """Calls allowed (with one of the conditions on their first argument, if given)."""
+    if arg0_in and arg0_without:
+        raise ValueError("one condition per rule")
+    return Rule(names, why, True, code, arg0_in, arg0_without)
+
+
+def deny(names: str, why: str, code: int = errno.EPERM) -> Rule:
+    """Calls denied: they fail with ``code``."""
+    return Rule(names, why, False, code)
+
+
+ALLOWED = (
+    allow(
+        "read write open openat openat2 creat close close_range lseek pread64 pwrite64 readv "
+        "writev preadv pwritev preadv2 pwritev2 dup dup2 dup3 fcntl flock fsync fdatasync sync "
+        "syncfs sync_file_range truncate ftruncate fallocate fadvise64 readahead sendfile "
+        "splice tee vmsplice copy_file_range ioctl stat fstat lstat newfstatat statx statfs "
+        "fstatfs access faccessat faccessat2 getdents getdents64 getcwd chdir fchdir mkdir "
+        "mkdirat rmdir rename renameat renameat2 link linkat unlink unlinkat symlink symlinkat "
+        "readlink readlinkat chmod fchmod fchmodat fchmodat2 chown fchown lchown fchownat umask "
+        "utime utimes utimensat futimesat mknod mknodat file_getattr file_setattr setxattr "
+        "lsetxattr fsetxattr getxattr lgetxattr fgetxattr listxattr llistxattr flistxattr "
+        "removexattr lremovexattr fremovexattr setxattrat getxattrat listxattrat removexattrat "
+        "inotify_init inotify_init1 inotify_add_watch inotify_rm_watch io_setup io_destroy "
+        "io_getevents io_pgetevents io_submit io_cancel",
+        "files, directories and their I/O (only the sandbox's own are in view)",
+    ),
+    allow(
+        "brk mmap munmap mremap mprotect madvise mincore msync mlock mlock2 munlock mlockall "
+        "munlockall memfd_create membarrier pkey_alloc pkey_free pkey_mprotect mseal "
+        "map_shadow_stack",
+        "memory (bounded by the sandbox's memory cgroup or rlimits)",
+    ),
+    allow(
+        "fork vfork execve execveat exit exit_group wait4 waitid getpid getppid gettid getpgid "
+        "setpgid getpgrp getsid setsid set_tid_address set_robust_list get_robust_list rseq "
+        "futex futex_waitv futex_wake futex_wait futex_requeue arch_prctl prctl seccomp "
+        "landlock_create_ruleset landlock_add_rule landlock_restrict_self sched_yield "
+        "sched_getaffinity sched_setaffinity sched_getparam sched_setparam sched_getscheduler "
+        "sched_setscheduler sched_get_priority_max sched_get_priority_min sched_rr_get_interval "
+        "sched_getattr sched_setattr getpriority setpriority ioprio_get ioprio_set getrlimit "
+        "setrlimit prlimit64 getrusage times capget capset restart_syscall pidfd_open "
+        "pidfd_send_signal process_mrelease uretprobe uprobe",
+        "processes and threads (those of the exec's own pid namespace; uretprobe and uprobe "
+        "work only from the kernel's own trampolines)",
+    ),
+    allow(
+        "clone",
+        "processes and threads, without a CLONE_NEW* flag: no new namespaces (the template "
+        "uses unshare)",
+        arg0_without=CLONE_NEW_FLAGS,
+    ),
+    allow(
+        "personality",
+        "only Docker's values: turning off address randomization helps exploits",
+        arg0_in=PERSONALITIES,
+    ),
+    allow(
+        "getuid geteuid getgid getegid getresuid getresgid getgroups setuid setgid setreuid "
+        "setregid setresuid setresgid setfsuid setfsgid setgroups",
+        "identity (with no capability, only among the ids a process already has)",
+    ),
+    allow(
+        "rt_sigaction rt_sigprocmask rt_sigreturn rt_sigpending rt_sigtimedwait rt_sigqueueinfo "
+        "rt_tgsigqueueinfo rt_sigsuspend sigaltstack kill tkill tgkill signalfd signalfd4 pause",
+        "signals (to the exec's own processes)",
+    ),
+    allow(
+        "time gettimeofday clock_gettime clock_getres clock_nanosleep nanosleep alarm getitimer "
+        "setitimer timer_create timer_settime timer_gettime timer_getoverrun timer_delete "
+        "timerfd_create timerfd_settime timerfd_gettime",
+        "clocks and timers (reading, never setting, the host's clock)",
+    ),
+    allow(
+        "poll ppoll select pselect6 epoll_create epoll_create1 epoll_ctl epoll_wait epoll_pwait "
+        "epoll_pwait2 eventfd eventfd2",
+        "waiting for events",
+    ),
+    allow(
+        "bind listen accept accept4 connect getsockname getpeername sendto recvfrom sendmsg "
+        "recvmsg sendmmsg recvmmsg shutdown setsockopt getsockopt",
+        "sockets (in the sandbox's own network namespace)",
+    ),
+    allow(
+        "socket socketpair",
+        "only Unix, IP and netlink sockets (others fail with EAFNOSUPPORT, as a family this "
+        "kernel lacks): rarely used kernel code that exploits reach for",
+        code=errno.EAFNOSUPPORT,
+        arg0_in=SOCKET_FAMILIES,
+    ),
+    allow(
+        "pipe pipe2 shmget shmat shmdt shmctl semget semop semtimedop semctl msgget msgsnd "
+        "msgrcv msgctl mq_open mq_unlink mq_timedsend mq_timedreceive mq_notify mq_getsetattr",
+        "pipes and IPC (in the exec's own IPC namespace)",
+    ),
+    allow("uname sysinfo getcpu getrandom", "system information and randomness"),
+)
+DENIED = (
+    deny(
         "add_key request_key keyctl",
         "kernel keyrings are not namespaced: the host's session keyring would be readable, and "
         "keys added would outlive the sandbox",
     ),
-    Rule(
+    deny(
         "io_uring_setup io_uring_enter io_uring_register",
-        "a large kernel surface behind many privilege escalations (Docker and gVisor deny it)",
+        "a large kernel surface behind many privilege escalations (runtimes fall back to threads)",
     ),
-    Rule(
+    deny(
         "bpf perf_event_open userfaultfd",
         "kernel surface used by exploits (userfaultfd stalls the kernel mid-copy to win races)",
     ),
-    Rule(
-        "ptrace process_vm_readv process_vm_writev process_madvise pidfd_getfd",
-        "reach into another process's memory or descriptors (bwrap's init, the template)",
+    deny(
+        "ptrace process_vm_readv process_vm_writev process_madvise pidfd_getfd kcmp",
+        "reach into another process's memory or descriptors (bwrap's init, the template), or "
+        "compare its kernel objects (an address oracle)",
     ),
-    Rule("kcmp", "compares other processes' kernel objects: an address oracle"),
-    Rule(
+    deny(
         "open_by_handle_at name_to_handle_at",
         "open files by handle, around the sandbox's mounts (Docker's 'shocker' escape)",
     ),
-    Rule(
-        "init_module finit_module delete_module create_module get_kernel_syms query_module "
-        "kexec_load kexec_file_load reboot swapon swapoff acct quotactl quotactl_fd "
-        "lookup_dcookie nfsservctl vhangup syslog fanotify_init iopl ioperm uselib _sysctl",
-        "administer the host's kernel: modules, reboot, swap, accounting, quotas, kernel log",
+    deny(
+        "init_module finit_module delete_module kexec_load kexec_file_load reboot swapon "
+        "swapoff acct quotactl quotactl_fd syslog fanotify_init fanotify_mark iopl ioperm "
+        "vhangup sethostname setdomainname lsm_get_self_attr lsm_set_self_attr lsm_list_modules",
+        "administer the host's kernel: modules, reboot, swap, accounting, quotas, the kernel "
+        "log, whole-filesystem watches, I/O ports, security modules",
     ),
-    Rule("settimeofday clock_settime clock_adjtime adjtimex", "set the host's clock"),
-    Rule(
-        "personality",
-        "only Docker's values: turning off address randomization helps exploits",
-        unless_arg0=PERSONALITIES,
-    ),
-    Rule(
-        "socket",
-        "other than Unix, IP and netlink sockets (EAFNOSUPPORT, as for a family this kernel "
-        "lacks): rarely used kernel code that exploits reach for",
-        errno=errno.EAFNOSUPPORT,
-        unless_arg0=SOCKET_FAMILIES,
-    ),
-    Rule(
-        "clone",
-        "with a CLONE_NEW* flag: new namespaces (the template uses unshare)",
-        if_arg0_has=CLONE_NEW_FLAGS,
-    ),
-    Rule(
-        "clone3",
-        "its flags cannot be read by a filter: ENOSYS, and the C library falls back to clone",
-        errno=errno.ENOSYS,
-    ),
-    Rule(
+    deny("settimeofday clock_settime clock_adjtime adjtimex", "set the host's clock"),
+    deny(
         "chroot pivot_root umount2 open_tree open_tree_attr move_mount fsopen fsconfig fsmount "
-        "fspick mount_setattr",
-        "change the mount view: only a container manager needs them",
+        "fspick mount_setattr statmount listmount listns",
+        "change the mount view, or list the mounts (the host's paths behind the sandbox's) and "
+        "namespaces: only a container manager needs them",
+    ),
+    deny(
+        "clone3",
+        "its flags sit in memory a filter cannot read: ENOSYS, and the C library falls back to "
+        "clone (as in Docker's profile)",
+        errno.ENOSYS,
+    ),
+    deny(
+        "memfd_secret",
+        "memory removed from the kernel's own mappings: a rarely used kernel surface",
+    ),
+    deny(
+        "modify_ldt set_thread_area get_thread_area",
+        "descriptor tables, for 16- and 32-bit code: behind several kernel exploits",
+    ),
+    deny(
+        "mbind set_mempolicy get_mempolicy set_mempolicy_home_node migrate_pages move_pages",
+        "NUMA placement of the host's memory (Docker asks for CAP_SYS_NICE; libnuma takes the "
+        "failure as no NUMA)",
+    ),
+    deny(
+        "cachestat",
+        "page-cache state of files every sandbox shares: a channel from one exec to the next",
+    ),
+    deny(
+        "uselib ustat sysfs _sysctl remap_file_pages create_module get_kernel_syms "
+        "query_module nfsservctl getpmsg putpmsg afs_syscall tuxcall security vserver "
+        "epoll_ctl_old epoll_wait_old lookup_dcookie",
+        "obsolete or gone from current kernels: ENOSYS, as a kernel without them says",
+        errno.ENOSYS,
     ),
 )
+TEMPLATE_ONLY = "unshare setns mount"
+BASE = (
+    *ALLOWED,
+    allow(TEMPLATE_ONLY, "the warm template builds each exec's namespaces"),
+    *DENIED,
+)
 COMMAND = (
-    Rule(
-        "unshare setns mount",
+    deny(
+        TEMPLATE_ONLY,
         "new namespaces and mounts open kernel code otherwise reserved to root (commands only: "
         "the template needs them)",
     ),
 )
+WHOLE = (*ALLOWED, *COMMAND, *DENIED)
 
 # Classic BPF, as seccomp runs it (linux/filter.h, linux/seccomp.h).
 _LD_ABS = 0x20  # BPF_LD | BPF_W | BPF_ABS
@@ -207,6 +269,8 @@ _NR, _ARCH, _ARG0 = 0, 4, 16  # offsets in struct seccomp_data (args[0]'s low ha
 RET_KILL_PROCESS = 0x80000000
 RET_ERRNO = 0x00050000
 RET_ALLOW = 0x7FFF0000
+UNLISTED = RET_ERRNO | errno.ENOSYS
+"""The verdict on a number no rule names."""
 
 
 class _Assembler:
@@ -215,12 +279,16 @@ class _Assembler:
     def __init__(self) -> None:
         self.code: list[tuple[int, str | int, str | int, int]] = []
         self.labels: dict[str, int] = {}
+        self.names = itertools.count()
+
+    def new_label(self) -> str:
+        return f"L{next(self.names)}"
 
     def load(self, offset: int) -> None:
         self.code.append((_LD_ABS, 0, 0, offset))
 
     def jump(self, op: int, k: int, true: str | int = 0, false: str | int = 0) -> None:
-        """Go to ``true`` or ``false`` (a label, or 0: the next instruction)."""
+        """Go to ``true`` or ``false`` (a label, or a number of instructions to skip)."""
         self.code.append((op, true, false, k))
 
     def ret(self, k: int) -> None:
@@ -239,40 +307,71 @@ class _Assembler:
         return out
 
 
-def program(rules: Sequence[Rule], arch: str) -> bytes:
-    """The seccomp program (``struct sock_filter`` array) denying ``rules`` on ``arch``."""
-    asm = _Assembler()
-    asm.load(_ARCH)
-    asm.jump(_JEQ, AUDIT_ARCH[arch], false="kill")
-    asm.load(_NR)
-    if arch == "x86_64":
-        asm.jump(_JGE, X32_SYSCALL_BIT, true="kill")
-    for index, rule in enumerate(rules):
+Leaf = int | tuple[int, Rule]
+"""What a run of numbers comes to: a verdict, or (for one call) its rule's argument check."""
+
+
+def runs(rules: Sequence[Rule], arch: str, default: int) -> list[tuple[int, Leaf]]:
+    """The numbers from 0 up as runs of one verdict: each run's first number and its leaf
+    (the last run goes on to the largest number)."""
+    leaves: dict[int, Leaf] = {}
+    for rule in rules:
         for name in rule.names.split():
             number = syscall_number(name, arch)
             if number is None:
                 continue
-            deny = f"errno {rule.errno}"
-            if not rule.unless_arg0 and not rule.if_arg0_has:
-                asm.jump(_JEQ, number, true=deny)
-                continue
-            # Decided here, allowed or denied: the number need not be loaded again.
-            after = f"after {index} {name}"
-            asm.jump(_JEQ, number, false=after)
-            asm.load(_ARG0)
-            if rule.if_arg0_has:
-                asm.jump(_JSET, rule.if_arg0_has, true=deny, false="allow")
-            for i, value in enumerate(rule.unless_arg0, 1):
-                last = i == len(rule.unless_arg0)
-                asm.jump(_JEQ, value, true="allow", false=deny if last else 0)
-            asm.label(after)
-    asm.label("allow")
+            if number in leaves:
+                raise ValueError(f"{name} has two rules")
+            if not rule.allowed:
+                leaves[number] = RET_ERRNO | rule.errno
+            elif rule.arg0_in or rule.arg0_without:
+                leaves[number] = (number, rule)
+            else:
+                leaves[number] = RET_ALLOW
+    found: list[tuple[int, Leaf]] = []
+    for number in range(max(leaves, default=0) + 2):
+        leaf = leaves.get(number, default)
+        if not found or found[-1][1] != leaf:
+            found.append((number, leaf))
+    return found
+
+
+def _search(asm: _Assembler, found: Sequence[tuple[int, Leaf]]) -> None:
+    """A binary search of the syscall number (in the accumulator) over ``found``'s runs."""
+    if len(found) > 1:
+        middle = len(found) // 2
+        upper = asm.new_label()
+        asm.jump(_JGE, found[middle][0], true=upper)
+        _search(asm, found[:middle])
+        asm.label(upper)
+        _search(asm, found[middle:])
+        return
+    leaf = found[0][1]
+    if isinstance(leaf, int):
+        asm.ret(leaf)
+        return
+    rule = leaf[1]
+    asm.load(_ARG0)
+    if rule.arg0_without:
+        asm.jump(_JSET, rule.arg0_without, false=1)
+    for i, value in enumerate(rule.arg0_in):
+        asm.jump(_JEQ, value, true=len(rule.arg0_in) - i)  # to the RET_ALLOW
+    asm.ret(RET_ERRNO | rule.errno)
     asm.ret(RET_ALLOW)
-    for code in sorted({rule.errno for rule in rules}):
-        asm.label(f"errno {code}")
-        asm.ret(RET_ERRNO | code)
-    asm.label("kill")
+
+
+def program(rules: Sequence[Rule], arch: str, default: int = UNLISTED) -> bytes:
+    """The seccomp program (``struct sock_filter`` array) of ``rules`` on ``arch``; numbers
+    no rule names get ``default``."""
+    asm = _Assembler()
+    asm.load(_ARCH)
+    asm.jump(_JEQ, AUDIT_ARCH[arch], true=1)
     asm.ret(RET_KILL_PROCESS)
+    asm.load(_NR)
+    if arch == "x86_64":
+        asm.jump(_JGE, X32_SYSCALL_BIT, false=1)
+        asm.ret(RET_KILL_PROCESS)
+    _search(asm, runs(rules, arch, default))
     return asm.bytes()
 
 
@@ -281,9 +380,9 @@ def syscall_number(name: str, arch: str) -> int | None:
     return SYSCALLS[name][ARCHES.index(arch)]
 
 
-def denied_calls(rules: Sequence[Rule], arch: str) -> list[str]:
-    """The names of the calls ``rules`` deny (some by argument) that exist on ``arch``."""
-    names = [name for rule in rules for name in rule.names.split()]
+def named_calls(rules: Sequence[Rule], arch: str, *, allowed: bool) -> list[str]:
+    """The calls ``rules`` allow (some by argument), or deny, that exist on ``arch``."""
+    names = [name for rule in rules if rule.allowed == allowed for name in rule.names.split()]
     return [name for name in names if syscall_number(name, arch) is not None]
 
 
@@ -301,10 +400,10 @@ class SyscallFilter:
     the rlimits tier (its launcher loads it)."""
 
     @property
-    def denied(self) -> list[str]:
-        """Every call a command cannot make (``clone``, ``personality`` and ``socket``: by
-        argument)."""
-        return denied_calls((*BASE, *COMMAND), self.arch)
+    def allowed(self) -> list[str]:
+        """Every call a command can make (``clone``, ``personality``, ``socket`` and
+        ``socketpair``: by argument)."""
+        return named_calls(WHOLE, self.arch, allowed=True)
 
 
 def native_arch() -> str | None:
@@ -334,5 +433,5 @@ def host_filter() -> SyscallFilter | None:
     arch = native_arch()
     if arch is None or unsupported() is not None:
         return None
-    whole = program((*BASE, *COMMAND), arch)
-    return SyscallFilter(arch, program(BASE, arch), program(COMMAND, arch), whole)
+    command = program(COMMAND, arch, default=RET_ALLOW)
+    return SyscallFilter(arch, program(BASE, arch), command, program(WHOLE, arch))

@@ -2,9 +2,9 @@
 
 The command (bwrap's namespace init, or a shell stub in the weaker tiers) starts blocked on a
 pipe. While it waits, the host applies rlimits to it with ``prlimit(2)`` and moves it into its
-sandbox's memory cgroup and a pids cgroup of its own; then it is released. Everything it spawns
-inherits all of them. On exit or timeout the whole tree is killed: the pid namespace dies with
-its init, and the pids cgroup is emptied.
+sandbox's memory and cpu cgroups and a pids cgroup of its own; then it is released. Everything
+it spawns inherits all of them. On exit or timeout the whole tree is killed: the pid namespace
+dies with its init, and the pids cgroup is emptied.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from ..protocol import KILLED_RETURNCODE, ExecResult, shell_returncode
 from .cgroup import Cgroups
 from .forkserver import OOM_SCORE_ADJ, pipe_holding
 from .isolation import IsolationReport, Tier, bwrap_argv
-from .limits import Limits, MiB, apply_rlimits
+from .limits import Limits, apply_rlimits
 from .seccomp import SyscallFilter
 
 _KILL_GRACE = 0.5
@@ -146,16 +146,15 @@ os.execvp(sys.argv[4], sys.argv[4:])
 """
 
 
-def _launcher(confinement: Confinement, block_fd: int) -> list[str]:
+def _launcher(confinement: Confinement, block_fd: int, uid: int) -> list[str]:
     """A small launcher that waits for the go-ahead, then becomes the command (without bwrap,
     or bwrap itself on a root host).
 
-    It drops to the unprivileged uid only after the host applied the limits: a root host may
+    It drops to the sandbox's ``uid`` only after the host applied the limits: a root host may
     lack CAP_SYS_RESOURCE, and then ``prlimit`` only works on processes of its own uid. Then,
     without bwrap, it installs the syscall filter, after ``no_new_privs`` (which bwrap sets and
     installs itself in its tier).
     """
-    uid = confinement.isolation.run_as
     drop = uid if uid != os.getuid() else -1
     seccomp = b""
     if confinement.isolation.tier is not Tier.NAMESPACES:  # else bwrap installs it
@@ -227,6 +226,7 @@ async def spawn(
     argv: Sequence[str],
     *,
     sandbox: str,
+    uid: int,
     workspace: Path,
     tmp: Path,
     cwd: str,
@@ -238,22 +238,23 @@ async def spawn(
     capabilities: tuple[str, ...] = (),
     command_filter: bool = True,
 ) -> Spawned:
-    """Start ``argv`` blocked, confine it (rlimits and the command's OOM score unless
-    ``rlimits`` is False, the memory cgroup of ``sandbox``, a pids cgroup of ``pids_max`` or the
-    limit's process count, bwrap's ``capabilities``, the syscall filter: the warm template's if
-    not ``command_filter``), then release it."""
+    """Start ``argv`` blocked as the host ``uid`` of ``sandbox``, confine it (rlimits and the
+    command's OOM score unless ``rlimits`` is False, the cgroups of ``sandbox`` (made
+    beforehand), a pids cgroup of ``pids_max`` or the limit's process count, bwrap's
+    ``capabilities``, the syscall filter: the warm template's if not ``command_filter``), then
+    release it."""
     tier = confinement.isolation.tier
     limits = confinement.limits
     block_r, block_w = os.pipe()
     info_r = info_w = -1
     seccomp_r = -1
     kwargs: dict[str, object]
-    # A root host runs bwrap as an unprivileged uid. It may lack CAP_SYS_RESOURCE (containers
-    # and VMs often do), and then it can apply limits only to a process of its own uid: the
-    # launcher, which takes them before it drops its uid and becomes bwrap.
+    # A root host runs bwrap as the sandbox's unprivileged uid. It may lack CAP_SYS_RESOURCE
+    # (containers and VMs often do), and then it can apply limits only to a process of its own
+    # uid: the launcher, which takes them before it drops its uid and becomes bwrap.
     # (Not subprocess's ``user=``: a child forked from a multithreaded host, a gRPC server's,
     # crashed in its setreuid; the launcher changes its uid in a fresh process.)
-    launched = tier is not Tier.NAMESPACES or confinement.isolation.run_as != os.getuid()
+    launched = tier is not Tier.NAMESPACES or uid != os.getuid()
     if tier is Tier.NAMESPACES:
         assert confinement.bwrap is not None
         if not launched:
@@ -280,7 +281,7 @@ async def spawn(
         command = list(argv)
         kwargs = {"cwd": cwd, "env": env}
     if launched:
-        command = [*_launcher(confinement, block_r), *command]
+        command = [*_launcher(confinement, block_r, uid), *command]
     child_fds = tuple(fd for fd in (info_w, block_r, seccomp_r) if fd >= 0)
     starting = asyncio.ensure_future(
         asyncio.create_subprocess_exec(
@@ -332,10 +333,7 @@ async def spawn(
                     apply_rlimits(target, confinement.rlimits())
                     _kill_first(target)
                 spawned.group = confinement.cgroups.confine(
-                    target,
-                    sandbox=sandbox,
-                    memory_bytes=limits.memory_mb * MiB,
-                    max_pids=pids_max or limits.processes,
+                    target, sandbox=sandbox, max_pids=pids_max or limits.processes
                 )
             except OSError as exc:
                 raise BackendError(f"could not confine the command: {exc}") from exc
@@ -357,6 +355,7 @@ async def run(
     argv: Sequence[str],
     *,
     sandbox: str,
+    uid: int,
     workspace: Path,
     tmp: Path,
     cwd: str,
@@ -365,7 +364,8 @@ async def run(
     stdin: bytes | None,
     running: set[int] | None = None,
 ) -> ExecResult:
-    """Run ``argv`` confined; never raises for what the command itself does.
+    """Run ``argv`` confined, as the host ``uid`` of ``sandbox``; never raises for what the
+    command itself does.
 
     ``running`` holds the supervised pids while they run, so the caller can kill them.
     """
@@ -374,6 +374,7 @@ async def run(
         confinement,
         argv,
         sandbox=sandbox,
+        uid=uid,
         workspace=workspace,
         tmp=tmp,
         cwd=cwd,

@@ -106,12 +106,14 @@ class WarmTemplate:
         confinement: Confinement,
         *,
         sandbox: str,
+        uid: int,
         workspace: Path,
         tmp: Path,
         env: dict[str, str],
         site: LearntSite,
     ) -> WarmTemplate:
-        """Start a template in the sandbox; raises :class:`ColdPath` if it cannot serve."""
+        """Start a template in the sandbox, as its host ``uid``; raises :class:`ColdPath` if it
+        cannot serve."""
         host_end, template_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # -S: what site imports (.pth files) would make every fork dearer; the template
         # learns site's sys.path in a throw-away child instead, unless it is already known.
@@ -128,6 +130,7 @@ class WarmTemplate:
                 confinement,
                 argv,
                 sandbox=sandbox,
+                uid=uid,
                 workspace=workspace,
                 tmp=tmp,
                 cwd="/workspace",
