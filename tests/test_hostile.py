@@ -59,21 +59,22 @@ def tier(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str
 
 
 @contextlib.contextmanager
-def _sandbox_of(tier: str, local_root: Path) -> Iterator[tuple[SandboxClient, Sandbox, str]]:
-    """A sandbox with tight limits whose stop must leave nothing of it behind."""
+def _sandbox_of(
+    tier: str, local_root: Path, **roomier: int
+) -> Iterator[tuple[SandboxClient, Sandbox, str]]:
+    """A sandbox with tight limits (or ``roomier`` ones) whose stop must leave nothing of it
+    behind."""
     if tier == "namespaces" and (reason := namespaces_failure()) is not None:
         pytest.skip(f"no namespaces on this machine: {reason}")
-    client = get_backend(
-        "subprocess",
-        root=local_root,
-        memory_mb=MEMORY_MB,
-        disk_mb=DISK_MB,
-        disk_inodes=DISK_INODES,
-        file_size_mb=8,
-        processes=64,
-        cpu_seconds=20,
-        output_bytes=CAP,
-    )
+    limits = {
+        "memory_mb": MEMORY_MB,
+        "disk_mb": DISK_MB,
+        "disk_inodes": DISK_INODES,
+        "file_size_mb": 8,
+        "processes": 64,
+        "cpu_seconds": 20,
+    }
+    client = get_backend("subprocess", root=local_root, output_bytes=CAP, **{**limits, **roomier})
     local = client.backend_as(SubprocessBackend)
     assert local.isolation.tier == Tier(tier)
     assert local.warm == (tier == "namespaces" and os.environ["SANDBOXKIT_WARM"] == "1")
@@ -1487,16 +1488,25 @@ func main() {
 files, sockets (the allowlist is built from what these call)."""
 
 
+@pytest.fixture
+def roomy(tier: str, local_root: Path) -> Iterator[tuple[SandboxClient, Sandbox, str]]:
+    """A sandbox with room for a toolchain's work (rustc links through ~100 MB of objects)."""
+    with _sandbox_of(
+        tier, local_root, memory_mb=2048, disk_mb=1024, file_size_mb=512, cpu_seconds=120
+    ) as made:
+        yield made
+
+
 @pytest.mark.slow
 @pytest.mark.usefixtures("filtered")
 @pytest.mark.parametrize("runtime", list(RUNTIMES))
 def test_runtimes_run_under_the_filter(
-    hostile: tuple[SandboxClient, Sandbox, str], runtime: str
+    roomy: tuple[SandboxClient, Sandbox, str], runtime: str
 ) -> None:
     """Compilers and runtimes with their threads, pools and child processes (Java's many
     calls, libuv's thread pool, Go's and Rust's runtimes), the shell, git and pip installing a
     wheel offline, each where the sandbox has it."""
-    _, sb, _ = hostile
+    _, sb, _ = roomy
     tool, sources, command, expected = RUNTIMES[runtime]
     found = sb.exec(["sh", "-c", f"command -v {tool}"], timeout=60)
     if found.returncode != 0:
