@@ -34,7 +34,7 @@ from .config import ISOLATION_VAR, setting
 from .contest.languages import Language, languages
 from .harness import runner
 from .local import seccomp
-from .local.isolation import Tier, bwrap_binary
+from .local.isolation import IsolationReport, Tier, bwrap_binary
 from .local.uids import RANGE_VAR
 from .portal import run_sync
 from .registry import BackendChoice, BackendEntry, backend_names, get_backend, resolve_backend
@@ -297,7 +297,7 @@ def _local_checks(client: SandboxClient, timeout: float) -> list[Check]:
     checks.append(_runs_as(report.run_as, user, report.tier, report.uids))
     if report.tier is not Tier.NONE:
         checks.append(_own_uids(report.uids, report.run_as))
-        checks.append(_judge_signals())
+        checks.append(_judge_signals(report))
     bwrap = bwrap_binary()
     checks.append(
         Check("bwrap", Status.OK, bwrap)
@@ -367,7 +367,8 @@ def _own_uids(uids: range | None, run_as: int) -> Check:
         return Check(
             "own uids",
             Status.OK,
-            f"a host uid per sandbox, from {uids.start}-{uids.stop - 1} ({RANGE_VAR})",
+            f"two host uids per sandbox (its own and its judge's), from {uids.start}-"
+            f"{uids.stop - 1} ({RANGE_VAR})",
         )
     return Check(
         "own uids",
@@ -381,9 +382,17 @@ def _own_uids(uids: range | None, run_as: int) -> Check:
     )
 
 
-def _judge_signals() -> Check:
-    """What keeps a contest program (or code loaded for calls) from signalling its judge,
-    which runs as the same uid: only the runner's syscall filter."""
+def _judge_signals(report: IsolationReport) -> Check:
+    """What keeps a contest program (or code loaded for calls) from signalling its judge: a
+    uid of the judge's own (``local.judge``) where namespaced sandboxes have two host uids,
+    else only the runner's syscall filter."""
+    if report.tier is Tier.NAMESPACES and report.uids is not None:
+        return Check(
+            "judge signals",
+            Status.OK,
+            "the judge runs as a host uid of its own: no process of the program's uid can "
+            "signal, trace or renice it, whatever a syscall filter allows",
+        )
     if runner.SECCOMP_CALLS.get(os.uname().machine) is None or seccomp.unsupported():
         return Check(
             "judge signals",
@@ -395,7 +404,8 @@ def _judge_signals() -> Check:
         "judge signals",
         Status.OK,
         "syscall filter only: kill, pidfds and descriptor owners (F_SETOWN, F_SETSIG, "
-        "FIOSETOWN) fail; the judge and the program share a uid",
+        "FIOSETOWN) fail; the judge and the program share a uid (its limits and priority "
+        "stay in the program's reach)",
     )
 
 

@@ -25,6 +25,8 @@ from sandboxkit.contest import languages
 from sandboxkit.contest.languages import Language, language_for, register_language
 from sandboxkit.errors import CircuitOpenError
 from sandboxkit.harness import AssertTests, StdioTests
+from sandboxkit.local.isolation import namespaces_failure
+from sandboxkit.local.uids import sandbox_uids
 from sandboxkit.outcomes import Outcome, OutcomeKind, Verdict
 from sandboxkit.portal import run_sync
 from sandboxkit.rewards import stdio_tests_reward
@@ -417,8 +419,8 @@ OWNER_SIGNALLER = (
 }
 """
 )
-OWNER_SIGNALLER_PY = """
-import fcntl, os, signal, struct, sys
+TURNS_ON_ITS_JUDGE_PY = """
+import fcntl, os, resource, signal, struct, sys
 a, b = map(int, sys.stdin.readline().split())
 print(a + b, flush=True)
 if a != 1:
@@ -428,6 +430,11 @@ if a != 1:
                 return line.split()[1:]
     # Found as FIND_JUDGE finds it: /proc may number processes in an outer pid namespace.
     judge = int(field(field(field("self", "PPid")[0], "PPid")[0], "NSpid")[-1])
+"""
+"""``TURNS_ON_ITS_JUDGE`` in Python: the rest runs past the first test, with ``judge``."""
+OWNER_SIGNALLER_PY = (
+    TURNS_ON_ITS_JUDGE_PY
+    + """\
     r, w = os.pipe()
     got = 0
     for fd in (r, 0):
@@ -448,6 +455,7 @@ if a != 1:
     os.write(w, b"x")
     sys.exit(got)
 """
+)
 
 
 @pytest.mark.parametrize("signal", ["SIGKILL", "SIGSTOP"])
@@ -465,6 +473,64 @@ def test_a_program_cannot_make_the_kernel_signal_its_judge(
     assert (outcome.verdict, outcome.passed) == (Verdict.ACCEPTED, 4), outcome
     assert outcome.duration < BOUNDED, outcome
     assert judge(sandbox, SUM_CPP, "cpp17").verdict is Verdict.ACCEPTED
+
+
+CREDENTIAL_PROBE = (
+    TURNS_ON_ITS_JUDGE
+    + r"""
+    // Calls no syscall filter stops, which the kernel allows only between processes of the
+    // same uid: reading and setting the judge's limits (a lower RLIMIT_NOFILE or RLIMIT_CPU
+    // would end it), its priority and its CPUs. Each that works is a bit of the exit status.
+    int got = 0;
+    struct rlimit limit;
+    if (prlimit(judge.inner, RLIMIT_NOFILE, NULL, &limit) == 0) got |= 1;
+    if (got & 1 && prlimit(judge.inner, RLIMIT_NOFILE, &limit, NULL) == 0) got |= 2;
+    errno = 0;
+    int nice = getpriority(PRIO_PROCESS, judge.inner);
+    if (errno == 0 && setpriority(PRIO_PROCESS, judge.inner, nice) == 0) got |= 4;
+    cpu_set_t cpus;
+    if (sched_getaffinity(judge.inner, sizeof cpus, &cpus) == 0 &&
+        sched_setaffinity(judge.inner, sizeof cpus, &cpus) == 0) got |= 8;
+    // Its own limits stay its own to read.
+    return prlimit(0, RLIMIT_NOFILE, NULL, &limit) == 0 ? got : 99;
+}
+"""
+).replace("#include <unistd.h>", "#include <unistd.h>\n#include <sys/resource.h>")
+CREDENTIAL_PROBE_PY = (
+    TURNS_ON_ITS_JUDGE_PY
+    + """\
+    got = 0
+    attempts = {
+        1: lambda: resource.prlimit(judge, resource.RLIMIT_NOFILE),
+        2: lambda: resource.prlimit(
+            judge, resource.RLIMIT_NOFILE, resource.prlimit(judge, resource.RLIMIT_NOFILE)
+        ),
+        4: lambda: os.setpriority(os.PRIO_PROCESS, judge, os.getpriority(os.PRIO_PROCESS, judge)),
+        8: lambda: os.sched_setaffinity(judge, os.sched_getaffinity(judge)),
+    }
+    for bit, attempt in attempts.items():
+        try:
+            attempt()
+            got |= bit
+        except OSError:
+            pass
+    sys.exit(got if resource.prlimit(0, resource.RLIMIT_NOFILE) else 99)
+"""
+)
+
+
+@pytest.mark.parametrize("language", ["cpp17", "python"])
+def test_a_program_is_not_of_its_judges_uid(sandbox: Sandbox, language: str) -> None:
+    """On a root host the judge runs as a host uid of its own (``local.judge``): calls that
+    no syscall filter stops but the kernel allows only within one uid (the judge's limits,
+    priority and CPUs) fail with EPERM, and every test is judged. Where a host has one uid
+    for everything, only the filter keeps the program from signalling its judge."""
+    if namespaces_failure() is not None or sandbox_uids() is None:
+        pytest.skip("no uid of its own for the judge here (not root, or not namespaced)")
+    cases = [("1 1", "2"), ("2 2", "4"), ("3 3", "6")]
+    code = CREDENTIAL_PROBE if language == "cpp17" else CREDENTIAL_PROBE_PY
+    outcome = judge(sandbox, code, language, cases)
+    assert (outcome.verdict, outcome.passed) == (Verdict.ACCEPTED, 3), outcome
 
 
 STOPS_ITS_JUDGE_ON_LOAD = {

@@ -30,11 +30,13 @@ import pytest
 from sandboxkit import Sandbox, SandboxClient, SandboxError, get_backend
 from sandboxkit.backends.subprocess import SubprocessBackend
 from sandboxkit.emulators.host import remove_from_host
+from sandboxkit.harness import AssertTests
 from sandboxkit.integrations.environment import sandbox_environment
 from sandboxkit.local import disk, files
 from sandboxkit.local.isolation import Tier, namespaces_failure
 from sandboxkit.local.seccomp import native_arch, syscall_number, unsupported
 from sandboxkit.local.syscalls import SYSCALLS
+from sandboxkit.outcomes import OutcomeKind
 from sandboxkit.portal import run_sync
 from sandboxkit.testing.remote import processes_with
 from sandboxkit.tools import Rollout, SandboxLender
@@ -2330,6 +2332,78 @@ def test_what_a_trl_rollout_leaves_in_the_kernel_reaches_none_after_reset(
 
 root_host = pytest.mark.skipif(os.geteuid() != 0, reason="only a root host has uids to give")
 
+
+# -- the judge's own uid ---------------------------------------------------------------------
+
+JUDGE_PROBE = """
+import os, resource
+
+def reach(pid):
+    # A bit per call on pid that works: calls no syscall filter stops, which the kernel
+    # allows only within one uid (limits, priority, CPUs).
+    got = 0
+    attempts = (
+        lambda: resource.prlimit(pid, resource.RLIMIT_NOFILE),
+        lambda: resource.prlimit(
+            pid, resource.RLIMIT_CPU, resource.prlimit(pid, resource.RLIMIT_CPU)
+        ),
+        lambda: os.setpriority(os.PRIO_PROCESS, pid, os.getpriority(os.PRIO_PROCESS, pid)),
+        lambda: os.sched_setaffinity(pid, os.sched_getaffinity(pid)),
+    )
+    for bit, attempt in enumerate(attempts):
+        try:
+            attempt()
+            got |= 1 << bit
+        except OSError:
+            pass
+    return got
+
+def probe(judge):
+    return reach(judge), reach(os.getppid())
+"""
+JUDGE_PROBE_TEST = "import os\nassert probe(os.getpid()) == (0, 15)"
+"""Run in the judge (the test's own code): the candidate reaches its zygote, not its judge."""
+
+
+@root_host
+def test_a_candidate_process_cannot_reach_its_judge_by_uid(
+    hostile: tuple[SandboxClient, Sandbox, str], tier: str
+) -> None:
+    """The judge takes a host uid of its own before any candidate process exists: the
+    candidate's calls on its judge that no syscall filter stops (its limits: a lower
+    RLIMIT_NOFILE or RLIMIT_CPU would end it; its priority and CPUs) fail with EPERM while
+    the same calls on its zygote, of its own uid, work; warm and cold. The rlimits tier has
+    one uid per sandbox (docs/isolation.md)."""
+    if tier == "rlimits":
+        pytest.skip("the rlimits tier runs the judge and the candidate as one uid")
+    _, sb, _ = hostile
+    harness = AssertTests((JUDGE_PROBE_TEST,), timeout=5)
+    request = harness.request(JUDGE_PROBE)
+    result = sb.exec(request.argv, stdin=request.stdin, timeout=request.timeout)
+    outcome = harness.judge(result, request)
+    assert (outcome.kind, outcome.passed) == (OutcomeKind.PASSED, 1), outcome
+
+
+@root_host
+def test_a_rollouts_submission_cannot_reach_its_judge_by_uid(tier: str, local_root: Path) -> None:
+    """The same through TRL's environment: a submission judged after the rollout's shell
+    commands, and again after ``reset`` on the reused sandbox."""
+    if tier == "rlimits":
+        pytest.skip("the rlimits tier runs the judge and the candidate as one uid")
+    environment = sandbox_environment(get_backend("subprocess", root=local_root), timeout=10)
+    rewards = []
+    try:
+        env = environment()
+        for prompt in ("first", "second"):
+            env.reset(prompt=prompt, test_list=[JUDGE_PROBE_TEST])
+            env.run_shell("true")
+            env.submit(JUDGE_PROBE)
+            rewards.append(run_sync(env.get_reward()))
+    finally:
+        environment.close_all()
+    assert rewards == [1.0, 1.0]
+
+
 _TAKE_ALL_INOTIFY = """
 import ctypes, os, time
 libc = ctypes.CDLL(None, use_errno=True)
@@ -2552,9 +2626,9 @@ def _claim_many(count: int, holder: str) -> list[int]:
 def test_ranks_claiming_uids_at_once_never_share_one(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """Training ranks create sandboxes concurrently: four processes claiming 50 uids each
-    from a range of 201 (one kept for probes) get 200 different ones, and one more claim finds
-    none left."""
+    """Training ranks create sandboxes concurrently: four processes claiming 25 sandboxes'
+    uids each from a range of 201 (one kept for probes, two per sandbox: its own and its
+    judge's) get 100 different pairs, and one more claim finds none left."""
     import concurrent.futures
     import multiprocessing
 
@@ -2565,11 +2639,11 @@ def test_ranks_claiming_uids_at_once_never_share_one(
     monkeypatch.setenv(uids.RANGE_VAR, f"{first}-{first + 200}")
     context = multiprocessing.get_context("fork")
     with concurrent.futures.ProcessPoolExecutor(4, mp_context=context) as pool:
-        got = list(pool.map(_claim_many, [50] * 4, [str(tmp_path / f"r{i}") for i in range(4)]))
+        got = list(pool.map(_claim_many, [25] * 4, [str(tmp_path / f"r{i}") for i in range(4)]))
     try:
         claimed = sorted(uid for rank in got for uid in rank)
-        assert claimed == list(range(first, first + 200))
-        with pytest.raises(BackendError, match="all 200 sandbox uids"):
+        assert claimed == list(range(first, first + 200, 2))
+        with pytest.raises(BackendError, match="all 100 sandbox uid pairs"):
             _claim_many(1, str(tmp_path / "late"))
     finally:
         for i, rank in enumerate(got):

@@ -9,7 +9,10 @@ candidate never runs in the process that judges it.
 - The judge (this process, T) reads the exec's verdict key, then the candidate's code, makes
   itself non-dumpable and forks a zygote (Z) *before* reading any test; the key is read into
   memory no fork inherits, and T forks nothing else. Neither Z nor its children can read T's
-  memory, open T's file descriptors through /proc, or ptrace it.
+  memory, open T's file descriptors through /proc, or ptrace it. Where the sandbox maps a
+  judge's uid (a root host: ``sandboxkit.local.judge``), T takes it before it forks Z, and Z
+  takes the candidate's back: no process of the candidate's can signal T or change its
+  limits, whatever a filter allows.
 - Z never runs the candidate's code, so what it tells T is true: it compiles the code once
   (and imports the standard modules it names) and, per test, forks a fresh child (C). C
   installs the no-process filter (:func:`forbid_processes`), then loads the candidate
@@ -1589,16 +1592,51 @@ def read_key() -> mmap.mmap:
     return memory
 
 
+def become_judge() -> tuple[int, int] | None:
+    """T: take the judge's uid and gid (0 of the sandbox's user namespace, a host uid of its
+    own: ``sandboxkit.local.judge``) where the sandbox gave T the capabilities to; returns the
+    uid and gid T had, the candidate's, for the zygote to take back. None where the sandbox
+    has one uid (or T is root already): then only the per-test filter stands between the
+    candidate's processes and T."""
+    ids = os.getuid(), os.getgid()
+    if ids[0] == 0:
+        return None
+    try:
+        os.setresgid(0, 0, 0)
+    except OSError:
+        return None  # no CAP_SETGID: not given the judge's uid
+    try:
+        os.setresuid(0, 0, 0)
+    except OSError:
+        os.setresgid(*(ids[1],) * 3)
+        return None
+    return ids
+
+
+def take_candidate_ids(ids: tuple[int, int] | None) -> None:
+    """Z, first: take the candidate's uid and gid back from the judge's; the kernel clears
+    every capability as the last uid 0 goes, and bwrap's ``no_new_privs`` keeps a program
+    from getting any back through an ``execve``."""
+    if ids is not None:
+        os.setresgid(*(ids[1],) * 3)
+        os.setresuid(*(ids[0],) * 3)
+
+
 def start_zygote(
     code: str,
     setup: str,
     program: Record | None,
     run: tuple[list[str], Env] | None,
     bans: Record | None = None,
+    candidate: tuple[int, int] | None = None,
 ) -> tuple[int, socket.socket]:
     t_end, z_end = socket.socketpair()
     pid = os.fork()
     if pid == 0:
+        try:
+            take_candidate_ids(candidate)
+        except BaseException:
+            os._exit(70)  # never runs anything with the judge's uid
         t_end.close()
         null = os.open(os.devnull, os.O_RDWR)
         for std in (0, 1, 2):
@@ -2042,7 +2080,8 @@ def main() -> None:
             report.emit({"done": True})
             return
     make_undumpable()
-    zygote_pid, t_end = start_zygote(code, setup, program, run, first.get("bans"))
+    candidate = become_judge()
+    zygote_pid, t_end = start_zygote(code, setup, program, run, first.get("bans"), candidate)
     # Only now, in T alone: T forks nothing else.
     report = Reporter(bytes.fromhex(key_memory[:].decode()))
     key_memory.close()
@@ -2073,7 +2112,14 @@ def main() -> None:
         if program is not None and program.get("dir"):
             import shutil
 
+            # The files are the candidate's uid's: removed with its file access (an effective
+            # uid alone: no process of that uid can signal T, which its real and saved uids
+            # decide).
+            if candidate is not None:
+                os.seteuid(candidate[0])
             shutil.rmtree(program["dir"], ignore_errors=True)
+            if candidate is not None:
+                os.seteuid(0)
     report.emit({"done": True})
 
 

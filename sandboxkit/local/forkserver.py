@@ -43,7 +43,9 @@ programs to compile now; ``argv[4]``: the seccomp program each command gets, in 
 nothing; ``argv[5]``, if given: a site ``sys.path`` to take instead of learning it): the
 template sends ``{"ready": true, "site_path", "learnt", "init"}`` (``init``: whether the tiny
 init is used) or ``{"ready": false, "reason"}``. A request is ``r`` + a JSON header
-``{"limits", "cap", "timeout", "size"}`` + a newline + the body: the job's length (4 bytes,
+``{"limits", "cap", "timeout", "capabilities", "size"}`` (``capabilities``: the numbers of
+those the command keeps, see ``enter_exec_namespaces``) + a newline + the body: the job's
+length (4 bytes,
 little-endian) + the job ``{"argv", "cwd", "env"}`` as JSON + the stdin bytes, ``size`` bytes
 in all, of which what does not fit the first packet (``MAX_PACKET``) follows in packets of its
 own; it is answered by packets ``o`` +
@@ -75,6 +77,7 @@ import types
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # not imported here: every program would find typing already loaded
+    from collections.abc import Iterator
     from typing import Any, NoReturn
 
 CLONE_NEWNS = 0x00020000
@@ -101,6 +104,8 @@ PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_SET_SECCOMP = 22
 PR_CAPBSET_DROP = 24
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_RAISE = 2
 SECCOMP_MODE_FILTER = 2
 PYTHON_FLAGS = set("IEsSPBuq")
 WARM_UP_PROGRAM = """
@@ -174,7 +179,7 @@ class CapData(ctypes.Structure):
     _fields_ = [(name, ctypes.c_uint32) for name in ("effective", "permitted", "inheritable")]
 
 
-NO_CAPABILITIES = (CapHeader(0x20080522, 0), (CapData * 2)())  # _LINUX_CAPABILITY_VERSION_3
+CAPABILITY_VERSION_3 = 0x20080522
 
 
 class SeccompProgram(ctypes.Structure):  # struct sock_fprog
@@ -408,12 +413,12 @@ def command(limits: list[Any], fds: tuple[int, int, int]) -> None:
         os._exit(126)
 
 
-def namespace_init(limits: list[Any], fds: tuple[int, int, int]) -> None:
+def namespace_init(limits: list[Any], keep: list[int], fds: tuple[int, int, int]) -> None:
     """G, pid 1 of the exec's fresh pid namespace: run the command, reap, exit with its status
     (and so kill whatever it left). Never returns. (Should the server die, the kernel kills
     G with the server's own pid namespace, of which G's is a part.)"""
     try:
-        enter_exec_namespaces()
+        enter_exec_namespaces(keep)
         child = os.fork()
         if child == 0:
             command(limits, fds)
@@ -431,23 +436,40 @@ def setup_failed(err_fd: int, exc: BaseException) -> NoReturn:
     os._exit(126)
 
 
-def enter_exec_namespaces() -> None:
+def enter_exec_namespaces(keep: list[int]) -> None:
     """Take the exec's own user namespace (so the command has no capability over the
     server's namespaces) and ``EXEC_NAMESPACES``, then drop the capabilities the new user
     namespace gave: a cold exec has none (bwrap drops them all), and with them a command would
     see other permissions than cold (a mode 000 file of its own would still open); the
     bounding set too. bwrap's ``no_new_privs`` keeps an exec'd program from getting them
-    back."""
-    new_user_namespace(EXEC_NAMESPACES)
+    back.
+
+    ``keep`` (the trusted runner's, ``local.judge``): capabilities to keep, as bwrap's
+    ``--cap-add`` keeps them for a cold exec (the bounding, permitted, effective, inheritable
+    and ambient sets); such a command stays in the server's user namespace, the one that maps
+    the judge's uid."""
+    if keep:
+        if libc.unshare(EXEC_NAMESPACES) != 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, f"unshare: {os.strerror(errno)}")
+    else:
+        new_user_namespace(EXEC_NAMESPACES)
     # A new user namespace also fills the bounding set, which bwrap empties for a cold exec:
     # emptied here, while CAP_SETPCAP is held, up to the kernel's last capability.
     capability = 0
-    while libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) == 0:
+    while capability in keep or libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) == 0:
         capability += 1
-    header, data = NO_CAPABILITIES
-    if libc.capset(ctypes.byref(header), data) != 0:
+    sets = (CapData * 2)()
+    for capability in keep:
+        word, bit = sets[capability // 32], 1 << capability % 32
+        word.effective, word.permitted, word.inheritable = (word.effective | bit,) * 3
+    if libc.capset(ctypes.byref(CapHeader(CAPABILITY_VERSION_3, 0)), sets) != 0:
         errno = ctypes.get_errno()
         raise OSError(errno, f"capset: {os.strerror(errno)}")
+    for capability in keep:
+        if libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, capability, 0, 0) != 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, f"ambient capabilities: {os.strerror(errno)}")
 
 
 def fresh_namespaces() -> None:
@@ -470,29 +492,80 @@ def fresh_namespaces() -> None:
         raise OSError(errno, f"mount /dev/shm: {os.strerror(errno)}")
 
 
-def new_user_namespace(flags: int = 0) -> None:
+def new_user_namespace(flags: int = 0, *, every_id: bool = False) -> None:
     """Unshare a user namespace (and ``flags``) in which this process keeps its uid and gid:
-    unmapped, programs would see themselves as nobody, unlike a cold exec."""
+    unmapped, programs would see themselves as nobody, unlike a cold exec. With ``every_id``,
+    every other id of this namespace is mapped as itself too (the judge's, ``local.judge``):
+    only a process that stays here, with CAP_SETUID and CAP_SETGID, may write such maps, so a
+    helper forked first writes them."""
+    if every_id:
+        maps = [(name, identity_map(name)) for name in ("uid_map", "gid_map")]
+        if maps[0][1].count("\n") > 1:
+            ready_r, ready_w = os.pipe()
+            helper = os.fork()
+            if helper == 0:
+                os.close(ready_w)
+                code = 1
+                with contextlib.suppress(BaseException):
+                    if os.read(ready_r, 1):
+                        write_maps(str(os.getppid()), maps)
+                        code = 0
+                os._exit(code)
+            os.close(ready_r)
+            try:
+                with dumpable():
+                    unshare_user(flags)
+                    os.write(ready_w, b"\n")
+                    os.close(ready_w)
+                    ready_w = -1
+                    if os.waitstatus_to_exitcode(os.waitpid(helper, 0)[1]) != 0:
+                        raise OSError(1, "the helper could not write the user namespace's maps")
+            finally:
+                if ready_w >= 0:
+                    os.close(ready_w)
+                    os.waitpid(helper, 0)
+            return
+    uid, gid = OUTER_IDS
+    with dumpable():
+        unshare_user(flags)
+        own = [("uid_map", f"{uid} {uid} 1"), ("setgroups", "deny"), ("gid_map", f"{gid} {gid} 1")]
+        write_maps("self", own)
+
+
+def unshare_user(flags: int) -> None:
     if libc.unshare(CLONE_NEWUSER | flags) != 0:
         errno = ctypes.get_errno()
         raise OSError(errno, f"unshare: {os.strerror(errno)}")
-    # While this process is not dumpable, its /proc files (the maps below) belong to root,
-    # so only a sandbox run by root could write them: dumpable for as long as that takes.
+
+
+@contextlib.contextmanager
+def dumpable() -> Iterator[None]:
+    """While this process is not dumpable, its /proc files (the maps of its new user
+    namespace) belong to root, so only a sandbox run by root could write them: dumpable for as
+    long as that takes."""
     libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
-    uid, gid = OUTER_IDS
     try:
-        for name, text in (
-            ("uid_map", f"{uid} {uid} 1"),
-            ("setgroups", "deny"),
-            ("gid_map", f"{gid} {gid} 1"),
-        ):
-            fd = os.open(f"/proc/self/{name}", os.O_WRONLY)
-            try:
-                os.write(fd, text.encode())
-            finally:
-                os.close(fd)
+        yield
     finally:
         libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
+def identity_map(name: str) -> str:
+    """A map of every id this process's user namespace maps (``uid_map`` or ``gid_map``) to
+    itself, for a user namespace made inside it."""
+    with open(f"/proc/self/{name}") as found:
+        lines = [line.split() for line in found]
+    return "".join(f"{inside} {inside} {count}\n" for inside, _, count in lines)
+
+
+def write_maps(pid: str, maps: list[tuple[str, str]]) -> None:
+    """Write the user namespace maps of ``pid`` (or ``self``), each once, in this order."""
+    for name, text in maps:
+        fd = os.open(f"/proc/{pid}/{name}", os.O_WRONLY)
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
 
 
 def init_executable(code: bytes) -> bytes:
@@ -598,10 +671,11 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin_r: int) -> bool:
         sock.close()
         for fd in (out_r, err_r):
             os.close(fd)
+        keep = request.get("capabilities", [])
         if not INIT:
-            namespace_init(request["limits"], (stdin_r, out_w, err_w))
+            namespace_init(request["limits"], keep, (stdin_r, out_w, err_w))
         try:
-            enter_exec_namespaces()
+            enter_exec_namespaces(keep)
         except BaseException as exc:
             setup_failed(err_w, exc)
         command(request["limits"], (stdin_r, out_w, err_w))
@@ -690,7 +764,7 @@ def become_server(sock: socket.socket, *, spawn_init: bool) -> str | None:
     the sandbox's outer user namespace and is gone with the unshare, before any other code
     runs."""
     try:
-        new_user_namespace(CLONE_NEWPID | CLONE_NEWNS)
+        new_user_namespace(CLONE_NEWPID | CLONE_NEWNS, every_id=True)
     except OSError as exc:
         return f"nested user, pid and mount namespaces are not allowed ({exc})"
     server = os.fork()
@@ -758,7 +832,7 @@ def exec_namespace_works() -> bool:
         return False
     if pid == 0:
         try:
-            enter_exec_namespaces()
+            enter_exec_namespaces([])
             expected = 2 if INIT else 1
             os._exit(0 if os.getpid() == expected and os.getuid() == OUTER_IDS[0] else 1)
         finally:

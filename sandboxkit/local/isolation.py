@@ -240,11 +240,16 @@ def bwrap_argv(
     block_fd: int | None = None,
     capabilities: tuple[str, ...] = (),
     seccomp_fd: int | None = None,
+    userns_block_fd: int | None = None,
 ) -> list[str]:
     """The bwrap command line for one command (the command itself is appended after it);
     ``capabilities`` are kept (in the sandbox's user namespace), all others dropped;
-    ``seccomp_fd`` holds a syscall filter for everything in the sandbox."""
+    ``seccomp_fd`` holds a syscall filter for everything in the sandbox; with
+    ``userns_block_fd`` (and ``info_fd``), bwrap waits for the host to write its user
+    namespace's maps (``judge.write_id_maps``) before it goes on."""
     args = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    if userns_block_fd is not None:
+        args += ["--unshare-user", "--userns-block-fd", str(userns_block_fd)]
     for capability in capabilities:
         args += ["--cap-add", capability]
     if seccomp_fd is not None:

@@ -22,6 +22,7 @@ from typing import Any
 
 from ..errors import BackendError
 from ..protocol import KILLED_RETURNCODE, ExecResult, shell_returncode
+from . import judge
 from .cgroup import Cgroups
 from .forkserver import OOM_SCORE_ADJ, pipe_holding
 from .isolation import IsolationReport, Tier, bwrap_argv
@@ -255,10 +256,15 @@ async def spawn(
     # (Not subprocess's ``user=``: a child forked from a multithreaded host, a gRPC server's,
     # crashed in its setreuid; the launcher changes its uid in a fresh process.)
     launched = tier is not Tier.NAMESPACES or uid != os.getuid()
+    # Where the host gives uids, it maps the judge's too (``judge``): bwrap waits for it.
+    mapped = tier is Tier.NAMESPACES and confinement.isolation.uids is not None
+    maps_r = maps_w = -1
     if tier is Tier.NAMESPACES:
         assert confinement.bwrap is not None
-        if not launched:
+        if not launched or mapped:
             info_r, info_w = os.pipe()
+        if mapped:
+            maps_r, maps_w = os.pipe()
         seccomp = confinement.seccomp_program(command=command_filter)
         seccomp_r = -1 if seccomp is None else pipe_holding(seccomp)
         command = bwrap_argv(
@@ -269,10 +275,11 @@ async def spawn(
             cwd=cwd,
             env=env,
             read_only=confinement.read_only,
-            info_fd=None if launched else info_w,
+            info_fd=None if info_w < 0 else info_w,
             block_fd=None if launched else block_r,
             capabilities=capabilities,
             seccomp_fd=None if seccomp_r < 0 else seccomp_r,
+            userns_block_fd=None if maps_r < 0 else maps_r,
         ) + list(argv)
         # bwrap's own processes (its namespace init among them) must not carry our
         # environment: the sandbox can read their /proc/<pid>/environ.
@@ -282,7 +289,7 @@ async def spawn(
         kwargs = {"cwd": cwd, "env": env}
     if launched:
         command = [*_launcher(confinement, block_r, uid), *command]
-    child_fds = tuple(fd for fd in (info_w, block_r, seccomp_r) if fd >= 0)
+    child_fds = tuple(fd for fd in (info_w, block_r, seccomp_r, maps_r) if fd >= 0)
     starting = asyncio.ensure_future(
         asyncio.create_subprocess_exec(
             *command,
@@ -303,17 +310,15 @@ async def spawn(
                 late = await starting
                 kill_session(late.pid)
                 await late.wait()
-        for fd in (block_r, block_w, info_r, info_w, seccomp_r):
+        for fd in (block_r, block_w, info_r, info_w, seccomp_r, maps_r, maps_w):
             if fd >= 0:
                 os.close(fd)
         if isinstance(exc, OSError):
             raise BackendError(f"could not start {command[0]}: {exc}") from exc
         raise
-    os.close(block_r)
-    if seccomp_r >= 0:
-        os.close(seccomp_r)
-    if info_w >= 0:
-        os.close(info_w)
+    for fd in (block_r, seccomp_r, info_w, maps_r):
+        if fd >= 0:
+            os.close(fd)
     spawned = Spawned(proc, None)
     released = False
     try:
@@ -321,12 +326,7 @@ async def spawn(
             target = proc.pid
         else:
             fd, info_r = info_r, -1  # from here on owned and closed by the pipe transport
-            try:
-                target = await _read_info(fd)
-            except BackendError as exc:
-                assert proc.stderr is not None
-                said = (await asyncio.wait_for(proc.stderr.read(4096), _KILL_GRACE)).strip()
-                raise BackendError(f"{exc}: {said.decode(errors='replace')}") from exc
+            target = await _bwrap_child(proc, fd)
         if tier is not Tier.NONE:
             try:
                 if rlimits:
@@ -338,6 +338,13 @@ async def spawn(
             except OSError as exc:
                 raise BackendError(f"could not confine the command: {exc}") from exc
         os.write(block_w, b"\n")
+        if maps_w >= 0:
+            fd, info_r = info_r, -1
+            try:
+                judge.write_id_maps(await _bwrap_child(proc, fd), uid)
+            except OSError as exc:
+                raise BackendError(f"could not map the sandbox's uids: {exc}") from exc
+            os.write(maps_w, b"\n")
         released = True
     finally:
         if not released:
@@ -345,9 +352,21 @@ async def spawn(
             # unconfined.
             spawned.kill()
         os.close(block_w)
-        if info_r >= 0:
-            os.close(info_r)
+        for fd in (info_r, maps_w):
+            if fd >= 0:
+                os.close(fd)
     return spawned
+
+
+async def _bwrap_child(proc: asyncio.subprocess.Process, info: int) -> int:
+    """The host pid of bwrap's namespace init, from its ``--info-fd`` (``info``, closed
+    here); if bwrap failed first, what it said."""
+    try:
+        return await _read_info(info)
+    except BackendError as exc:
+        assert proc.stderr is not None
+        said = (await asyncio.wait_for(proc.stderr.read(4096), _KILL_GRACE)).strip()
+        raise BackendError(f"{exc}: {said.decode(errors='replace')}") from exc
 
 
 async def run(
@@ -375,6 +394,7 @@ async def run(
         argv,
         sandbox=sandbox,
         uid=uid,
+        capabilities=judge.capabilities(argv, confinement.isolation),
         workspace=workspace,
         tmp=tmp,
         cwd=cwd,

@@ -6,7 +6,9 @@ files of processes of its own uid: sandboxes sharing a uid would share all of th
 userns-remap, systemd's DynamicUser and nsjail do, a root host gives each sandbox a uid (and
 the gid of the same number) from ``SANDBOXKIT_UID_RANGE`` (``first-last``; by default the
 65536 uids from 0x70000000, a range systemd leaves unused) that no other sandbox holds while it
-lives. The last uid of the range is never given out: the host's probes run as it.
+lives, and the next uid for its judge (:func:`judge_uid`: the trusted test runner, which must
+differ in credentials from the candidate's processes so that none of them can signal it). The
+last uid of the range is never given out: the host's probes run as it.
 
 A claim is a file named by the uid in a directory only root can write (``/run/sandboxkit-uids``,
 else the temporary directory's), made with ``O_EXCL`` (the kernel decides between concurrent
@@ -38,7 +40,7 @@ _KILL_SECONDS = 10.0
 
 
 def sandbox_uids() -> range | None:
-    """The uids sandboxes get one each: ``SANDBOXKIT_UID_RANGE`` on a root host (at least two
+    """The uids sandboxes get two each: ``SANDBOXKIT_UID_RANGE`` on a root host (at least three
     uids: one is the probes'), None where this process cannot give any uid but its own."""
     if os.geteuid() != 0:
         return None
@@ -50,9 +52,9 @@ def sandbox_uids() -> range | None:
         uids = range(int(first), int(last) + 1)
     except ValueError:
         uids = range(0)
-    if len(uids) < 2 or uids.start < 1 or uids.stop > 2**32 - 1:
+    if len(uids) < 3 or uids.start < 1 or uids.stop > 2**32 - 1:
         raise BackendMisconfiguredError(
-            f"{RANGE_VAR}={text!r}; expected first-last, two uids or more between 1 and "
+            f"{RANGE_VAR}={text!r}; expected first-last, three uids or more between 1 and "
             f"{2**32 - 2}, held by no user of this host"
         )
     return uids
@@ -69,11 +71,17 @@ def claims_directory() -> Path:
     raise BackendMisconfiguredError("no writable /run or temporary directory for uid claims")
 
 
+def judge_uid(uid: int) -> int:
+    """The host uid of the judge of the sandbox that claimed ``uid``."""
+    return uid + 1
+
+
 def claim(uids: range, holder: Path) -> int:
-    """A uid of ``uids`` (never the last) that no other sandbox holds, now ``holder``'s.
-    Tried from a random place, so that a uid just released is seldom the next one given."""
+    """A uid of ``uids`` that no other sandbox holds, now ``holder``'s with its judge's (the
+    next, never the range's last). Tried from a random place, so that a uid just released is
+    seldom the next one given."""
     directory = claims_directory()
-    given = uids[:-1]
+    given = range(uids.start, uids.stop - 2, 2)
     start = random.SystemRandom().randrange(len(given))  # not the state forked ranks share
     for index in range(len(given)):
         uid = given[(start + index) % len(given)]
@@ -84,7 +92,7 @@ def claim(uids: range, holder: Path) -> int:
         with os.fdopen(fd, "w") as out:
             out.write(str(holder))
         return uid
-    raise BackendError(f"all {len(given)} sandbox uids of {RANGE_VAR} are in use")
+    raise BackendError(f"all {len(given)} sandbox uid pairs of {RANGE_VAR} are in use")
 
 
 def holder_of(uid: int) -> Path | None:
@@ -133,9 +141,9 @@ def stale(root: Path) -> list[int]:
 
 
 def processes_of(uid: int) -> list[int]:
-    """Pids of the live processes (not zombies) with ``uid`` as their real, effective or
-    saved uid."""
-    wanted = str(uid).encode()
+    """Pids of the live processes (not zombies) with ``uid`` or its judge's as their real,
+    effective or saved uid."""
+    wanted = {str(uid).encode(), str(judge_uid(uid)).encode()}
     found = []
     for name in os.listdir("/proc"):
         if name.isdigit():
@@ -146,13 +154,13 @@ def processes_of(uid: int) -> list[int]:
                 continue
             at = data.find(b"\nUid:")
             ids = data[at + 5 : data.find(b"\n", at + 1)].split()[:3]
-            if wanted in ids and b"\nState:\tZ" not in data:
+            if wanted.intersection(ids) and b"\nState:\tZ" not in data:
                 found.append(int(name))
     return found
 
 
 def kill_processes_of(uid: int) -> bool:
-    """SIGKILL every process of ``uid`` until none is left; False if some outlive
+    """SIGKILL every process of ``uid`` and its judge's until none is left; False if some outlive
     ``_KILL_SECONDS``."""
     deadline = time.monotonic() + _KILL_SECONDS
     while pids := processes_of(uid):

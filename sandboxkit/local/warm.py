@@ -23,7 +23,7 @@ from typing import Any
 
 from ..harness.records import RUNNER_SOURCE
 from ..protocol import KILLED_RETURNCODE, ExecResult
-from . import forkserver
+from . import forkserver, judge
 from .supervisor import Confinement, Spawned, spawn
 
 logger = logging.getLogger("sandboxkit.local")
@@ -91,6 +91,7 @@ class WarmTemplate:
         self.sock = sock
         self.rlimits = [[which, list(v)] for which, v in confinement.rlimits().items()]
         self.output_cap = confinement.limits.output_bytes
+        self.isolation = confinement.isolation
         self.loop = asyncio.get_running_loop()
         self.busy = False
         self.broken = False
@@ -125,6 +126,7 @@ class WarmTemplate:
         known = site.known()
         if known is not None:
             argv.append(json.dumps(known))
+        judged = ("CAP_SETUID", "CAP_SETGID") if confinement.isolation.uids is not None else ()
         try:
             spawned = await spawn(
                 confinement,
@@ -140,8 +142,9 @@ class WarmTemplate:
                 rlimits=False,  # the template forks freely; each command gets the limits
                 pids_max=confinement.limits.processes + 4,  # + bwrap init, template, S, G
                 # Only for the template's first act, its own user namespace: a root sandbox
-                # can keep its uid there only with CAP_SETFCAP (see forkserver.become_server).
-                capabilities=("CAP_SETFCAP",),
+                # can keep its uid there only with CAP_SETFCAP (see forkserver.become_server),
+                # and the judge's is mapped there only with CAP_SETUID and CAP_SETGID.
+                capabilities=("CAP_SETFCAP", *judged),
                 command_filter=False,
             )
         finally:
@@ -193,7 +196,9 @@ class WarmTemplate:
     ) -> ExecResult:
         job = json.dumps({"argv": list(argv), "cwd": cwd, "env": env}).encode()
         body = b"".join((struct.pack("<I", len(job)), job, stdin or b""))
+        kept = [judge.CAPABILITIES[name] for name in judge.capabilities(argv, self.isolation)]
         header = {"limits": self.rlimits, "cap": self.output_cap, "timeout": timeout}
+        header["capabilities"] = kept
         request = b"r" + json.dumps({**header, "size": len(body)}).encode() + b"\n" + body
         packets = [
             request[i : i + forkserver.MAX_PACKET]
