@@ -476,8 +476,10 @@ def fresh_namespaces() -> None:
     """S: move into a new network namespace, its loopback device up, and a new copy of the
     server's mount namespace with a new tmpfs on /dev/shm (the options of bwrap's), as bwrap
     makes them for a cold exec. The next exec inherits them, and no later exec: S moves on
-    after each exec, while the host reads the answer (off the exec's path), and the
-    namespaces die with the last process of the exec. Both belong to S's user namespace, in
+    as soon as it has started an exec's command, so that this work (about 1 ms of CPU, most
+    of it the kernel's making the loopback device) overlaps the command's run rather than
+    delaying the next request, and the namespaces die with the last process of the exec (their
+    teardown runs in a kernel worker). Both belong to S's user namespace, in
     which commands hold no capability: they cannot reconfigure them either. So nothing an
     exec leaves there (sockets in TIME_WAIT, whose ports and addresses carry bytes for 60 s,
     the counters of ``/proc/net``, /dev/shm's files, metadata and inode numbers) reaches the
@@ -681,6 +683,11 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin_r: int) -> bool:
         command(request["limits"], (stdin_r, out_w, err_w))
     for fd in (stdin_r, out_w, err_w):
         os.close(fd)
+    try:  # the next exec's, made while this command runs
+        fresh_namespaces()
+        fresh = True
+    except OSError:
+        fresh = False  # never an exec in the namespaces of the last: the host starts a new template
     pidfd = os.pidfd_open(pid)
     outputs = [Output(out_r, request["cap"]), Output(err_r, request["cap"])]
     timeout = request["timeout"]
@@ -736,11 +743,7 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin_r: int) -> bool:
         "duration": time.monotonic() - started,
     }
     sock.send(b"x" + json.dumps(answer).encode())
-    try:
-        fresh_namespaces()
-    except OSError:
-        return False  # never an exec in the namespaces of the last: the host starts a new template
-    return True
+    return fresh
 
 
 def reap(init: int) -> None:
