@@ -26,7 +26,16 @@ from sandboxkit.backends.subprocess import SubprocessBackend
 from sandboxkit.cli import parse_duration
 from sandboxkit.contest import languages as contest_languages
 from sandboxkit.contest.languages import Language, languages, register_language
-from sandboxkit.doctor import Status, _commands, _warm_path, run_doctor
+from sandboxkit.doctor import (
+    BackendReport,
+    Check,
+    Status,
+    _commands,
+    _warm_path,
+    format_report,
+    redact,
+    run_doctor,
+)
 from sandboxkit.local import disk, seccomp
 from sandboxkit.local.isolation import namespaces_failure
 from sandboxkit.outcomes import OutcomeKind
@@ -119,6 +128,33 @@ def test_doctor_passes_for_the_local_backend_and_never_prints_secrets(
     assert f"{UNREACHABLE}/***/api (DAYTONA_API_URL) unreachable" in out
     for value in secrets.values():
         assert value not in out + done.stderr
+
+
+def test_doctor_masks_a_short_key_only_where_it_stands_as_a_whole_value() -> None:
+    text = (
+        "  [ok  ] python        /opt/sandboxkit/bin/python3\n"
+        "  [ok  ] credentials   DAYTONA_API_KEY=k set\n"
+        "  [FAIL] endpoint      http://127.0.0.1:9/k/api (k) unreachable: k"
+    )
+    assert redact(text, ["k"]) == (
+        "  [ok  ] python        /opt/sandboxkit/bin/python3\n"
+        "  [ok  ] credentials   DAYTONA_API_KEY=*** set\n"
+        "  [FAIL] endpoint      http://127.0.0.1:9/***/api (***) unreachable: ***"
+    )
+
+
+def test_doctor_masks_the_longest_secret_first_and_leaves_longer_words_alone() -> None:
+    values = ["secret", "secret-a1.b2", "a+b"]
+    text = "url=http://h/secret-a1.b2/x secrets secret_x (secret) a+b"
+    assert redact(text, values) == "url=http://h/***/x secrets secret_x (***) ***"
+
+
+def test_doctor_report_with_a_one_letter_key_keeps_its_status_marks() -> None:
+    report = BackendReport(
+        "daytona", selected=True, checks=[Check("credentials", Status.OK, "DAYTONA_API_KEY set")]
+    )
+    out = redact(format_report([report], "daytona", "--backend"), ["k"])
+    assert "  [ok  ] credentials   DAYTONA_API_KEY set" in out.splitlines()
 
 
 @pytest.mark.slow
