@@ -89,6 +89,12 @@ class BackendMisconfiguredError(BackendError):
     """Missing or invalid credentials, endpoint or option; retrying cannot help."""
 
 
+class InvalidLimitError(BackendMisconfiguredError, ValueError):
+    """A resource limit (a ``SANDBOXKIT_LIMIT_*`` variable or a keyword) that no sandbox could
+    run under: not a number, negative, or zero; the message names the setting, its value and
+    what it may be."""
+
+
 class AuthenticationError(BackendMisconfiguredError):
     """The provider refused the credentials (401/403)."""
 
