@@ -54,9 +54,6 @@ from collections.abc import Awaitable, Mapping, Sequence
 from datetime import timedelta, timezone
 from typing import Any, TypeVar
 
-import cwsandbox
-import grpc
-
 from ..config import setting
 from ..coordination import key_digest
 from ..errors import (
@@ -68,6 +65,7 @@ from ..errors import (
     SandboxNotFoundError,
     SandboxTimeoutError,
     TransientBackendError,
+    installed_for,
 )
 from ..keywords import keyword_only
 from ..portal import portal
@@ -82,6 +80,10 @@ from ..protocol import (
 )
 from ._facts import AVIATO_DEFAULT_URL, AVIATO_KEY_VARS, AVIATO_URL_VAR
 from ._output import cap_output
+
+with installed_for("the 'aviato' backend", "pip install 'sandboxkit[aviato]'"):
+    import cwsandbox
+    import grpc
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)

@@ -42,19 +42,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-import grpc
-from cwsandbox._proto import sandbox_pb2 as pb
-from cwsandbox._proto import sandbox_pb2_grpc as pb_grpc
-from google.protobuf import duration_pb2, timestamp_pb2
-from google.rpc import error_details_pb2, status_pb2
-
 from ..backends._facts import AVIATO_URL_VAR
-from ..backends.aviato import CD_EXEC
-from ..errors import BackendMisconfiguredError, SandboxError, SandboxNotFoundError
+from ..errors import BackendMisconfiguredError, SandboxError, SandboxNotFoundError, installed_for
 from ..protocol import DEFAULT_WORKDIR, KILLED_RETURNCODE, Backend, ExecResult, SandboxSpec
 from ..registry import get_backend
 from ..testing.faults import Faults
-from . import PYTHONS
+from . import INSTALL, PYTHONS
+
+with installed_for("the aviato emulator", INSTALL):
+    import grpc
+    from cwsandbox._proto import sandbox_pb2 as pb
+    from cwsandbox._proto import sandbox_pb2_grpc as pb_grpc
+    from google.protobuf import duration_pb2, timestamp_pb2
+    from google.rpc import error_details_pb2, status_pb2
+
+    from ..backends.aviato import CD_EXEC  # the client and grpc, which the emulator serves
 
 ERROR_DOMAIN = "cwsandbox.com"
 """The ``ErrorInfo`` domain the client trusts for reason-specific errors."""

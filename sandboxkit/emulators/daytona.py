@@ -49,9 +49,6 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import quote
 
-import socketio  # type: ignore[import-untyped]
-from aiohttp import BodyPartReader, MultipartWriter, web
-
 from ..backends._daytona_wire import (
     ARGV_CLOSES,
     ARGV_OPENS,
@@ -62,13 +59,17 @@ from ..backends._daytona_wire import (
     wrap_command,
 )
 from ..backends._facts import DAYTONA_URL_VAR
-from ..errors import SandboxError, SandboxNotFoundError
+from ..errors import SandboxError, SandboxNotFoundError, installed_for
 from ..local.isolation import IsolationReport, Tier
 from ..protocol import DEFAULT_WORKDIR, KILLED_RETURNCODE, ExecResult, SandboxSpec
 from ..registry import get_backend
 from ..testing.faults import Faults
-from . import PYTHONS
+from . import INSTALL, PYTHONS
 from .host import remove_from_host
+
+with installed_for("the daytona emulator", INSTALL):
+    import socketio  # type: ignore[import-untyped]
+    from aiohttp import BodyPartReader, MultipartWriter, web
 
 API_SOURCE = "DAYTONA_API"
 DAEMON_SOURCE = "DAYTONA_DAEMON"
