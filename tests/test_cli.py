@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.server
 import json
 import os
@@ -18,6 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -36,10 +38,12 @@ from sandboxkit.doctor import (
     redact,
     run_doctor,
 )
+from sandboxkit.evalfile import summary
 from sandboxkit.local import disk, seccomp
 from sandboxkit.local.isolation import namespaces_failure
-from sandboxkit.outcomes import OutcomeKind
+from sandboxkit.outcomes import Outcome, OutcomeKind, Verdict
 from sandboxkit.registry import BUILTIN_BACKENDS
+from sandboxkit.rewards import exec_reward
 
 REPO = Path(__file__).resolve().parent.parent
 UNREACHABLE = "http://127.0.0.1:9"
@@ -874,6 +878,40 @@ def test_eval_rejects_unusable_rows(
     assert message in done.stderr
 
 
+def test_eval_summary_lines_every_outcome_and_verdict_up_under_its_header() -> None:
+    kinds = [OutcomeKind.PASSED, OutcomeKind.UNSUPPORTED, OutcomeKind.DEADLINE]
+    outcomes = [Outcome(kind, verdict=Verdict.ACCEPTED) for kind in kinds]
+    outcomes.append(Outcome(OutcomeKind.FAILED, verdict=Verdict.WRONG_ANSWER))
+    reward = exec_reward("subprocess")
+    try:
+        text = summary(reward, outcomes)
+    finally:
+        reward.close()
+    assert text.splitlines()[3:] == [
+        "outcome      count   share",
+        "passed           1   25.0%",
+        "failed           1   25.0%",
+        "error            0    0.0%",
+        "timeout          0    0.0%",
+        "banned           0    0.0%",
+        "empty            0    0.0%",
+        "infra            0    0.0%",
+        "unsupported      1   25.0%",
+        "deadline         1   25.0%",
+        "invalid_row      0    0.0%",
+        "",
+        "verdict        count   share",
+        "accepted           3   75.0%",
+        "wrong_answer       1   25.0%",
+        "partial            0    0.0%",
+        "time_limit         0    0.0%",
+        "memory_limit       0    0.0%",
+        "runtime_error      0    0.0%",
+        "compile_error      0    0.0%",
+        "output_limit       0    0.0%",
+    ]
+
+
 def test_eval_names_the_line_that_is_not_json(tmp_path: Path, local_env: dict[str, str]) -> None:
     data = tmp_path / "bad.jsonl"
     data.write_text('{"completion": "pass", "test_list": []}\n{oops\n')
@@ -973,20 +1011,51 @@ def test_bench_skips_the_emulated_rows_it_cannot_run_and_prints_the_rest(
     assert "| latency-only | 50 | sandboxkit" in done.stdout  # the rows it could run
 
 
-@pytest.mark.slow
-def test_emulate_serves_what_doctor_then_finds_ready(local_env: dict[str, str]) -> None:
-    pytest.importorskip("cwsandbox", reason="needs pip install 'sandboxkit[aviato,emulators]'")
-    env = {**local_env, "PYTHONPATH": str(REPO)}
-    key = f"key-{uuid.uuid4().hex}"
+@contextlib.contextmanager
+def emulating(env: Mapping[str, str], *args: str) -> Iterator[IO[str]]:
+    """``sandboxkit emulate ARGS`` serving until the block ends, then stopped by SIGTERM (which
+    it must obey at once); its stdout."""
     server = subprocess.Popen(
-        [sys.executable, "-m", "sandboxkit", "emulate", "aviato", "--api-key", key],
-        env=env,
+        [sys.executable, "-m", "sandboxkit", "emulate", *args],
+        env={**env, "PYTHONPATH": str(REPO)},
         stdout=subprocess.PIPE,
         text=True,
     )
     try:
         assert server.stdout is not None
-        line = server.stdout.readline().strip()
+        yield server.stdout
+    finally:
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=60) == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("provider", "options", "printed"),
+    [
+        ("daytona", ["--api-key", "k1"], ["DAYTONA_API_URL", "DAYTONA_API_KEY=k1"]),
+        ("daytona", [], ["DAYTONA_API_URL", "DAYTONA_API_KEY=any"]),
+        ("aviato", ["--api-key", "k2"], ["CWSANDBOX_BASE_URL", "CWSANDBOX_API_KEY=k2"]),
+    ],
+)
+def test_emulate_prints_the_key_variable_a_client_needs_after_the_url(
+    local_env: dict[str, str], provider: str, options: list[str], printed: list[str]
+) -> None:
+    pytest.importorskip("grpc", reason="needs pip install 'sandboxkit[emulators]'")
+    pytest.importorskip("socketio", reason="needs pip install 'sandboxkit[emulators]'")
+    with emulating(local_env, provider, "--port", "0", *options) as out:
+        url = out.readline().strip()
+        assert url.partition("=")[0] == printed[0]
+        assert url.partition("=")[2].startswith("http://127.0.0.1:"), url
+        assert out.readline().strip() == printed[1]
+
+
+@pytest.mark.slow
+def test_emulate_serves_what_doctor_then_finds_ready(local_env: dict[str, str]) -> None:
+    pytest.importorskip("cwsandbox", reason="needs pip install 'sandboxkit[aviato,emulators]'")
+    key = f"key-{uuid.uuid4().hex}"
+    with emulating(local_env, "aviato", "--api-key", key) as out:
+        line = out.readline().strip()
         name, _, url = line.partition("=")
         assert name == "CWSANDBOX_BASE_URL", line
         done = cli(
@@ -999,6 +1068,3 @@ def test_emulate_serves_what_doctor_then_finds_ready(local_env: dict[str, str]) 
         )
         assert done.returncode == 0, done.stdout
         assert key not in done.stdout
-    finally:
-        server.send_signal(signal.SIGTERM)
-        assert server.wait(timeout=60) == 0
