@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import http.server
+import importlib
 import json
 import os
 import re
@@ -12,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -19,6 +21,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
+from types import ModuleType
 from typing import IO
 
 import pytest
@@ -923,12 +926,108 @@ def test_eval_names_the_line_that_is_not_json(tmp_path: Path, local_env: dict[st
 # -- bench and emulate --------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def bench_run() -> Iterator[ModuleType]:
+    """``benchmarks/run.py``, imported as its scripts import it (their directory on the path)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        yield importlib.import_module("run")
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+
+
 @pytest.mark.slow
 def test_bench_runs_the_quick_benchmark(local_env: dict[str, str], tmp_path: Path) -> None:
     out = str(tmp_path / "bench.json")
     done = cli("bench", "--", "--smoke", "--only", "local", "--json", out, env=local_env)
     assert done.returncode == 0, done.stderr
     assert "exec_reward" in done.stdout and "naive" in done.stdout
+
+
+@pytest.mark.slow
+def test_bench_writes_its_results_to_the_users_cache_or_out_never_the_checkout(
+    local_env: dict[str, str], tmp_path: Path
+) -> None:
+    results = REPO / "benchmarks" / "results"
+    before = {p.name: p.read_bytes() for p in results.iterdir()}
+    env = {**local_env, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    done = cli("bench", "--", "--smoke", "--only", "local", env=env)
+    assert done.returncode == 0, done.stderr
+    cached = tmp_path / "cache" / "sandboxkit" / "bench" / "smoke.json"
+    assert json.loads(cached.read_text())["mode"] == "smoke"
+    out = tmp_path / "elsewhere" / "mine.json"
+    done = cli("bench", "--out", str(out), "--", "--smoke", "--only", "local", env=env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(out.read_text())["name"] == "mine"
+    assert {p.name: p.read_bytes() for p in results.iterdir()} == before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_an_interrupted_bench_stops_its_sandboxes_and_deletes_their_roots(
+    local_env: dict[str, str], tmp_path: Path, how: str
+) -> None:
+    """Ctrl-C reaches the whole foreground group; a SIGTERM only ``sandboxkit bench``: either
+    way the benchmark runs its cleanup (no ``kill`` of it mid-way, no orphan left running)."""
+    tmp = Path(tempfile.mkdtemp(prefix="bench-tmp-"))
+    tmp.chmod(0o711)
+    env = {**local_env, "TMPDIR": str(tmp), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    argv = [sys.executable, "-m", "sandboxkit", "bench", "--", "--smoke", "--only", "local"]
+    bench = subprocess.Popen(
+        argv, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not list(tmp.glob("sandboxkit-bench-*/sbx-*")):
+            assert bench.poll() is None and time.monotonic() < deadline, "no sandbox was made"
+            time.sleep(0.05)
+        if how == "ctrl-c":
+            os.killpg(bench.pid, signal.SIGINT)
+        else:
+            bench.send_signal(signal.SIGTERM)
+        bench.wait(timeout=120)
+        assert sorted(p.name for p in tmp.iterdir() if p.name.startswith("sandboxkit")) == []
+        assert bench.returncode == 128 + (signal.SIGINT if how == "ctrl-c" else signal.SIGTERM)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(bench.pid, signal.SIGKILL)
+        bench.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_bench_results_describe_the_load_measured_not_who_shares_the_machine(
+    bench_run: ModuleType,
+) -> None:
+    machine = bench_run.machine_info("namespaces")
+    assert "note" not in machine
+    machine.update(cpu_count=2, memory_gib=23.5, python="3.11.7", kernel="6.1", date="2026-11-27")
+    machine["load_average_start"] = [1.5, 1.0, 0.5]
+    assert bench_run.machine_line(machine) == (
+        "2 cores, 23.5 GiB, Python 3.11.7, kernel 6.1, isolation: namespaces, 2026-11-27; "
+        "load average at start 1.5."
+    )
+    machine["load_average_end"] = [11.9, 5.0, 2.0]
+    assert bench_run.machine_line(machine).endswith("load average at start 1.5, at end 11.9.")
+
+
+def test_benchmark_results_go_to_the_users_cache_unless_recorded(
+    bench_run: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    parser = argparse.ArgumentParser()
+    bench_run.add_output_options(parser, "quick")
+    paths = [
+        bench_run.output_path(parser.parse_args(argv), "quick")
+        for argv in ([], ["--record"], ["--json", "x/y.json"])
+    ]
+    assert paths == [
+        tmp_path / "sandboxkit" / "bench" / "quick.json",
+        REPO / "benchmarks" / "results" / "quick.json",
+        Path("x/y.json"),
+    ]
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--record", "--json", "x.json"])
 
 
 def test_bench_without_benchmarks_says_so(tmp_path: Path) -> None:
