@@ -98,9 +98,11 @@ class Sandbox:
         await self.astop()
 
 
-class Opening:
+class Opening(Coroutine[Any, Any, Sandbox]):
     """What ``asandbox`` returns: awaited, the new sandbox; entered with ``async with``, the
-    sandbox, stopped on leaving the block, as the sync ``with client.sandbox()`` does."""
+    sandbox, stopped on leaving the block, as the sync ``with client.sandbox()`` does. It is the
+    create's coroutine otherwise (``asyncio.create_task``, ``run_coroutine_threadsafe`` and
+    ``spawn`` take it as they took the coroutine ``asandbox`` used to return)."""
 
     def __init__(
         self, create: Coroutine[Any, Any, Sandbox], stop: Callable[[Sandbox], Awaitable[None]]
@@ -111,6 +113,15 @@ class Opening:
 
     def __await__(self) -> Generator[Any, None, Sandbox]:
         return self._create.__await__()
+
+    def send(self, value: Any) -> Any:
+        return self._create.send(value)
+
+    def throw(self, *exc: Any) -> Any:
+        return self._create.throw(*exc)
+
+    def close(self) -> None:
+        self._create.close()
 
     async def __aenter__(self) -> Sandbox:
         self._sandbox = await self._create

@@ -12,7 +12,7 @@ import concurrent.futures
 import functools
 import os
 import threading
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 P = ParamSpec("P")
@@ -78,19 +78,14 @@ async def on_portal(coro: Coroutine[Any, Any, R]) -> R:
     return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, loop))
 
 
-async def _awaited(awaitable: Awaitable[R]) -> R:
-    return await awaitable
-
-
 def blocking(
-    method: Callable[Concatenate[S, P], Awaitable[R]],
+    method: Callable[Concatenate[S, P], Coroutine[Any, Any, R]],
 ) -> Callable[Concatenate[S, P], R]:
-    """Derive the sync twin of an async method (or of one returning an awaitable, such as
-    ``asandbox``'s opening), so the two can never drift apart."""
+    """Derive the sync twin of an async method, so the two can never drift apart."""
 
     @functools.wraps(method)
     def wrapper(self: S, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        return run_sync(_awaited(method(self, *args, **kwargs)))
+        return run_sync(method(self, *args, **kwargs))
 
     name = method.__name__.removeprefix("a")
     wrapper.__name__ = name

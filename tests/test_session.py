@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sandboxkit import SandboxClient, Session
+from sandboxkit import SandboxClient, Session, spawn
 from sandboxkit.testing.faults import Faults, FaultyBackend
 
 REPO = Path(__file__).resolve().parents[1]
@@ -87,6 +87,24 @@ def test_awaiting_asandbox_still_gives_a_sandbox_that_stops_with_async_with(
 
     made, *inside = asyncio.run(main())
     assert inside == [made]
+    assert sandbox_dirs(local_root) == []
+
+
+def test_asandbox_can_still_be_scheduled_as_the_coroutine_it_was(
+    local: SandboxClient, local_root: Path
+) -> None:
+    """``asyncio.create_task`` and ``spawn`` take only coroutines: what ``asandbox`` returns
+    must still be one."""
+
+    async def main() -> list[str]:
+        sb = await asyncio.create_task(local.asandbox())
+        return [sb.id]
+
+    made = asyncio.run(main())
+    with Session(local, handle_signals=False) as session:
+        made.append(spawn(session.asandbox()).result(timeout=60).id)
+        assert sorted(sandbox_dirs(local_root)) == sorted(made)
+    local.stop(made[0])
     assert sandbox_dirs(local_root) == []
 
 
