@@ -11,9 +11,9 @@ import difflib
 import functools
 import inspect
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
-C = TypeVar("C", bound=type)
+C = TypeVar("C", bound=Callable[..., Any])
 
 
 def check_keywords(owner: str, given: Iterable[str], valid: Iterable[str]) -> None:
@@ -74,14 +74,18 @@ def _checked(method: Callable[..., Any], valid: frozenset[str]) -> Callable[...,
     return checked
 
 
-def suggest_keywords(cls: C) -> C:
-    """Give every public method of ``cls`` with a fixed set of keywords a did-you-mean for a
-    misspelt one (``exec(..., timeot=3)``), as the ``**options`` paths have: Python's own
-    ``TypeError`` names neither the keyword meant nor the method the caller called."""
-    for name, attr in list(vars(cls).items()):
+def suggest_keywords(target: C) -> C:
+    """Give a public function, or every public method of a class, with a fixed set of keywords
+    a did-you-mean for a misspelt one (``exec(..., timeot=3)``), as the ``**options`` paths
+    have: Python's own ``TypeError`` names neither the keyword meant nor the method the caller
+    called."""
+    if not isinstance(target, type):
+        valid = accepted_keywords(target)
+        return target if valid is None else cast(C, _checked(target, valid))
+    for name, attr in list(vars(target).items()):
         if name.startswith("_") or not inspect.isfunction(attr):
             continue
         valid = accepted_keywords(attr)
         if valid is not None:
-            setattr(cls, name, _checked(attr, valid - {"self"}))
-    return cls
+            setattr(target, name, _checked(attr, valid - {"self"}))
+    return target

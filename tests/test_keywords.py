@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from sandboxkit import SandboxClient, SandboxPool, Session, get_backend
+from sandboxkit import SandboxClient, SandboxPool, Session, get_backend, wait
 from sandboxkit.backends.subprocess import SubprocessBackend
 from sandboxkit.harness import FunctionTask
 from sandboxkit.local.limits import Limits
@@ -95,7 +95,7 @@ def test_a_misspelt_keyword_of_exec_names_the_method_called_and_the_keyword_mean
     )
 
 
-def test_every_public_method_of_client_sandbox_session_and_pool_suggests_the_keyword(
+def test_public_methods_and_functions_suggest_the_keyword_meant(
     local: SandboxClient,
 ) -> None:
     def refused(call: Callable[[], object]) -> str:
@@ -111,6 +111,7 @@ def test_every_public_method_of_client_sandbox_session_and_pool_suggests_the_key
                 refused(lambda: local.list(tag=["x"])),
                 refused(lambda: session.reap(tag=["x"], older=5)),
                 refused(lambda: pool.run(lambda s: s.aexec(["true"]), dedline=1.0)),
+                refused(lambda: wait([], timout=1.0)),
             ]
         finally:
             pool.close()
@@ -120,6 +121,7 @@ def test_every_public_method_of_client_sandbox_session_and_pool_suggests_the_key
         "Session.reap() got unexpected keyword arguments 'older', 'tag' "
         "(did you mean 'older_than', 'tags'?)",
         "SandboxPool.run() got an unexpected keyword argument 'dedline' (did you mean 'deadline'?)",
+        "wait() got an unexpected keyword argument 'timout' (did you mean 'timeout'?)",
     ]
 
 
