@@ -1082,7 +1082,7 @@ def test_emulate_without_the_emulators_extra_names_it_in_one_line(
     done = cli("emulate", provider, env=without(tmp_path, missing))
     assert (done.returncode, done.stdout) == (1, "")
     assert done.stderr == (
-        f"sandboxkit emulate: BackendUnavailableError: the {provider} emulator needs "
+        f"sandboxkit emulate: MissingDependencyError: the {provider} emulator needs "
         f"{missing!r}, which is not installed: pip install 'sandboxkit[emulators]'\n"
     )
 
