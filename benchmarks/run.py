@@ -77,6 +77,10 @@ SHORT_CALL_S = 5.0
 """A pool row whose first warm call is shorter than this is the median of TIMED_CALLS."""
 
 
+SECTIONS = ("local", "remote", "contest", "tools", "ranks", "ray")
+"""The parts of a run, in the order they run and are printed."""
+
+
 @dataclass(frozen=True)
 class Sizes:
     """How big each part of a run is."""
@@ -129,7 +133,7 @@ class Sizes:
     ray_batch: int = 48
     ray_calls: int = 5
     """Ray section: timed reward calls of ``ray_batch`` trivial programs per row."""
-    sections: tuple[str, ...] = ("local", "remote", "contest", "tools", "ranks", "ray")
+    sections: tuple[str, ...] = SECTIONS
     """The sections run when ``--only`` names none."""
     contest_languages: tuple[str, ...] | None = None
     """The contest rows' languages (None: every one whose toolchain a sandbox has)."""
@@ -1069,9 +1073,6 @@ def _local_table(title: str, rows: Sequence[Row]) -> list[str]:
             f"| {created} | {r.mean_reward:.2f} | {_f(r.vs_naive, 1)} |"
         )
     return out
-
-
-SECTIONS = ("local", "remote", "contest", "tools", "ranks", "ray")
 
 
 def markdown(report: Report) -> str:
