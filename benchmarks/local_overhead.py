@@ -18,10 +18,9 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
-from run import RESULTS, machine_info, machine_line
+from run import add_output_options, machine_info, machine_line, output_path
 
 import sandboxkit
 from sandboxkit.backends.subprocess import SubprocessBackend
@@ -103,11 +102,13 @@ def markdown(results: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=30)
-    parser.add_argument("--json", type=Path, default=RESULTS / "local_overhead.json")
+    add_output_options(parser, "local_overhead")
     args = parser.parse_args(argv)
     results = measure(args.runs)
     print(markdown(results))
-    args.json.write_text(json.dumps(results, indent=2) + "\n")
+    path = output_path(args, "local_overhead")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2) + "\n")
     return 0
 
 

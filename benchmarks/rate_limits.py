@@ -21,11 +21,10 @@ import logging
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from memory_backend import LatencyOnlyBackend
-from run import RESULTS, machine_info, machine_line
+from run import add_output_options, machine_info, machine_line, output_path
 
 from sandboxkit import SandboxClient
 from sandboxkit.rewards import exec_reward
@@ -91,12 +90,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--latency-ms", type=float, default=50.0)
     parser.add_argument("--retries", type=int, default=3)
     parser.add_argument("--backoff", type=float, default=0.5)
-    parser.add_argument("--json", type=Path, default=RESULTS / "rate_limits.json")
+    add_output_options(parser, "rate_limits")
     args = parser.parse_args(argv)
     logging.getLogger("sandboxkit").setLevel(logging.ERROR)  # one warning per None otherwise
     results = {
         "machine": machine_info("none (nothing runs)"),
-        "config": {k: v for k, v in vars(args).items() if k not in ("batch", "json")},
+        "config": {k: v for k, v in vars(args).items() if k not in ("batch", "json", "record")},
         "rows": [
             run(args, batch, adaptive=adaptive)
             for batch in args.batch
@@ -104,7 +103,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         ],
     }
     print(markdown(results))
-    args.json.write_text(json.dumps(results, indent=2) + "\n")
+    path = output_path(args, "rate_limits")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2) + "\n")
     return 0
 
 

@@ -12,7 +12,7 @@ logical CPU each, both on this machine):
   model of a cluster of N nodes printed below the tables.
 
     PYTHONPATH=. python benchmarks/ray_backend.py [--rounds 40] [--batch 48] [--calls 5]
-        [--json PATH]
+        [--json PATH | --record]
 
 ``run.py --only ray`` runs the same at its size (tiny with ``--smoke``).
 """
@@ -29,10 +29,17 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
-from run import RESULTS, local_client, machine_info, machine_line, reward_function
+from run import (
+    add_output_options,
+    local_client,
+    machine_info,
+    machine_line,
+    output_path,
+    private_root,
+    reward_function,
+)
 from workloads import trivial
 
 from sandboxkit import Sandbox, SandboxClient, get_backend
@@ -97,24 +104,29 @@ def _quantile_ms(seconds: Sequence[float], q: int) -> float:
 
 
 @contextmanager
-def ray_cluster() -> Iterator[Any]:
-    """A head node of one CPU, this process connected to it; ``add_node`` adds another."""
+def ray_cluster() -> Iterator[tuple[Any, dict[str, str]]]:
+    """A head node of one CPU, this process connected to it, and the environment of its nodes
+    (``add_node`` with it adds another). The nodes keep their sandboxes on a root of this run:
+    one whose actor was killed before it stopped (``stop`` falls back on ``ray.kill``) is
+    stopped when the run ends, not left running on the machine's default root."""
     import ray
     from ray.cluster_utils import Cluster
 
-    node = {
-        "num_cpus": 1,
-        "include_dashboard": False,
-        "object_store_memory": 100 * 2**20,
-        "env_vars": node_environment(),
-    }
-    cluster = Cluster(initialize_head=True, head_node_args=node)
-    try:
-        ray.init(address=cluster.address, log_to_driver=False, logging_level="WARNING")
-        yield cluster
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
+    with private_root() as root:
+        env = {**node_environment(), "SANDBOXKIT_LOCAL_ROOT": root}
+        node = {
+            "num_cpus": 1,
+            "include_dashboard": False,
+            "object_store_memory": 100 * 2**20,
+            "env_vars": env,
+        }
+        cluster = Cluster(initialize_head=True, head_node_args=node)
+        try:
+            ray.init(address=cluster.address, log_to_driver=False, logging_level="WARNING")
+            yield cluster, env
+        finally:
+            ray.shutdown()
+            cluster.shutdown()
 
 
 async def _per_call(sandboxes: dict[str, Sandbox], rounds: int) -> dict[tuple[str, str], list]:
@@ -202,7 +214,7 @@ def _batch(
 def measure(rounds: int, batch: int, calls: int, log: Callable[[str], None]) -> dict[str, Any]:
     """Every row of this benchmark (see the module's docstring)."""
     results: dict[str, Any] = {"calls": [], "lifecycle": [], "memory": [], "batches": []}
-    with local_client() as local, ray_cluster() as cluster:
+    with local_client() as local, ray_cluster() as (cluster, node_env):
         tier = local.backend_as(SubprocessBackend).isolation.tier.value
         results["machine"] = machine_info(tier)
         with get_backend("ray", address=cluster.address) as ray_client:
@@ -241,7 +253,7 @@ def measure(rounds: int, batch: int, calls: int, log: Callable[[str], None]) -> 
                 results["batches"].append(_batch(local, "local", 1, pool, batch, calls))
             log(f"ray / batch {batch}, 1 Ray node, pool 1")
             results["batches"].append(_batch(ray_client, "ray", 1, 1, batch, calls))
-            cluster.add_node(num_cpus=1, include_dashboard=False, env_vars=node_environment())
+            cluster.add_node(num_cpus=1, include_dashboard=False, env_vars=node_env)
             cluster.wait_for_nodes()
             log(f"ray / batch {batch}, 2 Ray nodes, pool 2")
             results["batches"].append(_batch(ray_client, "ray", 2, 2, batch, calls))
@@ -359,7 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=40, help="timed calls of each kind")
     parser.add_argument("--batch", type=int, default=48, help="programs per reward call")
     parser.add_argument("--calls", type=int, default=5, help="timed reward calls per row")
-    parser.add_argument("--json", type=Path, default=RESULTS / "ray_backend.json")
+    add_output_options(parser, "ray_backend")
     args = parser.parse_args(argv)
 
     def log(message: str) -> None:
@@ -368,8 +380,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = measure(args.rounds, args.batch, args.calls, log)
     results["config"] = {"rounds": args.rounds, "batch": args.batch, "calls": args.calls}
     print(markdown(results))
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(results, indent=2) + "\n")
+    path = output_path(args, "ray_backend")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2) + "\n")
     return 0
 
 

@@ -12,10 +12,12 @@ times a C++ compile with and without the precompiled header. The tools section
 calls they wrap, and a rollout's reset. The ranks section (``ranks.py``) runs several processes
 against one emulator that refuses execs beyond a limit, sharing one budget or not. The ray
 section (``ray_backend.py``) sets the Ray backend's calls and batches against the local
-backend's on a local Ray cluster of one, then two nodes. Prints markdown tables and writes JSON.
+backend's on a local Ray cluster of one, then two nodes. Prints each section's markdown tables
+as it ends, and writes JSON: to the user's cache (``~/.cache/sandboxkit/bench/<mode>.json``),
+``--json PATH``, or with ``--record`` the committed ``benchmarks/results/`` the README is made of.
 
     PYTHONPATH=. python benchmarks/run.py [--quick | --smoke]
-        [--only local|remote|contest|tools|ranks|ray ...] [--json PATH]
+        [--only local|remote|contest|tools|ranks|ray ...] [--json PATH | --record]
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import os
 import platform
 import select
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -54,6 +57,7 @@ from sandboxkit.backends.subprocess import SubprocessBackend
 from sandboxkit.doctor import probe_languages
 from sandboxkit.emulators import load_emulator
 from sandboxkit.errors import BackendUnavailableError
+from sandboxkit.portal import run_sync
 from sandboxkit.registry import backend_factory
 from sandboxkit.rewards import (
     BatchStats,
@@ -73,6 +77,10 @@ SHORT_CALL_S = 5.0
 """A pool row whose first warm call is shorter than this is the median of TIMED_CALLS."""
 
 
+SECTIONS = ("local", "remote", "contest", "tools", "ranks", "ray")
+"""The parts of a run, in the order they run and are printed."""
+
+
 @dataclass(frozen=True)
 class Sizes:
     """How big each part of a run is."""
@@ -82,7 +90,7 @@ class Sizes:
     """Trivial and MBPP batches."""
     timeout_batch: int
     grpo: tuple[int, int]
-    """(prompts, generations) of the GRPO-sized batch."""
+    """(prompts, generations) of the GRPO-sized batch; (0, 0) leaves it out."""
     naive_max: int
     """The sequential naive pattern runs on at most this many completions (then extrapolated)."""
     threads_max: int
@@ -110,7 +118,7 @@ class Sizes:
     tool_cycles: int = 6
     """Rollout resets timed per kind (release, arelease, first calls), per backend."""
     tool_latencies: tuple[float, ...] = (0, 50)
-    """Added latencies of the emulators in the tools section."""
+    """Added latencies of the emulators in the tools section; none leaves the emulators out."""
     ranks: tuple[int, ...] = (2, 4, 8)
     """Ranks section: how many processes share the emulator in each group of rows."""
     ranks_batch: int = 64
@@ -125,6 +133,10 @@ class Sizes:
     ray_batch: int = 48
     ray_calls: int = 5
     """Ray section: timed reward calls of ``ray_batch`` trivial programs per row."""
+    sections: tuple[str, ...] = SECTIONS
+    """The sections run when ``--only`` names none."""
+    contest_languages: tuple[str, ...] | None = None
+    """The contest rows' languages (None: every one whose toolchain a sandbox has)."""
 
 
 FULL = Sizes(
@@ -143,13 +155,16 @@ FULL = Sizes(
     500,
     (512, 2048),
 )
+# Within two minutes on a loaded 2-core machine, its first table within one: a Ray cluster,
+# the ranks' processes, C++ compiles and the emulators' tool rows take minutes there, so a quick
+# run leaves them out (and its report says so), and runs the rest on small batches.
 QUICK = Sizes(
     "quick",
     24,
-    10,
-    (4, 8),
+    6,
+    (0, 0),
+    4,
     8,
-    24,
     ("daytona",),
     (50,),
     24,
@@ -157,19 +172,22 @@ QUICK = Sizes(
     0,
     50,
     0,
-    contest_batch=8,
+    (128,),
+    contest_batch=4,
     contest_naive_max=2,
-    contest_threads_max=4,
+    contest_threads_max=0,
     compile_runs=1,
     tool_rounds=20,
     tool_remote_rounds=8,
     tool_cycles=2,
-    tool_latencies=(50,),
+    tool_latencies=(),
     ranks=(2, 4),
     ranks_batch=16,
     ray_rounds=20,
     ray_batch=24,
     ray_calls=3,
+    sections=("local", "remote", "contest", "tools"),
+    contest_languages=("python",),
 )
 SMOKE = Sizes(
     "smoke",
@@ -203,6 +221,39 @@ SMOKE = Sizes(
     ray_batch=4,
     ray_calls=1,
 )
+
+
+# -- where results go ------------------------------------------------------------------------
+
+
+def user_results() -> Path:
+    """Where a run writes its results unless told otherwise: the user's cache, never the
+    checkout (the committed results feed the README, and ``tests/test_docs.py`` checks it)."""
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "sandboxkit" / "bench"
+
+
+def add_output_options(parser: argparse.ArgumentParser, name: str) -> None:
+    """``--json PATH``, or ``--record`` to rewrite the committed ``results/<name>.json``."""
+    out = parser.add_mutually_exclusive_group()
+    out.add_argument(
+        "--json",
+        type=Path,
+        default=None,
+        help=f"where to write the results (default: {user_results()}/{name}.json)",
+    )
+    out.add_argument(
+        "--record",
+        action="store_true",
+        help=f"rewrite the committed benchmarks/results/{name}.json (then run report.py)",
+    )
+
+
+def output_path(args: argparse.Namespace, name: str) -> Path:
+    """Where ``add_output_options``' arguments say ``name``'s results go."""
+    if args.json is not None:
+        return Path(args.json)
+    return (RESULTS if args.record else user_results()) / f"{name}.json"
 
 
 # -- measuring -------------------------------------------------------------------------------
@@ -510,17 +561,34 @@ def pooled(
 
 
 @contextlib.contextmanager
+def private_root() -> Iterator[str]:
+    """A root for local sandboxes of this run alone, emptied however the run leaves it (an
+    exception, Ctrl-C, SIGTERM): every sandbox still there is stopped, whatever made it (a
+    section that failed half-way, a Ray actor killed before its sandbox stopped), then the
+    root is deleted. Sandboxes of other runs never share it."""
+    root = tempfile.mkdtemp(prefix="sandboxkit-bench-")
+    os.chmod(root, 0o711)
+    try:
+        yield root
+    finally:
+        try:
+            with get_backend("subprocess", root=root, warm=False) as client:
+                for info in client.list():
+                    client.stop(info.id)
+                local = client.backend_as(SubprocessBackend)
+                for name in run_sync(local.leftovers()):
+                    run_sync(local.remove_leftover(name))
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.contextmanager
 def local_client(*, warm: bool = True) -> Iterator[SandboxClient]:
     """The local backend on a private root (other users' sandboxes stay out of the way);
     ``warm=False``: every exec a fresh bwrap and process, as sandboxes without a warm
     template start each."""
-    root = tempfile.mkdtemp(prefix="sandboxkit-bench-", dir="/tmp")
-    os.chmod(root, 0o711)
-    try:
-        with get_backend("subprocess", root=root, warm=warm) as client:
-            yield client
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    with private_root() as root, get_backend("subprocess", root=root, warm=warm) as client:
+        yield client
 
 
 @contextlib.contextmanager
@@ -616,7 +684,6 @@ def machine_info(isolation: str) -> dict[str, Any]:
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "load_average_start": list(os.getloadavg()),
         "git_commit": commit,
-        "note": "shared, noisy machine: other engineers run tests on it during the benchmark",
     }
 
 
@@ -641,12 +708,11 @@ def _vs_naive(rows: list[Row]) -> None:
 
 
 def run_local(sizes: Sizes, pool_size: int, report: Report, log: Callable[[str], None]) -> None:
-    work = [
-        trivial(sizes.batch),
-        mbpp(5, max(1, sizes.batch // 5)),
-        timeouts(sizes.timeout_batch),
-        mbpp(*sizes.grpo, name=f"grpo {sizes.grpo[0]}x{sizes.grpo[1]}"),
-    ]
+    work = [trivial(sizes.batch), mbpp(5, max(1, sizes.batch // 5)), timeouts(sizes.timeout_batch)]
+    if sizes.grpo[0]:
+        work.append(mbpp(*sizes.grpo, name=f"grpo {sizes.grpo[0]}x{sizes.grpo[1]}"))
+    else:
+        report.skipped.append(f"local / the GRPO-sized batch: not in a {sizes.mode} run")
     with local_client() as client:
         python = client.backend_as(SubprocessBackend).isolation.python
         for w in work:
@@ -680,6 +746,9 @@ def run_contest(
             missing = {lang.name: lang.line for lang in probe_languages(sb, 30) if lang.missing}
         for w in contest.workloads(sizes.contest_batch):
             language = contest.language_of(w).name
+            if sizes.contest_languages is not None and language not in sizes.contest_languages:
+                report.skipped.append(f"{w.name}: not in a {sizes.mode} run")
+                continue
             if language in missing:
                 log(f"skipped the {w.name} rows: {missing[language]}")
                 report.skipped.append(f"{w.name}: {missing[language]}")
@@ -704,7 +773,9 @@ def run_contest(
                 rows.append(naive("contest", client, None, w, threads=pools[-1], limit=limit))
             rows += [pooled("contest", client, None, w, size) for size in pools]
             report.contest.extend(rows)
-        if "cpp17" not in missing:
+        if sizes.contest_languages is not None and "cpp17" not in sizes.contest_languages:
+            report.skipped.append(f"C++ compile times: not in a {sizes.mode} run")
+        elif "cpp17" not in missing:
             log("contest / compile times")
             report.compile = contest.compile_times(client, sizes.compile_runs)
     _vs_naive(report.contest)
@@ -720,7 +791,9 @@ def run_tools(sizes: Sizes, report: Report, log: Callable[[str], None]) -> None:
         )
     report.tool_calls += calls
     report.tool_resets += resets
-    for provider in sizes.providers:
+    if not sizes.tool_latencies:
+        report.skipped.append(f"tools / the emulated providers: not in a {sizes.mode} run")
+    for provider in sizes.providers if sizes.tool_latencies else ():
         missing = unavailable(provider)
         if missing is not None:
             log(f"skipped the {provider} tool rows: {missing}")
@@ -970,11 +1043,14 @@ def _batch(row: Row) -> str:
 
 
 def machine_line(m: dict[str, Any]) -> str:
-    """The machine a results file was measured on, as one line above its tables."""
+    """The machine a results file was measured on, as one line above its tables, with the
+    load measured on it (other work on the machine slows every row alike)."""
+    load = f"load average at start {m['load_average_start'][0]:.1f}"
+    if "load_average_end" in m:
+        load += f", at end {m['load_average_end'][0]:.1f}"
     return (
         f"{m['cpu_count']} cores, {m['memory_gib']} GiB, Python {m['python']}, kernel "
-        f"{m['kernel']}, isolation: {m['isolation_tier']}, {m['date']}; load average at start "
-        f"{m['load_average_start'][0]:.1f}. {m['note']}."
+        f"{m['kernel']}, isolation: {m['isolation_tier']}, {m['date']}; {load}."
     )
 
 
@@ -1000,10 +1076,21 @@ def _local_table(title: str, rows: Sequence[Row]) -> list[str]:
 
 
 def markdown(report: Report) -> str:
-    out = [machine_line(report.machine)]
-    if report.local:
+    """The whole report: the machine, each section's tables, then the skipped rows, the
+    targets and the notes."""
+    parts = [machine_line(report.machine)]
+    for section in SECTIONS:
+        parts += section_tables(report, section)
+    parts += closing(report)
+    return "\n".join(parts)
+
+
+def section_tables(report: Report, section: str) -> list[str]:
+    """The tables of one section (of :data:`SECTIONS`), printed as soon as it has run."""
+    out: list[str] = []
+    if section == "local" and report.local:
         out += _local_table("### Local backend", report.local)
-    if report.remote:
+    if section == "remote" and report.remote:
         out += [
             "",
             "### Remote: emulated providers, and a latency-only backend (trivial programs)",
@@ -1024,7 +1111,7 @@ def markdown(report: Report) -> str:
                 f"| {_f(ratio)} "
                 f"| {_f(r.vs_naive, 1)} |"
             )
-    if report.pool_memory:
+    if section == "remote" and report.pool_memory:
         out += [
             "",
             "### Host memory of a started pool of remote sandboxes (emulator, 0 ms)",
@@ -1039,9 +1126,9 @@ def markdown(report: Report) -> str:
                 f"| {p['rss_peak_delta_mb']:.1f} | {p['tracemalloc_peak_mb']:.1f} "
                 f"| {p['per_sandbox_kb']:.0f} |"
             )
-    if report.contest:
+    if section == "contest" and report.contest:
         out += _local_table("### Contest judging (local backend)", report.contest)
-    if report.compile:
+    if section == "contest" and report.compile:
         out += [
             "",
             f"### Build and run of `{contest.ONE_LINE.splitlines()[0]}` + `int main() {{}}`"
@@ -1054,14 +1141,21 @@ def markdown(report: Report) -> str:
             f"| {c['how']} | {c['runs']} | {c['median_s']:.2f} | {c['min_s']:.2f} |"
             for c in report.compile
         ]
-    if report.tool_calls:
+    if section == "tools" and report.tool_calls:
         out += tools.markdown(report.tool_calls, report.tool_resets)
-    out += ranks.markdown(report.ranks)
-    if report.ray:
+    if section == "ranks":
+        out += ranks.markdown(report.ranks)
+    if section == "ray" and report.ray:
         import ray_backend
 
         out += ["", "### Ray backend against the local backend (local Ray nodes of 1 CPU)"]
         out += ray_backend.tables(report.ray)
+    return out
+
+
+def closing(report: Report) -> list[str]:
+    """What follows the tables: the rows skipped and why, the targets, the notes."""
+    out: list[str] = []
     if report.skipped:
         out += ["", "### Skipped", ""] + [f"- {line}" for line in report.skipped]
     if report.targets:
@@ -1069,7 +1163,7 @@ def markdown(report: Report) -> str:
         for t in report.targets:
             out.append(f"| {t['target']} | {t['measured']} | {'yes' if t['met'] else 'no'} |")
     if not (report.local or report.remote or report.contest):
-        return "\n".join(out)  # the notes below are the reward rows
+        return out  # the notes below are the reward rows
     out += [
         "",
         "Notes: `*` = the naive pattern ran on that many completions and its wall time is "
@@ -1086,22 +1180,24 @@ def markdown(report: Report) -> str:
         "added (the emulator runs the commands on this machine's cores, so hiding the "
         "latency perfectly leaves that time).",
     ]
-    return "\n".join(out)
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     size = parser.add_mutually_exclusive_group()
-    size.add_argument("--quick", action="store_true", help="small batches, under a minute")
+    size.add_argument(
+        "--quick", action="store_true", help="small batches and fewer sections, two minutes"
+    )
     size.add_argument("--smoke", action="store_true", help="tiny batches, seconds (for tests)")
     parser.add_argument(
         "--only",
-        choices=("local", "remote", "contest", "tools", "ranks", "ray"),
+        choices=SECTIONS,
         nargs="+",
         default=None,
-        help="the sections to run (default: all)",
+        help="the sections to run (default: all; --quick: local remote contest tools)",
     )
-    parser.add_argument("--json", type=Path, default=None, help="where to write the results")
+    add_output_options(parser, "<mode or section>")
     parser.add_argument("--local-pool-size", type=int, default=CORES * 2)
     parser.add_argument("--remote-pool-size", type=int, default=64)
     parser.add_argument(
@@ -1112,6 +1208,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     sizes = SMOKE if args.smoke else QUICK if args.quick else FULL
+    # A SIGTERM ends the run as Ctrl-C does: through every finally, which stops its sandboxes.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     # The SDKs honour proxy variables: keep loopback traffic to the emulators off any proxy.
     no_proxy = ",".join(filter(None, [os.environ.get("NO_PROXY"), "127.0.0.1,localhost"]))
     os.environ["NO_PROXY"] = os.environ["no_proxy"] = no_proxy
@@ -1121,7 +1219,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     with local_client() as client:
         tier = client.backend_as(SubprocessBackend).isolation.tier.value
-    path = args.json or RESULTS / f"{sizes.mode}.json"
+    sections = args.only or list(sizes.sections)
+    # A one-section run of the sections kept in files of their own is recorded there.
+    alone = len(sections) == 1 and sections[0] in ("contest", "tools", "ranks")
+    path = output_path(args, sections[0] if alone else sizes.mode)
     contest_pools = args.contest_pool_size or [CORES, CORES * 2]
     report = Report(
         name=path.stem,
@@ -1137,27 +1238,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         },
     )
 
-    def wanted(section: str) -> bool:
-        return args.only is None or section in args.only
-
-    started = time.perf_counter()
-    if wanted("local"):
-        run_local(sizes, args.local_pool_size, report, log)
-    if wanted("remote"):
+    def remote() -> None:
         run_overhead(sizes, args.remote_pool_size, report, log)
         run_remote(sizes, args.remote_pool_size, report, log)
-    if wanted("contest"):
-        run_contest(sizes, contest_pools, report, log)
-    if wanted("tools"):
-        run_tools(sizes, report, log)
-    if wanted("ranks"):
-        run_ranks(sizes, report, log)
-    if wanted("ray"):
-        run_ray(sizes, report, log)
+
+    runs: dict[str, Callable[[], None]] = {
+        "local": lambda: run_local(sizes, args.local_pool_size, report, log),
+        "remote": remote,
+        "contest": lambda: run_contest(sizes, contest_pools, report, log),
+        "tools": lambda: run_tools(sizes, report, log),
+        "ranks": lambda: run_ranks(sizes, report, log),
+        "ray": lambda: run_ray(sizes, report, log),
+    }
+    left_out = [s for s in SECTIONS if s not in sections]
+    if args.only is None and left_out:
+        report.skipped.append(
+            f"the {', '.join(left_out)} sections: not in a {sizes.mode} run "
+            f"(--only {' '.join(left_out)} runs them)"
+        )
+
+    started = time.perf_counter()
+    print(machine_line(report.machine), flush=True)
+    for section in SECTIONS:
+        if section in sections:
+            runs[section]()
+            # Each section's tables as soon as it has run: a quick look needs no full run.
+            print("\n".join(section_tables(report, section)), flush=True)
     evaluate_targets(report)
     report.machine["load_average_end"] = list(os.getloadavg())
     report.machine["suite_seconds"] = round(time.perf_counter() - started, 1)
-    print(markdown(report))
+    print("\n".join(closing(report)))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(asdict(report), indent=2) + "\n")
     log(f"wrote {path} ({report.machine['suite_seconds']} s)")

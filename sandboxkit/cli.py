@@ -11,6 +11,7 @@ import asyncio
 import logging
 import os
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -264,7 +265,11 @@ def find_benchmarks(directory: str | None = None) -> Path:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    """Run the quick benchmark as its own process, with this interpreter and this package."""
+    """Run the quick benchmark as its own process, with this interpreter and this package.
+
+    The benchmark stops its sandboxes on its way out, so it is left to finish: Ctrl-C reaches
+    it from the terminal (this process ignores it rather than kill it mid-cleanup, as
+    ``subprocess.run`` would), and a SIGTERM is passed on to it."""
     directory = find_benchmarks(args.dir)
     extra = list(args.args)
     if extra[:1] == ["--"]:
@@ -272,9 +277,20 @@ def _bench(args: argparse.Namespace) -> int:
     if not (directory / "run.py").is_file():
         raise UsageError(f"{directory} has no run.py")
     argv = [str(directory / "run.py"), *(extra or ["--quick"])]
+    if args.out:
+        argv += ["--json", args.out]
     env = {**os.environ, "PYTHONPATH": child_pythonpath()}
     logger.info("running %s", " ".join(argv))
-    return subprocess.run([sys.executable, *argv], env=env).returncode
+    child = subprocess.Popen([sys.executable, *argv], env=env)
+    previous = {
+        signal.SIGINT: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        signal.SIGTERM: signal.signal(signal.SIGTERM, lambda signum, _: child.send_signal(signum)),
+    }
+    try:
+        return shell_returncode(child.wait())
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 # -- emulate ------------------------------------------------------------------------------
@@ -389,6 +405,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", parents=[common], help="run the quick benchmark")
     bench.add_argument("--dir", help="the benchmarks directory (default: the repository's)")
+    bench.add_argument(
+        "--out", help="where to write the results (default: ~/.cache/sandboxkit/bench/)"
+    )
     bench.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the benchmark")
     bench.set_defaults(handler=_bench)
 

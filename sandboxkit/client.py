@@ -6,11 +6,11 @@ by :func:`sandboxkit.portal.blocking`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
-from .keywords import check_keywords
+from .keywords import check_keywords, suggest_keywords
 from .portal import blocking
 from .protocol import Backend, ExecResult, SandboxInfo, SandboxSpec, SandboxStatus, check_env
 
@@ -31,6 +31,7 @@ def _as_bytes(data: bytes | str | None) -> bytes | None:
     return data.encode() if isinstance(data, str) else data
 
 
+@suggest_keywords
 class Sandbox:
     """A handle on one sandbox. Usable as a (sync or async) context manager that stops it."""
 
@@ -97,6 +98,43 @@ class Sandbox:
         await self.astop()
 
 
+class Opening(Coroutine[Any, Any, Sandbox]):
+    """What ``asandbox`` returns: awaited, the new sandbox; entered with ``async with``, the
+    sandbox, stopped on leaving the block, as the sync ``with client.sandbox()`` does. It is the
+    create's coroutine otherwise (``asyncio.create_task``, ``run_coroutine_threadsafe`` and
+    ``spawn`` take it as they took the coroutine ``asandbox`` used to return)."""
+
+    def __init__(
+        self, create: Coroutine[Any, Any, Sandbox], stop: Callable[[Sandbox], Awaitable[None]]
+    ) -> None:
+        self._create = create
+        self._stop = stop
+        self._sandbox: Sandbox | None = None
+
+    def __await__(self) -> Generator[Any, None, Sandbox]:
+        return self._create.__await__()
+
+    def send(self, value: Any) -> Any:
+        return self._create.send(value)
+
+    def throw(self, *exc: Any) -> Any:
+        return self._create.throw(*exc)
+
+    def close(self) -> None:
+        self._create.close()
+
+    async def __aenter__(self) -> Sandbox:
+        self._sandbox = await self._create
+        return self._sandbox
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._sandbox is not None:
+            await self._stop(self._sandbox)
+
+
+@suggest_keywords
 class SandboxClient:
     """The object :func:`sandboxkit.get_backend` returns: creates, finds and lists sandboxes."""
 
@@ -126,7 +164,7 @@ class SandboxClient:
     def __repr__(self) -> str:
         return f"<SandboxClient {self.name}>"
 
-    async def asandbox(
+    def asandbox(
         self,
         /,
         *,
@@ -134,10 +172,20 @@ class SandboxClient:
         env: Mapping[str, str] | None = None,
         tags: Iterable[str] = (),
         **options: Any,
+    ) -> Opening:
+        """Create a sandbox: ``await client.asandbox()``, or ``async with client.asandbox() as
+        sb:`` to have it stopped at the end of the block. ``workdir``, ``cpu``, ``memory_mb``,
+        ``disk_mb`` and ``lifetime_seconds`` fill the spec; any other keyword goes to the
+        provider as is (one the backend says it does not read is a ``TypeError``)."""
+        return Opening(self._create(image, env, tags, options), Sandbox.astop)
+
+    async def _create(
+        self,
+        image: str | None,
+        env: Mapping[str, str] | None,
+        tags: Iterable[str],
+        options: dict[str, Any],
     ) -> Sandbox:
-        """Create a sandbox. ``workdir``, ``cpu``, ``memory_mb``, ``disk_mb`` and
-        ``lifetime_seconds`` fill the spec; any other keyword goes to the provider as is (one
-        the backend says it does not read is a ``TypeError``)."""
         accepted = sandbox_keywords(self.backend)
         if accepted is not None:
             check_keywords("sandbox()", options, accepted)

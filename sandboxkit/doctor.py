@@ -16,6 +16,7 @@ import json
 import os
 import platform
 import pwd
+import re
 import socket
 import sys
 import time
@@ -108,9 +109,17 @@ def secrets() -> list[str]:
     return [value for var in sorted(names) if (value := setting(var))]
 
 
+_TOKEN_CHARS = r"A-Za-z0-9_\-"
+"""What a secret's value is made of at its edges: an occurrence next to one of these is part of
+a longer word (a key ``k`` inside ``[ok  ]``), not the value."""
+
+
 def redact(text: str, values: Sequence[str]) -> str:
-    for value in values:
-        text = text.replace(value, "***")
+    """``text`` with each whole occurrence of a value replaced by ``***``: a short key must not
+    mangle every word that happens to contain its letters."""
+    for value in sorted(values, key=len, reverse=True):
+        whole = rf"(?<![{_TOKEN_CHARS}]){re.escape(value)}(?![{_TOKEN_CHARS}])"
+        text = re.sub(whole, "***", text)
     return text
 
 

@@ -70,23 +70,37 @@ class BackendUnavailableError(BackendError):
     """The backend cannot be used here: its SDK is missing or the platform lacks a feature."""
 
 
+class MissingDependencyError(BackendUnavailableError, ModuleNotFoundError):
+    """A third-party module that an optional part of sandboxkit needs is not installed; the
+    message says which extra installs it. Also a ``ModuleNotFoundError`` (``name`` is the
+    missing module), so ``except ImportError`` around an optional import still catches it."""
+
+
 @contextlib.contextmanager
 def installed_for(what: str, install: str) -> Iterator[None]:
     """Imports in the block that find a third-party module missing raise
-    :class:`BackendUnavailableError` saying that ``what`` needs it and how to ``install`` it;
-    a missing module of sandboxkit's own is a bug and stays what it is."""
+    :class:`MissingDependencyError` saying that ``what`` needs it and how to ``install`` it
+    (each optional module wraps its own third-party imports in it, so importing it on a core
+    install names the extra; the outermost block says it, being nearest to what the user
+    asked for); a missing module of sandboxkit's own is a bug and stays what it is."""
     try:
         yield
     except ModuleNotFoundError as exc:
         if exc.name is None or exc.name.startswith("sandboxkit"):
             raise
-        raise BackendUnavailableError(
-            f"{what} needs {exc.name!r}, which is not installed: {install}"
+        raise MissingDependencyError(
+            f"{what} needs {exc.name!r}, which is not installed: {install}", name=exc.name
         ) from exc
 
 
 class BackendMisconfiguredError(BackendError):
     """Missing or invalid credentials, endpoint or option; retrying cannot help."""
+
+
+class InvalidLimitError(BackendMisconfiguredError, ValueError):
+    """A resource limit (a ``SANDBOXKIT_LIMIT_*`` variable or a keyword) that no sandbox could
+    run under: not a number, negative, or zero; the message names the setting, its value and
+    what it may be."""
 
 
 class AuthenticationError(BackendMisconfiguredError):

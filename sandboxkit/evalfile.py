@@ -174,19 +174,22 @@ def summary(reward: RewardFunction, outcomes: Sequence[Outcome]) -> str:
         f"mean reward: {mean:.4f} ({len(given)} rewarded, {len(rewards) - len(given)} without "
         "a reward)",
         "",
-        "outcome  count  share",
+        *_counts("outcome", {kind.value: counts[kind] for kind in OutcomeKind}),
     ]
-    for kind in OutcomeKind:
-        share = counts[kind] / len(outcomes) if outcomes else 0.0
-        lines.append(f"{kind.value:<8} {counts[kind]:>5}  {share:6.1%}")
     verdicts = Counter(o.verdict for o in outcomes if o.verdict is not None)
     if verdicts:  # contest judging: how the judged programs ended
-        judged = sum(verdicts.values())
-        lines += ["", "verdict        count  share"]
-        for verdict in Verdict:
-            share = verdicts[verdict] / judged
-            lines.append(f"{verdict.value:<14} {verdicts[verdict]:>5}  {share:6.1%}")
+        lines += ["", *_counts("verdict", {v.value: verdicts[v] for v in Verdict})]
     return "\n".join(lines)
+
+
+def _counts(title: str, counts: Mapping[str, int]) -> list[str]:
+    """A table of ``counts`` and their shares, its columns as wide as its longest name."""
+    total = sum(counts.values())
+    width = max(len(title), *map(len, counts))
+    lines = [f"{title:<{width}}  count   share"]
+    for name, count in counts.items():
+        lines.append(f"{name:<{width}}  {count:>5}  {count / total if total else 0.0:6.1%}")
+    return lines
 
 
 def write_results(path: Path, reward: RewardFunction, outcomes: Sequence[Outcome]) -> None:

@@ -8,9 +8,12 @@ default size). Each layer checks what it passes on against what the layers below
 from __future__ import annotations
 
 import difflib
+import functools
 import inspect
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar, cast
+
+C = TypeVar("C", bound=Callable[..., Any])
 
 
 def check_keywords(owner: str, given: Iterable[str], valid: Iterable[str]) -> None:
@@ -47,3 +50,42 @@ def accepted_keywords(fn: Callable[..., Any]) -> frozenset[str] | None:
     return frozenset(
         p.name for p in parameters if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
     )
+
+
+def _checked(method: Callable[..., Any], valid: frozenset[str]) -> Callable[..., Any]:
+    """``method``, refusing keywords outside ``valid`` with :func:`check_keywords`' hint."""
+    owner = f"{method.__qualname__}()"
+    if inspect.iscoroutinefunction(method):
+
+        @functools.wraps(method)
+        async def checked_async(*args: Any, **kwargs: Any) -> Any:
+            if not kwargs.keys() <= valid:
+                check_keywords(owner, kwargs, valid)
+            return await method(*args, **kwargs)
+
+        return checked_async
+
+    @functools.wraps(method)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        if not kwargs.keys() <= valid:
+            check_keywords(owner, kwargs, valid)
+        return method(*args, **kwargs)
+
+    return checked
+
+
+def suggest_keywords(target: C) -> C:
+    """Give a public function, or every public method of a class, with a fixed set of keywords
+    a did-you-mean for a misspelt one (``exec(..., timeot=3)``), as the ``**options`` paths
+    have: Python's own ``TypeError`` names neither the keyword meant nor the method the caller
+    called."""
+    if not isinstance(target, type):
+        valid = accepted_keywords(target)
+        return target if valid is None else cast(C, _checked(target, valid))
+    for name, attr in list(vars(target).items()):
+        if name.startswith("_") or not inspect.isfunction(attr):
+            continue
+        valid = accepted_keywords(attr)
+        if valid is not None:
+            setattr(target, name, _checked(attr, valid - {"self"}))
+    return target

@@ -34,7 +34,7 @@ from .errors import (
     SandboxLostError,
     SandboxNotFoundError,
 )
-from .keywords import check_keywords, keyword_only
+from .keywords import check_keywords, keyword_only, suggest_keywords
 from .portal import blocking
 from .protocol import SandboxStatus
 from .registry import BackendLike, sandbox_keywords_for
@@ -169,6 +169,7 @@ class _Slot:
     """Its place under the run's shared cap on live sandboxes (``max_sandboxes``)."""
 
 
+@suggest_keywords
 class SandboxPool:
     """``size`` sandboxes, each leased to up to ``per_sandbox`` evaluations at once.
 

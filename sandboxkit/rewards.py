@@ -29,7 +29,7 @@ from .contest.scoring import SCORINGS, ScoredStdioTests, Scoring, parse_subtasks
 from .errors import CircuitOpenError
 from .evaluation import Plan, failed, plan, run_plan
 from .harness import AssertTests, ExecHarness, FunctionTask, Harness, StdioTests
-from .keywords import check_keywords, keyword_only
+from .keywords import check_keywords, keyword_only, suggest_keywords
 from .outcomes import Outcome, OutcomeKind, Verdict
 from .pool import PoolStats, SandboxPool
 from .portal import run_sync
@@ -124,6 +124,7 @@ def _describe(outcome: Outcome) -> str:
     return f"{outcome.kind.value}{counts}{detail}"[:300]
 
 
+@suggest_keywords
 class RewardFunction:
     """A TRL reward function backed by a sandbox pool. Use ``.as_async()`` for TRL's async path.
 

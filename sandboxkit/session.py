@@ -25,8 +25,9 @@ from datetime import datetime, timedelta, timezone
 from types import FrameType, TracebackType
 from typing import Any
 
-from .client import Sandbox
+from .client import Opening, Sandbox
 from .coordination import launcher_run_id
+from .keywords import suggest_keywords
 from .portal import blocking, run_sync
 from .protocol import SandboxInfo, SandboxStatus
 from .registry import BackendLike, as_client
@@ -58,6 +59,7 @@ def _close_open_sessions() -> None:
 threading._register_atexit(_close_open_sessions)  # type: ignore[attr-defined]  # CPython >= 3.9
 
 
+@suggest_keywords
 class Session:
     """Creates sandboxes for one run and stops every one of them when closed.
 
@@ -105,12 +107,16 @@ class Session:
 
     # -- creating and stopping -------------------------------------------------------------
 
-    async def asandbox(self, /, *, tags: Iterable[str] = (), **options: Any) -> Sandbox:
-        """Create a sandbox (options as :meth:`SandboxClient.asandbox`) tagged for this run.
+    def asandbox(self, /, *, tags: Iterable[str] = (), **options: Any) -> Opening:
+        """Create a sandbox (options as :meth:`SandboxClient.asandbox`) tagged for this run:
+        awaited, or with ``async with`` to have the session stop it at the end of the block.
 
         The create is shielded: if the caller is cancelled while it is in flight, the sandbox
         it eventually returns is stopped instead of leaking.
         """
+        return Opening(self._create(tags, options), self.astop_sandbox)
+
+    async def _create(self, tags: Iterable[str], options: dict[str, Any]) -> Sandbox:
         self._check_open()
         task = asyncio.ensure_future(self.client.asandbox(tags=(*self.tags, *tags), **options))
         self._creating.add(task)

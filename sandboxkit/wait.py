@@ -14,6 +14,7 @@ import time
 from collections.abc import Awaitable, Coroutine, Iterable
 from typing import Any, TypeVar
 
+from .keywords import suggest_keywords
 from .portal import portal
 
 T = TypeVar("T")
@@ -31,6 +32,7 @@ def _wanted(num_returns: int | None, total: int) -> int:
     return wanted
 
 
+@suggest_keywords
 def wait(
     futures: Iterable[concurrent.futures.Future[T]],
     *,
@@ -60,6 +62,7 @@ def wait(
     return [f for f in futures if f not in pending], [f for f in futures if f in pending]
 
 
+@suggest_keywords
 async def wait_async(
     aws: Iterable[Awaitable[T]],
     *,
@@ -94,6 +97,7 @@ async def wait_async(
     return [t for t in tasks if t not in pending], [t for t in tasks if t in pending]
 
 
+@suggest_keywords
 async def await_first(
     aws: Iterable[Awaitable[T]], num_returns: int = 1, *, cancel_pending: bool = True
 ) -> list[T]:

@@ -111,3 +111,71 @@ def test_importing_sandboxkit_loads_no_sdk_no_trainer_and_no_rewards() -> None:
     heavy = {"daytona", "cwsandbox", "aiohttp", "socketio", "grpc", "torch", "transformers"}
     heavy |= {"trl", "sandboxkit.rewards", "sandboxkit.harness", "sandboxkit.emulators"}
     assert loaded & heavy == set()
+
+
+CORE_INSTALL = """
+import importlib, sys
+sys.modules[sys.argv[2]] = None  # as on a core install: importing it fails
+try:
+    importlib.import_module(sys.argv[1])
+except ImportError as exc:
+    print(type(exc).__name__, isinstance(exc, sandboxkit.errors.BackendUnavailableError))
+    print(exc.name)
+    print(exc)
+"""
+
+
+@pytest.mark.parametrize(
+    ("module", "dependency", "message"),
+    [
+        (
+            "sandboxkit.integrations.trl",
+            "transformers",
+            "sandboxkit.integrations.trl needs 'transformers', which is not installed: "
+            "pip install 'sandboxkit[trl]'",
+        ),
+        (
+            "sandboxkit.backends.daytona",
+            "daytona",
+            "the 'daytona' backend needs 'daytona', which is not installed: "
+            "pip install 'sandboxkit[daytona]'",
+        ),
+        (
+            "sandboxkit.backends.aviato",
+            "cwsandbox",
+            "the 'aviato' backend needs 'cwsandbox', which is not installed: "
+            "pip install 'sandboxkit[aviato]'",
+        ),
+        (
+            "sandboxkit.backends.ray",
+            "ray",
+            "the 'ray' backend needs 'ray', which is not installed: pip install 'sandboxkit[ray]'",
+        ),
+        (
+            "sandboxkit.emulators.daytona",
+            "socketio",
+            "the daytona emulator needs 'socketio', which is not installed: "
+            "pip install 'sandboxkit[emulators]'",
+        ),
+        (
+            "sandboxkit.emulators.aviato",
+            "grpc",
+            "the aviato emulator needs 'grpc', which is not installed: "
+            "pip install 'sandboxkit[emulators]'",
+        ),
+    ],
+)
+def test_importing_an_optional_module_on_a_core_install_names_its_extra(
+    module: str, dependency: str, message: str
+) -> None:
+    """Imported directly, not only through ``get_backend``: a bare ``No module named
+    'transformers'`` says nothing of the extra that brings it."""
+    code = "import sandboxkit.errors\n" + CORE_INSTALL
+    done = subprocess.run(
+        [sys.executable, "-c", code, module, dependency],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.splitlines() == ["MissingDependencyError True", dependency, message]

@@ -83,13 +83,23 @@ def test_bad_token_is_an_authentication_error(emulator: AviatoEmulator) -> None:
     assert emulator.sandbox_ids() == []
 
 
-def test_missing_token_is_an_authentication_error(
-    emulator: AviatoEmulator, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("url", ["emulator", "default"])
+def test_a_missing_key_fails_when_the_backend_is_built_naming_the_variable(
+    emulator: AviatoEmulator, monkeypatch: pytest.MonkeyPatch, url: str
 ) -> None:
+    """As Daytona's: before any call, so neither the service's "invalid API key" nor the
+    default URL's "Domain name not found" is what a user without a key reads."""
     monkeypatch.delenv("CWSANDBOX_API_KEY", raising=False)
     monkeypatch.delenv("AVIATO_API_KEY", raising=False)
-    with get_backend("aviato", base_url=emulator.url) as c, pytest.raises(AuthenticationError):
-        c.list()
+    monkeypatch.delenv("CWSANDBOX_BASE_URL", raising=False)
+    options = {"base_url": emulator.url} if url == "emulator" else {}
+    with pytest.raises(BackendMisconfiguredError) as raised:
+        get_backend("aviato", **options)
+    assert type(raised.value) is BackendMisconfiguredError
+    assert str(raised.value) == (
+        "the aviato backend needs an API key: pass api_key= or set CWSANDBOX_API_KEY "
+        "(AVIATO_API_KEY is read too; auth= takes another cwsandbox credential)"
+    )
 
 
 def test_cwsandbox_alias(aviato_env: AviatoEmulator) -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.server
+import importlib
 import json
 import os
 import re
@@ -11,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -18,6 +21,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
+from types import ModuleType
+from typing import IO
 
 import pytest
 
@@ -26,11 +31,22 @@ from sandboxkit.backends.subprocess import SubprocessBackend
 from sandboxkit.cli import parse_duration
 from sandboxkit.contest import languages as contest_languages
 from sandboxkit.contest.languages import Language, languages, register_language
-from sandboxkit.doctor import Status, _commands, _warm_path, run_doctor
+from sandboxkit.doctor import (
+    BackendReport,
+    Check,
+    Status,
+    _commands,
+    _warm_path,
+    format_report,
+    redact,
+    run_doctor,
+)
+from sandboxkit.evalfile import summary
 from sandboxkit.local import disk, seccomp
 from sandboxkit.local.isolation import namespaces_failure
-from sandboxkit.outcomes import OutcomeKind
+from sandboxkit.outcomes import Outcome, OutcomeKind, Verdict
 from sandboxkit.registry import BUILTIN_BACKENDS
+from sandboxkit.rewards import exec_reward
 
 REPO = Path(__file__).resolve().parent.parent
 UNREACHABLE = "http://127.0.0.1:9"
@@ -119,6 +135,33 @@ def test_doctor_passes_for_the_local_backend_and_never_prints_secrets(
     assert f"{UNREACHABLE}/***/api (DAYTONA_API_URL) unreachable" in out
     for value in secrets.values():
         assert value not in out + done.stderr
+
+
+def test_doctor_masks_a_short_key_only_where_it_stands_as_a_whole_value() -> None:
+    text = (
+        "  [ok  ] python        /opt/sandboxkit/bin/python3\n"
+        "  [ok  ] credentials   DAYTONA_API_KEY=k set\n"
+        "  [FAIL] endpoint      http://127.0.0.1:9/k/api (k) unreachable: k"
+    )
+    assert redact(text, ["k"]) == (
+        "  [ok  ] python        /opt/sandboxkit/bin/python3\n"
+        "  [ok  ] credentials   DAYTONA_API_KEY=*** set\n"
+        "  [FAIL] endpoint      http://127.0.0.1:9/***/api (***) unreachable: ***"
+    )
+
+
+def test_doctor_masks_the_longest_secret_first_and_leaves_longer_words_alone() -> None:
+    values = ["secret", "secret-a1.b2", "a+b"]
+    text = "url=http://h/secret-a1.b2/x secrets secret_x (secret) a+b"
+    assert redact(text, values) == "url=http://h/***/x secrets secret_x (***) ***"
+
+
+def test_doctor_report_with_a_one_letter_key_keeps_its_status_marks() -> None:
+    report = BackendReport(
+        "daytona", selected=True, checks=[Check("credentials", Status.OK, "DAYTONA_API_KEY set")]
+    )
+    out = redact(format_report([report], "daytona", "--backend"), ["k"])
+    assert "  [ok  ] credentials   DAYTONA_API_KEY set" in out.splitlines()
 
 
 @pytest.mark.slow
@@ -838,6 +881,40 @@ def test_eval_rejects_unusable_rows(
     assert message in done.stderr
 
 
+def test_eval_summary_lines_every_outcome_and_verdict_up_under_its_header() -> None:
+    kinds = [OutcomeKind.PASSED, OutcomeKind.UNSUPPORTED, OutcomeKind.DEADLINE]
+    outcomes = [Outcome(kind, verdict=Verdict.ACCEPTED) for kind in kinds]
+    outcomes.append(Outcome(OutcomeKind.FAILED, verdict=Verdict.WRONG_ANSWER))
+    reward = exec_reward("subprocess")
+    try:
+        text = summary(reward, outcomes)
+    finally:
+        reward.close()
+    assert text.splitlines()[3:] == [
+        "outcome      count   share",
+        "passed           1   25.0%",
+        "failed           1   25.0%",
+        "error            0    0.0%",
+        "timeout          0    0.0%",
+        "banned           0    0.0%",
+        "empty            0    0.0%",
+        "infra            0    0.0%",
+        "unsupported      1   25.0%",
+        "deadline         1   25.0%",
+        "invalid_row      0    0.0%",
+        "",
+        "verdict        count   share",
+        "accepted           3   75.0%",
+        "wrong_answer       1   25.0%",
+        "partial            0    0.0%",
+        "time_limit         0    0.0%",
+        "memory_limit       0    0.0%",
+        "runtime_error      0    0.0%",
+        "compile_error      0    0.0%",
+        "output_limit       0    0.0%",
+    ]
+
+
 def test_eval_names_the_line_that_is_not_json(tmp_path: Path, local_env: dict[str, str]) -> None:
     data = tmp_path / "bad.jsonl"
     data.write_text('{"completion": "pass", "test_list": []}\n{oops\n')
@@ -849,12 +926,108 @@ def test_eval_names_the_line_that_is_not_json(tmp_path: Path, local_env: dict[st
 # -- bench and emulate --------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def bench_run() -> Iterator[ModuleType]:
+    """``benchmarks/run.py``, imported as its scripts import it (their directory on the path)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        yield importlib.import_module("run")
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+
+
 @pytest.mark.slow
 def test_bench_runs_the_quick_benchmark(local_env: dict[str, str], tmp_path: Path) -> None:
     out = str(tmp_path / "bench.json")
     done = cli("bench", "--", "--smoke", "--only", "local", "--json", out, env=local_env)
     assert done.returncode == 0, done.stderr
     assert "exec_reward" in done.stdout and "naive" in done.stdout
+
+
+@pytest.mark.slow
+def test_bench_writes_its_results_to_the_users_cache_or_out_never_the_checkout(
+    local_env: dict[str, str], tmp_path: Path
+) -> None:
+    results = REPO / "benchmarks" / "results"
+    before = {p.name: p.read_bytes() for p in results.iterdir()}
+    env = {**local_env, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    done = cli("bench", "--", "--smoke", "--only", "local", env=env)
+    assert done.returncode == 0, done.stderr
+    cached = tmp_path / "cache" / "sandboxkit" / "bench" / "smoke.json"
+    assert json.loads(cached.read_text())["mode"] == "smoke"
+    out = tmp_path / "elsewhere" / "mine.json"
+    done = cli("bench", "--out", str(out), "--", "--smoke", "--only", "local", env=env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(out.read_text())["name"] == "mine"
+    assert {p.name: p.read_bytes() for p in results.iterdir()} == before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_an_interrupted_bench_stops_its_sandboxes_and_deletes_their_roots(
+    local_env: dict[str, str], tmp_path: Path, how: str
+) -> None:
+    """Ctrl-C reaches the whole foreground group; a SIGTERM only ``sandboxkit bench``: either
+    way the benchmark runs its cleanup (no ``kill`` of it mid-way, no orphan left running)."""
+    tmp = Path(tempfile.mkdtemp(prefix="bench-tmp-"))
+    tmp.chmod(0o711)
+    env = {**local_env, "TMPDIR": str(tmp), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    argv = [sys.executable, "-m", "sandboxkit", "bench", "--", "--smoke", "--only", "local"]
+    bench = subprocess.Popen(
+        argv, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not list(tmp.glob("sandboxkit-bench-*/sbx-*")):
+            assert bench.poll() is None and time.monotonic() < deadline, "no sandbox was made"
+            time.sleep(0.05)
+        if how == "ctrl-c":
+            os.killpg(bench.pid, signal.SIGINT)
+        else:
+            bench.send_signal(signal.SIGTERM)
+        bench.wait(timeout=120)
+        assert sorted(p.name for p in tmp.iterdir() if p.name.startswith("sandboxkit")) == []
+        assert bench.returncode == 128 + (signal.SIGINT if how == "ctrl-c" else signal.SIGTERM)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(bench.pid, signal.SIGKILL)
+        bench.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_bench_results_describe_the_load_measured_not_who_shares_the_machine(
+    bench_run: ModuleType,
+) -> None:
+    machine = bench_run.machine_info("namespaces")
+    assert "note" not in machine
+    machine.update(cpu_count=2, memory_gib=23.5, python="3.11.7", kernel="6.1", date="2026-11-27")
+    machine["load_average_start"] = [1.5, 1.0, 0.5]
+    assert bench_run.machine_line(machine) == (
+        "2 cores, 23.5 GiB, Python 3.11.7, kernel 6.1, isolation: namespaces, 2026-11-27; "
+        "load average at start 1.5."
+    )
+    machine["load_average_end"] = [11.9, 5.0, 2.0]
+    assert bench_run.machine_line(machine).endswith("load average at start 1.5, at end 11.9.")
+
+
+def test_benchmark_results_go_to_the_users_cache_unless_recorded(
+    bench_run: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    parser = argparse.ArgumentParser()
+    bench_run.add_output_options(parser, "quick")
+    paths = [
+        bench_run.output_path(parser.parse_args(argv), "quick")
+        for argv in ([], ["--record"], ["--json", "x/y.json"])
+    ]
+    assert paths == [
+        tmp_path / "sandboxkit" / "bench" / "quick.json",
+        REPO / "benchmarks" / "results" / "quick.json",
+        Path("x/y.json"),
+    ]
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--record", "--json", "x.json"])
 
 
 def test_bench_without_benchmarks_says_so(tmp_path: Path) -> None:
@@ -909,7 +1082,7 @@ def test_emulate_without_the_emulators_extra_names_it_in_one_line(
     done = cli("emulate", provider, env=without(tmp_path, missing))
     assert (done.returncode, done.stdout) == (1, "")
     assert done.stderr == (
-        f"sandboxkit emulate: BackendUnavailableError: the {provider} emulator needs "
+        f"sandboxkit emulate: MissingDependencyError: the {provider} emulator needs "
         f"{missing!r}, which is not installed: pip install 'sandboxkit[emulators]'\n"
     )
 
@@ -937,20 +1110,51 @@ def test_bench_skips_the_emulated_rows_it_cannot_run_and_prints_the_rest(
     assert "| latency-only | 50 | sandboxkit" in done.stdout  # the rows it could run
 
 
-@pytest.mark.slow
-def test_emulate_serves_what_doctor_then_finds_ready(local_env: dict[str, str]) -> None:
-    pytest.importorskip("cwsandbox", reason="needs pip install 'sandboxkit[aviato,emulators]'")
-    env = {**local_env, "PYTHONPATH": str(REPO)}
-    key = f"key-{uuid.uuid4().hex}"
+@contextlib.contextmanager
+def emulating(env: Mapping[str, str], *args: str) -> Iterator[IO[str]]:
+    """``sandboxkit emulate ARGS`` serving until the block ends, then stopped by SIGTERM (which
+    it must obey at once); its stdout."""
     server = subprocess.Popen(
-        [sys.executable, "-m", "sandboxkit", "emulate", "aviato", "--api-key", key],
-        env=env,
+        [sys.executable, "-m", "sandboxkit", "emulate", *args],
+        env={**env, "PYTHONPATH": str(REPO)},
         stdout=subprocess.PIPE,
         text=True,
     )
     try:
         assert server.stdout is not None
-        line = server.stdout.readline().strip()
+        yield server.stdout
+    finally:
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=60) == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("provider", "options", "printed"),
+    [
+        ("daytona", ["--api-key", "k1"], ["DAYTONA_API_URL", "DAYTONA_API_KEY=k1"]),
+        ("daytona", [], ["DAYTONA_API_URL", "DAYTONA_API_KEY=any"]),
+        ("aviato", ["--api-key", "k2"], ["CWSANDBOX_BASE_URL", "CWSANDBOX_API_KEY=k2"]),
+    ],
+)
+def test_emulate_prints_the_key_variable_a_client_needs_after_the_url(
+    local_env: dict[str, str], provider: str, options: list[str], printed: list[str]
+) -> None:
+    pytest.importorskip("grpc", reason="needs pip install 'sandboxkit[emulators]'")
+    pytest.importorskip("socketio", reason="needs pip install 'sandboxkit[emulators]'")
+    with emulating(local_env, provider, "--port", "0", *options) as out:
+        url = out.readline().strip()
+        assert url.partition("=")[0] == printed[0]
+        assert url.partition("=")[2].startswith("http://127.0.0.1:"), url
+        assert out.readline().strip() == printed[1]
+
+
+@pytest.mark.slow
+def test_emulate_serves_what_doctor_then_finds_ready(local_env: dict[str, str]) -> None:
+    pytest.importorskip("cwsandbox", reason="needs pip install 'sandboxkit[aviato,emulators]'")
+    key = f"key-{uuid.uuid4().hex}"
+    with emulating(local_env, "aviato", "--api-key", key) as out:
+        line = out.readline().strip()
         name, _, url = line.partition("=")
         assert name == "CWSANDBOX_BASE_URL", line
         done = cli(
@@ -963,6 +1167,3 @@ def test_emulate_serves_what_doctor_then_finds_ready(local_env: dict[str, str]) 
         )
         assert done.returncode == 0, done.stdout
         assert key not in done.stdout
-    finally:
-        server.send_signal(signal.SIGTERM)
-        assert server.wait(timeout=60) == 0

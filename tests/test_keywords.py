@@ -4,6 +4,7 @@ reach the layer that reads them."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import uuid
 from collections.abc import Callable
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from sandboxkit import SandboxClient, SandboxPool, Session, get_backend
+from sandboxkit import SandboxClient, SandboxPool, Session, get_backend, wait
 from sandboxkit.backends.subprocess import SubprocessBackend
 from sandboxkit.harness import FunctionTask
 from sandboxkit.local.limits import Limits
@@ -68,6 +69,60 @@ def test_pool_session_and_client_refuse_misspelt_sandbox_options(local: SandboxC
     with pytest.raises(TypeError, match=r"'imag' \(did you mean 'image'\?\); valid keywords: cpu"):
         local.sandbox(imag="python:3.11")
     assert local.list() == []
+
+
+def test_a_misspelt_keyword_of_exec_names_the_method_called_and_the_keyword_meant(
+    local: SandboxClient,
+) -> None:
+    valid = "valid keywords: argv, cwd, env, stdin, timeout"
+    with local.sandbox() as sb:
+        with pytest.raises(TypeError) as sync:
+            sb.exec(["true"], timeot=3)  # type: ignore[call-arg]
+
+        async def misspelt() -> None:
+            await sb.aexec(["true"], timout=3)  # type: ignore[call-arg]
+
+        with pytest.raises(TypeError) as aio:
+            asyncio.run(misspelt())
+        assert sb.exec(["true"], timeout=30).returncode == 0
+    assert str(sync.value) == (
+        "Sandbox.exec() got an unexpected keyword argument 'timeot' (did you mean 'timeout'?); "
+        + valid
+    )
+    assert str(aio.value) == (
+        "Sandbox.aexec() got an unexpected keyword argument 'timout' (did you mean 'timeout'?); "
+        + valid
+    )
+
+
+def test_public_methods_and_functions_suggest_the_keyword_meant(
+    local: SandboxClient,
+) -> None:
+    def refused(call: Callable[[], object]) -> str:
+        with pytest.raises(TypeError) as raised:
+            call()
+        return str(raised.value).split(";")[0]
+
+    with local.sandbox() as sb, Session(local, handle_signals=False) as session:
+        pool = SandboxPool(local, size=1)
+        try:
+            said = [
+                refused(lambda: sb.write_file("a.txt", dat="x")),
+                refused(lambda: local.list(tag=["x"])),
+                refused(lambda: session.reap(tag=["x"], older=5)),
+                refused(lambda: pool.run(lambda s: s.aexec(["true"]), dedline=1.0)),
+                refused(lambda: wait([], timout=1.0)),
+            ]
+        finally:
+            pool.close()
+    assert said == [
+        "Sandbox.write_file() got an unexpected keyword argument 'dat' (did you mean 'data'?)",
+        "SandboxClient.list() got an unexpected keyword argument 'tag' (did you mean 'tags'?)",
+        "Session.reap() got unexpected keyword arguments 'older', 'tag' "
+        "(did you mean 'older_than', 'tags'?)",
+        "SandboxPool.run() got an unexpected keyword argument 'dedline' (did you mean 'deadline'?)",
+        "wait() got an unexpected keyword argument 'timout' (did you mean 'timeout'?)",
+    ]
 
 
 @pytest.mark.parametrize(

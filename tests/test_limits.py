@@ -21,6 +21,7 @@ import pytest
 import sandboxkit
 from sandboxkit.backends.subprocess import SubprocessBackend
 from sandboxkit.doctor import Status, check_local
+from sandboxkit.errors import BackendMisconfiguredError, InvalidLimitError
 from sandboxkit.local.cgroup import Cgroups
 from sandboxkit.local.limits import Limits
 from sandboxkit.testing.remote import processes_with, wait_until
@@ -105,6 +106,77 @@ def test_the_new_limits_are_settings_like_the_others(monkeypatch: pytest.MonkeyP
     assert (Limits().memory_mb, Limits().disk_mb, Limits().disk_inodes) == (2048, 512, 32768)
 
 
+WHOLE = "a whole number, at least 1"
+
+
+@pytest.mark.parametrize(
+    ("var", "raw", "message"),
+    [
+        (
+            "MEMORY_MB",
+            "lots",
+            f"SANDBOXKIT_LIMIT_MEMORY_MB='lots': the memory_mb limit must be {WHOLE}",
+        ),
+        (
+            "MEMORY_MB",
+            "-5",
+            f"SANDBOXKIT_LIMIT_MEMORY_MB='-5': the memory_mb limit must be {WHOLE}",
+        ),
+        ("MEMORY_MB", "0", f"SANDBOXKIT_LIMIT_MEMORY_MB='0': the memory_mb limit must be {WHOLE}"),
+        (
+            "CPU_SECONDS",
+            "1.5",
+            f"SANDBOXKIT_LIMIT_CPU_SECONDS='1.5': the cpu_seconds limit must be {WHOLE}",
+        ),
+        (
+            "OPEN_FILES",
+            "256 files",
+            f"SANDBOXKIT_LIMIT_OPEN_FILES='256 files': the open_files limit must be {WHOLE}",
+        ),
+        (
+            "CPUS",
+            "nan",
+            "SANDBOXKIT_LIMIT_CPUS='nan': the cpus limit must be a number of CPUs, at least 0.01",
+        ),
+        (
+            "CPUS",
+            "0",
+            "SANDBOXKIT_LIMIT_CPUS='0': the cpus limit must be a number of CPUs, at least 0.01",
+        ),
+    ],
+)
+def test_an_invalid_limit_variable_fails_when_the_backend_is_built_and_names_it(
+    monkeypatch: pytest.MonkeyPatch, local_root: Path, var: str, raw: str, message: str
+) -> None:
+    monkeypatch.setenv(f"SANDBOXKIT_LIMIT_{var}", raw)
+    with pytest.raises(InvalidLimitError) as raised:
+        sandboxkit.get_backend("subprocess", root=local_root)
+    assert str(raised.value) == message
+    assert isinstance(raised.value, BackendMisconfiguredError)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"memory_mb": -5}, f"memory_mb=-5: the memory_mb limit must be {WHOLE}"),
+        ({"disk_mb": 0}, f"disk_mb=0: the disk_mb limit must be {WHOLE}"),
+        ({"open_files": "many"}, f"open_files='many': the open_files limit must be {WHOLE}"),
+        ({"processes": True}, f"processes=True: the processes limit must be {WHOLE}"),
+        ({"output_bytes": 1.5}, f"output_bytes=1.5: the output_bytes limit must be {WHOLE}"),
+        ({"cpus": -1}, "cpus=-1: the cpus limit must be a number of CPUs, at least 0.01"),
+    ],
+)
+def test_an_invalid_limit_keyword_fails_when_the_backend_is_built_and_names_it(
+    local_root: Path, options: dict[str, object], message: str
+) -> None:
+    with pytest.raises(InvalidLimitError) as raised:
+        sandboxkit.get_backend("subprocess", root=local_root, **options)
+    assert str(raised.value) == message
+    with pytest.raises(InvalidLimitError) as direct:
+        Limits(**options)  # type: ignore[arg-type]
+    assert str(direct.value) == message
+
+
 def test_a_sandboxs_cpus_are_a_setting_a_keyword_and_a_spec_field(
     monkeypatch: pytest.MonkeyPatch, local_root: Path
 ) -> None:
@@ -134,7 +206,10 @@ def test_a_sandboxs_cpus_are_a_setting_a_keyword_and_a_spec_field(
     with pytest.raises(ValueError, match="SANDBOXKIT_LIMIT_CPUS='half'"):
         Limits.from_env()
     monkeypatch.setenv("SANDBOXKIT_LIMIT_CPUS", "0.001")
-    with pytest.raises(ValueError, match=r"^cpus must be at least 0\.01, got 0\.001$"):
+    at_least = (
+        r"^SANDBOXKIT_LIMIT_CPUS='0\.001': the cpus limit must be a number of CPUs, at least 0\.01$"
+    )
+    with pytest.raises(InvalidLimitError, match=at_least):
         sandboxkit.get_backend("subprocess", root=local_root)
 
 

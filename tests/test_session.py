@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sandboxkit import SandboxClient, Session
+from sandboxkit import SandboxClient, Session, spawn
 from sandboxkit.testing.faults import Faults, FaultyBackend
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,6 +60,65 @@ def test_async_context_and_extra_tags(local: SandboxClient) -> None:
 
     run_tag = asyncio.run(main())
     assert local.list(tags=[run_tag]) == []
+
+
+def test_async_with_a_clients_asandbox_stops_the_sandbox_at_the_end_of_the_block(
+    local: SandboxClient, local_root: Path
+) -> None:
+    async def main() -> tuple[str, list[str], str]:
+        with pytest.raises(RuntimeError, match="inside the block"):
+            async with local.asandbox(tags=["how=async-with"]) as sb:
+                result = await sb.aexec(["echo", "hi"])
+                inside = sandbox_dirs(local_root)
+                raise RuntimeError("inside the block")
+        return sb.id, inside, result.stdout
+
+    made, inside, out = asyncio.run(main())
+    assert (inside, out) == ([made], "hi\n")
+    assert sandbox_dirs(local_root) == []
+
+
+def test_awaiting_asandbox_still_gives_a_sandbox_that_stops_with_async_with(
+    local: SandboxClient, local_root: Path
+) -> None:
+    async def main() -> list[str]:
+        async with await local.asandbox() as sb:
+            return [sb.id, *sandbox_dirs(local_root)]
+
+    made, *inside = asyncio.run(main())
+    assert inside == [made]
+    assert sandbox_dirs(local_root) == []
+
+
+def test_asandbox_can_still_be_scheduled_as_the_coroutine_it_was(
+    local: SandboxClient, local_root: Path
+) -> None:
+    """``asyncio.create_task`` and ``spawn`` take only coroutines: what ``asandbox`` returns
+    must still be one."""
+
+    async def main() -> list[str]:
+        sb = await asyncio.create_task(local.asandbox())
+        return [sb.id]
+
+    made = asyncio.run(main())
+    with Session(local, handle_signals=False) as session:
+        made.append(spawn(session.asandbox()).result(timeout=60).id)
+        assert sorted(sandbox_dirs(local_root)) == sorted(made)
+    local.stop(made[0])
+    assert sandbox_dirs(local_root) == []
+
+
+def test_async_with_a_sessions_asandbox_stops_it_through_the_session(
+    local: SandboxClient,
+) -> None:
+    async def main() -> tuple[int, int, int]:
+        async with Session(local, handle_signals=False) as session:
+            async with session.asandbox(tags=["env=python"]) as sb:
+                inside = (len(session.sandboxes), await session.acount(tags=["env=python"]))
+            assert sb.id not in {s.id for s in session.sandboxes}
+            return (*inside, await session.acount())
+
+    assert asyncio.run(main()) == (1, 1, 0)
 
 
 def test_sessions_of_one_run_are_counted_together(local: SandboxClient) -> None:

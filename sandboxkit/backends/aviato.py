@@ -7,7 +7,9 @@ Configuration (explicit options win over the environment, which may come from ``
   ``delete`` in the client read only the environment or an explicit ``base_url``.
 - Credentials: ``api_key=``, else ``CWSANDBOX_API_KEY``, else ``AVIATO_API_KEY`` (the name from
   before the rename, which the client itself ignores). ``auth=`` takes any ``cwsandbox``
-  auth config (``WandbAuth()``, say) instead. With neither, the client's own default applies.
+  auth config (``WandbAuth()``, say) instead. With neither, building the backend fails at once,
+  as Daytona's does, naming the variable to set (the client would send no credentials, and
+  the service answer "invalid API key", or the default URL not resolve, only at the first call).
 - Signals: the client installs SIGINT/SIGTERM handlers when a sandbox is first made on the main
   thread; they would run its cleanup before sandboxkit's or TRL's. Creating this backend turns
   them off for the process (``cwsandbox.disable_signal_handlers()``) unless
@@ -52,9 +54,6 @@ from collections.abc import Awaitable, Mapping, Sequence
 from datetime import timedelta, timezone
 from typing import Any, TypeVar
 
-import cwsandbox
-import grpc
-
 from ..config import setting
 from ..coordination import key_digest
 from ..errors import (
@@ -66,6 +65,7 @@ from ..errors import (
     SandboxNotFoundError,
     SandboxTimeoutError,
     TransientBackendError,
+    installed_for,
 )
 from ..keywords import keyword_only
 from ..portal import portal
@@ -80,6 +80,10 @@ from ..protocol import (
 )
 from ._facts import AVIATO_DEFAULT_URL, AVIATO_KEY_VARS, AVIATO_URL_VAR
 from ._output import cap_output
+
+with installed_for("the 'aviato' backend", "pip install 'sandboxkit[aviato]'"):
+    import cwsandbox
+    import grpc
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -226,6 +230,11 @@ class AviatoBackend:
         key = api_key or next(filter(None, (setting(v) for v in AVIATO_KEY_VARS)), None)
         if key is not None and auth is not None:
             raise BackendMisconfiguredError("give api_key or auth, not both")
+        if key is None and auth is None:
+            raise BackendMisconfiguredError(
+                f"the aviato backend needs an API key: pass api_key= or set {AVIATO_KEY_VARS[0]}"
+                f" ({AVIATO_KEY_VARS[1]} is read too; auth= takes another cwsandbox credential)"
+            )
         if key is not None:
             auth = cwsandbox.AuthHeaders({"Authorization": f"Bearer {key}"}, strategy="api_key")
         self.base_url = base_url or setting(AVIATO_URL_VAR) or AVIATO_DEFAULT_URL

@@ -60,26 +60,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
-import aiohttp
-import pydantic
-from daytona import (
-    AsyncDaytona,
-    AsyncSandbox,
-    CreateSandboxFromImageParams,
-    CreateSandboxFromSnapshotParams,
-    DaytonaAuthenticationError,
-    DaytonaConfig,
-    DaytonaConnectionError,
-    DaytonaError,
-    DaytonaForbiddenError,
-    DaytonaProcessExecutionTimeoutError,
-    DaytonaTimeoutError,
-    FileDownloadRequest,
-    ListSandboxesQuery,
-    Resources,
-    SandboxState,
-)
-
 from ..config import setting
 from ..coordination import key_digest
 from ..errors import (
@@ -92,6 +72,7 @@ from ..errors import (
     SandboxNotFoundError,
     SandboxTimeoutError,
     TransientBackendError,
+    installed_for,
 )
 from ..portal import portal
 from ..protocol import (
@@ -105,6 +86,27 @@ from ..protocol import (
 from ._daytona_wire import MARK, NO_CWD, NO_WORKDIR, STREAMS_SEPARATOR, kill_command, wrap_command
 from ._facts import DAYTONA_DEFAULT_URL, DAYTONA_KEY_VAR, DAYTONA_TARGET_VAR, DAYTONA_URL_VAR
 from ._output import cap_output
+
+with installed_for("the 'daytona' backend", "pip install 'sandboxkit[daytona]'"):
+    import aiohttp
+    import pydantic
+    from daytona import (
+        AsyncDaytona,
+        AsyncSandbox,
+        CreateSandboxFromImageParams,
+        CreateSandboxFromSnapshotParams,
+        DaytonaAuthenticationError,
+        DaytonaConfig,
+        DaytonaConnectionError,
+        DaytonaError,
+        DaytonaForbiddenError,
+        DaytonaProcessExecutionTimeoutError,
+        DaytonaTimeoutError,
+        FileDownloadRequest,
+        ListSandboxesQuery,
+        Resources,
+        SandboxState,
+    )
 
 T = TypeVar("T")
 

@@ -34,11 +34,6 @@ from datetime import datetime, timezone
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-import ray
-from ray._private.services import canonicalize_bootstrap_address
-from ray.actor import ActorHandle
-from ray.exceptions import ActorUnavailableError, RayActorError, RayError, RayTaskError
-
 from ..config import ISOLATION_VAR, setting
 from ..errors import (
     BackendError,
@@ -47,11 +42,18 @@ from ..errors import (
     SandboxLostError,
     SandboxNotFoundError,
     TransientBackendError,
+    installed_for,
 )
 from ..local.isolation import Tier
 from ..protocol import ExecResult, SandboxInfo, SandboxSpec, SandboxStatus
 from ._facts import RAY_ADDRESS_VAR
 from .subprocess import SubprocessBackend
+
+with installed_for("the 'ray' backend", "pip install 'sandboxkit[ray]'"):
+    import ray
+    from ray._private.services import canonicalize_bootstrap_address
+    from ray.actor import ActorHandle
+    from ray.exceptions import ActorUnavailableError, RayActorError, RayError, RayTaskError
 
 NAMESPACE = "sandboxkit"
 """The Ray namespace of every sandbox's actor, whatever the driver's own namespace."""

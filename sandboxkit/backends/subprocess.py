@@ -132,7 +132,6 @@ class SubprocessBackend:
             if limits is not None
             else Limits.from_env(**limit_overrides)
         )
-        check_cpus(self.limits.cpus)
         cgroups = Cgroups.shared()
         report = detect(has_cgroup=cgroups.pids is not None, python=python)
         if report.run_as != os.getuid():

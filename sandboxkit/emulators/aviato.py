@@ -42,19 +42,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-import grpc
-from cwsandbox._proto import sandbox_pb2 as pb
-from cwsandbox._proto import sandbox_pb2_grpc as pb_grpc
-from google.protobuf import duration_pb2, timestamp_pb2
-from google.rpc import error_details_pb2, status_pb2
-
-from ..backends._facts import AVIATO_URL_VAR
-from ..backends.aviato import CD_EXEC
-from ..errors import BackendMisconfiguredError, SandboxError, SandboxNotFoundError
+from ..backends._facts import AVIATO_KEY_VARS, AVIATO_URL_VAR
+from ..errors import BackendMisconfiguredError, SandboxError, SandboxNotFoundError, installed_for
 from ..protocol import DEFAULT_WORKDIR, KILLED_RETURNCODE, Backend, ExecResult, SandboxSpec
 from ..registry import get_backend
 from ..testing.faults import Faults
-from . import PYTHONS
+from . import ANY_KEY, INSTALL, PYTHONS
+
+with installed_for("the aviato emulator", INSTALL):
+    import grpc
+    from cwsandbox._proto import sandbox_pb2 as pb
+    from cwsandbox._proto import sandbox_pb2_grpc as pb_grpc
+    from google.protobuf import duration_pb2, timestamp_pb2
+    from google.rpc import error_details_pb2, status_pb2
+
+    from ..backends.aviato import CD_EXEC  # the client and grpc, which the emulator serves
 
 ERROR_DOMAIN = "cwsandbox.com"
 """The ``ErrorInfo`` domain the client trusts for reason-specific errors."""
@@ -601,7 +603,8 @@ def serve_forever(
     api_key: str | None = None,
     faults: Faults | None = None,
 ) -> int:
-    """Serve until SIGINT/SIGTERM (``sandboxkit emulate aviato``); prints the URL to use."""
+    """Serve until SIGINT/SIGTERM (``sandboxkit emulate aviato``); prints the URL to use, then
+    the key a client must send (``api_key``, or ``any`` when every key is accepted)."""
 
     async def main() -> None:
         server = _Server(api_key=api_key, faults=faults, page_size=PAGE_SIZE, direct_python=True)
@@ -610,7 +613,7 @@ def serve_forever(
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, done.set)
-        print(f"{AVIATO_URL_VAR}={url}", flush=True)
+        print(f"{AVIATO_URL_VAR}={url}\n{AVIATO_KEY_VARS[0]}={api_key or ANY_KEY}", flush=True)
         try:
             await done.wait()
         finally:

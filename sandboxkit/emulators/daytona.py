@@ -49,9 +49,6 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import quote
 
-import socketio  # type: ignore[import-untyped]
-from aiohttp import BodyPartReader, MultipartWriter, web
-
 from ..backends._daytona_wire import (
     ARGV_CLOSES,
     ARGV_OPENS,
@@ -61,14 +58,18 @@ from ..backends._daytona_wire import (
     kill_command,
     wrap_command,
 )
-from ..backends._facts import DAYTONA_URL_VAR
-from ..errors import SandboxError, SandboxNotFoundError
+from ..backends._facts import DAYTONA_KEY_VAR, DAYTONA_URL_VAR
+from ..errors import SandboxError, SandboxNotFoundError, installed_for
 from ..local.isolation import IsolationReport, Tier
 from ..protocol import DEFAULT_WORKDIR, KILLED_RETURNCODE, ExecResult, SandboxSpec
 from ..registry import get_backend
 from ..testing.faults import Faults
-from . import PYTHONS
+from . import ANY_KEY, INSTALL, PYTHONS
 from .host import remove_from_host
+
+with installed_for("the daytona emulator", INSTALL):
+    import socketio  # type: ignore[import-untyped]
+    from aiohttp import BodyPartReader, MultipartWriter, web
 
 API_SOURCE = "DAYTONA_API"
 DAEMON_SOURCE = "DAYTONA_DAEMON"
@@ -839,7 +840,8 @@ def serve_forever(
 ) -> int:
     """Serve until SIGINT or SIGTERM (``sandboxkit emulate daytona``), then stop every sandbox.
 
-    Prints ``DAYTONA_API_URL=...`` once the server accepts connections.
+    Prints ``DAYTONA_API_URL=...`` once the server accepts connections, then the key a client
+    must send (``DAYTONA_API_KEY=...``: ``api_key``, or ``any`` when every key is accepted).
     """
 
     async def main() -> int:
@@ -848,7 +850,9 @@ def serve_forever(
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stopping.set)
         async with DaytonaEmulator(host=host, port=port, api_key=api_key, faults=faults) as emu:
-            print(f"{DAYTONA_URL_VAR}={emu.url}", flush=True)
+            print(
+                f"{DAYTONA_URL_VAR}={emu.url}\n{DAYTONA_KEY_VAR}={api_key or ANY_KEY}", flush=True
+            )
             await stopping.wait()
         print("daytona emulator stopped", file=sys.stderr, flush=True)
         return 0

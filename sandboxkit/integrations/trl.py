@@ -9,10 +9,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from transformers import TrainerCallback
-
+from ..errors import installed_for
 from ..rewards import AsyncRewardFunction, RewardFunction
 from .environment import TOOLS, SandboxEnvironment, sandbox_environment
+
+with installed_for("sandboxkit.integrations.trl", "pip install 'sandboxkit[trl]'"):
+    from transformers import TrainerCallback
 
 __all__ = ["TOOLS", "SandboxCleanupCallback", "SandboxEnvironment", "sandbox_environment"]
 

@@ -9,13 +9,32 @@ cgroups (``cgroup.py``), storage on a tmpfs of its own (``disk.py``).
 
 from __future__ import annotations
 
+import math
 import resource
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from ..config import setting
+from ..errors import InvalidLimitError
 
 MiB = 1024 * 1024
+MIN_CPUS = 0.01
+"""The least CPU share the kernel can bound (1 ms per 100 ms period)."""
+
+
+def _check(name: str, value: Any, source: str) -> None:
+    """Refuse a limit no sandbox could run under; ``source`` is how the user gave it
+    (``SANDBOXKIT_LIMIT_MEMORY_MB='lots'``, ``memory_mb=-5``)."""
+    if name == "cpus":
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if ok and math.isfinite(value) and value >= MIN_CPUS:
+            return
+        allowed = f"a number of CPUs, at least {MIN_CPUS}"
+    else:
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+            return
+        allowed = "a whole number, at least 1"
+    raise InvalidLimitError(f"{source}: the {name} limit must be {allowed}")
 
 
 @dataclass(frozen=True)
@@ -42,19 +61,27 @@ class Limits:
     output_bytes: int = 1 * MiB
     """Kept per stream (stdout, stderr); the rest is read and dropped, and ``truncated`` set."""
 
-    @classmethod
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            _check(f.name, value, f"{f.name}={value!r}")
+
     @classmethod
     def from_env(cls, **overrides: Any) -> Limits:
-        """Defaults, then ``SANDBOXKIT_LIMIT_<FIELD>`` variables, then ``overrides``."""
+        """Defaults, then ``SANDBOXKIT_LIMIT_<FIELD>`` variables, then ``overrides``; an
+        invalid one is an :class:`InvalidLimitError` naming the variable or keyword."""
         values: dict[str, Any] = {}
         for f in fields(cls):
-            raw = setting(f"SANDBOXKIT_LIMIT_{f.name.upper()}")
-            if raw is not None:
-                parse = float if isinstance(f.default, float) else int
-                try:
-                    values[f.name] = parse(raw)
-                except ValueError:
-                    raise ValueError(f"SANDBOXKIT_LIMIT_{f.name.upper()}={raw!r}") from None
+            var = f"SANDBOXKIT_LIMIT_{f.name.upper()}"
+            raw = setting(var)
+            if raw is None:
+                continue
+            parse = float if isinstance(f.default, float) else int
+            try:
+                values[f.name] = parse(raw)
+            except ValueError:
+                values[f.name] = raw
+            _check(f.name, values[f.name], f"{var}={raw!r}")
         return replace(cls(**values), **overrides)
 
     def rlimits(self, *, with_nproc: bool, with_as: bool) -> dict[int, tuple[int, int]]:
@@ -74,8 +101,8 @@ class Limits:
 
 def check_cpus(cpus: float) -> None:
     """A sandbox's CPUs must be a positive number the kernel can bound (1 ms per 100 ms)."""
-    if not cpus >= 0.01:
-        raise ValueError(f"cpus must be at least 0.01, got {cpus!r}")
+    if not cpus >= MIN_CPUS:
+        raise InvalidLimitError(f"cpus must be at least {MIN_CPUS}, got {cpus!r}")
 
 
 def apply_rlimits(pid: int, rlimits: dict[int, tuple[int, int]]) -> None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..client import Sandbox
+from ..keywords import suggest_keywords
 from ..registry import BackendLike
 from ..retry import retried
 from ..session import Session
@@ -80,6 +81,7 @@ def renewer(sandbox_backend: object) -> Callable[[str], Awaitable[None]] | None:
     return renew
 
 
+@suggest_keywords
 class SandboxLender:
     """Lends whole sandboxes, one holder each; see the module's docstring.
 
