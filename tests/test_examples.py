@@ -166,6 +166,37 @@ def test_tool_use_example_trains_with_a_sandbox_environment(tmp_path: Path) -> N
     assert re.search(r"^Sandboxes left under job=[0-9a-f]{8}: 0$", result.stdout, re.M)
 
 
+def test_learning_example_raises_the_mean_reward_by_at_least_a_fifth(tmp_path: Path) -> None:
+    """GRPO on sandbox rewards alone teaches the pre-fitted tiny model which body each prompt
+    asks for. The dataset is not shuffled and the learning rate is constant, so a 40-step run
+    is the first 40 steps of the default 60-step one."""
+    pytest.importorskip("trl", reason=NEEDS_EXAMPLES)
+    pytest.importorskip("matplotlib", reason=NEEDS_EXAMPLES)
+    result = run_example("learning_grpo.py", "--steps", "40", "--output-dir", "out", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert quiet(result.stderr) == [], result.stderr[-3000:]
+    steps = re.findall(r"^step +(\d+)/40: mean reward (\d\.\d\d) ", result.stdout, re.M)
+    assert [int(step) for step, _ in steps] == list(range(1, 41))
+    found = re.search(
+        r"^Mean reward: first 10 steps (\d\.\d\d), last 10 steps (\d\.\d\d), rise ([-+]\d\.\d\d)$",
+        result.stdout,
+        re.M,
+    )
+    assert found is not None, result.stdout
+    first, last, rise = (float(x) for x in found.groups())
+    assert last - first >= 0.2, result.stdout
+    assert abs(rise - (last - first)) <= 0.011
+    shown = [float(reward) for _, reward in steps]
+    assert abs(sum(shown[:10]) / 10 - first) <= 0.011 and abs(sum(shown[-10:]) / 10 - last) <= 0.011
+    out = tmp_path / "out"
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == list(range(1, 41))
+    assert all(m["assert_tests_reward/infra_error_rate"] == 0.0 for m in metrics)
+    png = (out / "rewards.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and png[12:16] == b"IHDR"
+    assert re.search(r"^Sandboxes left under job=[0-9a-f]{8}: 0$", result.stdout, re.M)
+
+
 @pytest.mark.parametrize(
     ("script", "message"),
     [
