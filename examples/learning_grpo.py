@@ -1,6 +1,6 @@
 """GRPO that visibly learns, on CPU, offline, in a few minutes.
 
-    python examples/learning_grpo.py                    # ~2-3 min on 2 CPU cores
+    python examples/learning_grpo.py                    # 1-3 min on 2 CPU cores
     python examples/learning_grpo.py --steps 60 --output-dir my_run
 
 The task family: four two-argument functions (``add``, ``sub``, ``mul``, ``biggest``), each a
@@ -41,7 +41,7 @@ from _common import (
     read_metrics,
 )
 
-from sandboxkit.rewards import assert_tests_reward
+from sandboxkit.rewards import RewardFunction, assert_tests_reward
 
 TASKS: dict[str, dict[str, Any]] = {
     "add": {
@@ -129,16 +129,20 @@ class Scoreboard:
     """The sandbox reward, recording each completion's reward by step and task for the
     summary; TRL passes the dataset's ``task`` column along with the completions."""
 
-    def __init__(self, reward: Any) -> None:
-        self.reward = reward
+    def __init__(self, reward: RewardFunction) -> None:
+        # Made here, on the main thread, as as_async asks: its pool's session handles signals.
+        self.reward = reward.as_async()
         self.scores: list[dict[str, list[float]]] = []
         self.__name__ = reward.__name__  # TRL logs a reward under its function's name
 
-    async def __call__(self, prompts: list[str], completions: list[str], **columns: Any) -> Any:
-        rewards = await self.reward.as_async()(prompts, completions, **columns)
+    async def __call__(
+        self, prompts: list[str], completions: list[str], **columns: Any
+    ) -> list[float | None]:
+        rewards = await self.reward(prompts, completions, **columns)
         step: dict[str, list[float]] = defaultdict(list)
         for task, value in zip(columns["task"], rewards, strict=True):
-            step[task].append(float(value))
+            if value is not None:  # None: the sandbox failed, not the model (TRL drops it)
+                step[task].append(value)
         self.scores.append(step)
         return rewards
 
