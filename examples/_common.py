@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import secrets
 import tempfile
-from collections.abc import Sequence
+import warnings
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -21,6 +23,7 @@ from sandboxkit.rewards import RewardFunction, assert_tests_reward
 
 if TYPE_CHECKING:
     from datasets import Dataset
+    from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
 RULE = "=" * 60
@@ -73,6 +76,21 @@ def gpu_unsupported_reason(what: str, packages: Sequence[str], cpu_alternative: 
     if missing:
         return f"{what} needs {', '.join(missing)}: pip install {' '.join(missing)}"
     return None
+
+
+def quiet_libraries() -> None:
+    """Keep an example's output to its progress, rewards and summary.
+
+    transformers warns (FutureWarning) about its own deprecated names whenever TRL calls them,
+    logs weight-loading notes and draws progress bars for saving and loading a model: none of
+    it is something a user of the example can act on. Only those categories and modules are
+    silenced; errors still raise, and other libraries' warnings still show.
+    """
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"(transformers|trl)(\.|$)")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
 
 
 def print_header(title: str, rows: Sequence[tuple[str, object]] = ()) -> None:
@@ -179,6 +197,9 @@ def grpo_config(output_dir: str, *, tiny: bool, **overrides: Any) -> GRPOConfig:
         "save_strategy": "no",
         "seed": 0,
         "max_steps": 1,
+        # Transformers hides the progress bar when its log level is above WARNING, as
+        # quiet_libraries sets it: the bar is progress a user wants, so keep it.
+        "disable_tqdm": False,
     }
     if tiny:
         settings |= {
@@ -198,6 +219,76 @@ def grpo_config(output_dir: str, *, tiny: bool, **overrides: Any) -> GRPOConfig:
         }
     settings |= overrides
     return GRPOConfig(**settings)
+
+
+def metrics_writer(path: Path, reward_name: str) -> TrainerCallback:
+    """A callback appending one JSON line per logged training step to ``path``: the step, the
+    mean reward, its standard deviation, the loss and the ``reward_name/...`` metrics."""
+    from transformers import TrainerCallback
+
+    class MetricsWriter(TrainerCallback):
+        def on_log(
+            self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **_: Any
+        ) -> None:
+            if not logs or "reward" not in logs:
+                return
+            record: dict[str, Any] = {"step": state.global_step}
+            for key, value in logs.items():
+                if key in ("reward", "reward_std", "loss") or key.startswith(f"{reward_name}/"):
+                    record[key] = value
+            with path.open("a") as f:
+                f.write(json.dumps(record) + "\n")
+
+    path.write_text("")
+    return MetricsWriter()
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def plot_rewards(
+    metrics: Sequence[Mapping[str, Any]],
+    png: Path,
+    title: str,
+    *,
+    ylim: tuple[float, float],
+    band: bool = True,
+    marks: Mapping[str, float] | None = None,
+) -> None:
+    """Mean reward per step, with a band of one standard deviation across completions (unless
+    not ``band``: for rewards of 0 or 1 it only says how close to half the mean is), and a
+    dashed horizontal line per entry of ``marks`` (label: value)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    steps = [m["step"] for m in metrics]
+    mean = [m["reward"] for m in metrics]
+    std = [m.get("reward_std", 0.0) for m in metrics]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(steps, mean, marker="o", label="mean reward")
+    if band:
+        ax.fill_between(
+            steps,
+            [m - s for m, s in zip(mean, std, strict=True)],
+            [m + s for m, s in zip(mean, std, strict=True)],
+            alpha=0.2,
+            label="± 1 std",
+        )
+    for (label, value), color in zip(
+        (marks or {}).items(), ("tab:red", "tab:green", "tab:purple"), strict=False
+    ):
+        ax.axhline(value, color=color, linestyle="--", label=f"{label}: {value:.2f}")
+    ax.set(xlabel="training step", ylabel="reward", title=title, ylim=ylim)
+    ax.axhline(0.0, color="grey", linewidth=0.5)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
 
 
 def mean_rewards(trainer: GRPOTrainer) -> list[float]:

@@ -27,6 +27,7 @@ from _common import (
     job_tag,
     new_job_id,
     print_header,
+    quiet_libraries,
     tiny_model_dir,
     train_and_report,
 )
@@ -96,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         if reason is not None:
             print(f"error: {reason}", file=sys.stderr)
             return EXIT_UNSUPPORTED
+    quiet_libraries()
     languages = args.languages.split(",")
     wrong = sorted(set(languages) - set(PROMPT_NAMES))
     if wrong:

@@ -50,6 +50,7 @@ def build_tiny_model(
         vocab_size=512,
         special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
     )
     tokenizer.train_from_iterator([*_CORPUS, *extra_text] * 4, trainer=trainer)
     wrapped: Any = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]

@@ -34,6 +34,7 @@ from _common import (
     mean_rewards,
     new_job_id,
     print_header,
+    quiet_libraries,
     tiny_model_dir,
 )
 from mbpp import SPLITS, MBPPProblem, load_problems
@@ -110,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         if reason is not None:
             print(f"error: {reason}", file=sys.stderr)
             return EXIT_UNSUPPORTED
+    quiet_libraries()
 
     from trl import GRPOTrainer
 

@@ -12,13 +12,20 @@ from __future__ import annotations
 import argparse
 import sys
 
-from _common import DEFAULT_INSTRUCT_MODEL, add_model_args, run_grpo, tiny_model_dir
+from _common import (
+    DEFAULT_INSTRUCT_MODEL,
+    add_model_args,
+    quiet_libraries,
+    run_grpo,
+    tiny_model_dir,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="One GRPO step with sandbox rewards.")
     add_model_args(parser, DEFAULT_INSTRUCT_MODEL)
     args = parser.parse_args(argv)
+    quiet_libraries()
     model = str(tiny_model_dir()) if args.tiny else args.model
     return run_grpo(
         "TRL GRPO with sandbox rewards",

@@ -18,6 +18,7 @@ from _common import (
     EXIT_UNSUPPORTED,
     add_model_args,
     gpu_unsupported_reason,
+    quiet_libraries,
     run_grpo,
 )
 
@@ -38,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_UNSUPPORTED
 
     from unsloth import FastLanguageModel  # before trl and transformers, as Unsloth requires
+
+    quiet_libraries()
 
     model, tokenizer = FastLanguageModel.from_pretrained(
         model_name=args.model, max_seq_length=args.max_seq_length, load_in_4bit=True

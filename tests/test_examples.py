@@ -8,12 +8,11 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +43,15 @@ def run_example(
         text=True,
         timeout=timeout,
     )
+
+
+def quiet(stderr: str) -> list[str]:
+    """The library warnings an example's user cannot act on that reached its stderr."""
+    return [
+        line
+        for line in stderr.splitlines()
+        if "FutureWarning" in line or "Writing model shards" in line or "Loading weights" in line
+    ]
 
 
 # -- the main demo -------------------------------------------------------------------------
@@ -98,6 +106,7 @@ def test_trl_example_trains_one_step_of_a_tiny_model(tmp_path: Path) -> None:
     pytest.importorskip("trl", reason=NEEDS_EXAMPLES)
     result = run_example("trl_grpo_integration.py", "--tiny", "--output-dir", "out", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert quiet(result.stderr) == [], result.stderr[-3000:]
     assert "Dataset:      5 coding problems" in result.stdout
     assert re.search(r"^Training complete: 1 step, mean reward -?\d\.\d\d$", result.stdout, re.M)
     assert re.search(r"^Sandboxes left under job=[0-9a-f]{8}: 0$", result.stdout, re.M)
@@ -110,6 +119,7 @@ def test_daytona_port_writes_metrics_plot_and_model(tmp_path: Path) -> None:
         "daytona_trl/train_grpo.py", "--tiny", "--output-dir", "results", cwd=tmp_path
     )
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert quiet(result.stderr) == [], result.stderr[-3000:]
     assert re.search(r"^Training complete: 2 steps, mean reward -?\d\.\d\d$", result.stdout, re.M)
     out = tmp_path / "results"
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -128,6 +138,7 @@ def test_contest_example_judges_a_tiny_models_cpp_and_python(tmp_path: Path) -> 
     pytest.importorskip("trl", reason=NEEDS_EXAMPLES)
     result = run_example("contest_grpo.py", "--tiny", "--output-dir", "out", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert quiet(result.stderr) == [], result.stderr[-3000:]
     assert "Languages:    C++17, Python 3\n" in result.stdout
     assert re.search(r"^Training complete: 1 step, mean reward 0\.00$", result.stdout, re.M)
     assert re.search(r"^Sandboxes left under job=[0-9a-f]{8}: 0$", result.stdout, re.M)
@@ -146,11 +157,43 @@ def test_tool_use_example_trains_with_a_sandbox_environment(tmp_path: Path) -> N
     pytest.importorskip("trl", reason=NEEDS_EXAMPLES)
     result = run_example("tool_use_grpo.py", "--tiny", "--output-dir", "out", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert quiet(result.stderr) == [], result.stderr[-3000:]
     assert "Dataset:      4 MBPP train problems\n" in result.stdout
     assert "Tools:        run_python, submit\n" in result.stdout
     assert "'rewards/MBPPSandbox/mean'" in result.stdout
     assert re.search(r"^Training complete: 2 steps, mean reward 0\.00$", result.stdout, re.M)
     assert re.search(r"^Tool calls per rollout: \d+\.\d\d \(failed: \d+%\)$", result.stdout, re.M)
+    assert re.search(r"^Sandboxes left under job=[0-9a-f]{8}: 0$", result.stdout, re.M)
+
+
+def test_learning_example_raises_the_mean_reward_by_at_least_a_fifth(tmp_path: Path) -> None:
+    """GRPO on sandbox rewards alone teaches the pre-fitted tiny model which body each prompt
+    asks for. The dataset is not shuffled and the learning rate is constant, so a 40-step run
+    is the first 40 steps of the default 60-step one."""
+    pytest.importorskip("trl", reason=NEEDS_EXAMPLES)
+    pytest.importorskip("matplotlib", reason=NEEDS_EXAMPLES)
+    result = run_example("learning_grpo.py", "--steps", "40", "--output-dir", "out", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert quiet(result.stderr) == [], result.stderr[-3000:]
+    steps = re.findall(r"^step +(\d+)/40: mean reward (\d\.\d\d) ", result.stdout, re.M)
+    assert [int(step) for step, _ in steps] == list(range(1, 41))
+    found = re.search(
+        r"^Mean reward: first 10 steps (\d\.\d\d), last 10 steps (\d\.\d\d), rise ([-+]\d\.\d\d)$",
+        result.stdout,
+        re.M,
+    )
+    assert found is not None, result.stdout
+    first, last, rise = (float(x) for x in found.groups())
+    assert last - first >= 0.2, result.stdout
+    assert abs(rise - (last - first)) <= 0.011
+    shown = [float(reward) for _, reward in steps]
+    assert abs(sum(shown[:10]) / 10 - first) <= 0.011 and abs(sum(shown[-10:]) / 10 - last) <= 0.011
+    out = tmp_path / "out"
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == list(range(1, 41))
+    assert all(m["assert_tests_reward/infra_error_rate"] == 0.0 for m in metrics)
+    png = (out / "rewards.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and png[12:16] == b"IHDR"
     assert re.search(r"^Sandboxes left under job=[0-9a-f]{8}: 0$", result.stdout, re.M)
 
 
@@ -186,16 +229,18 @@ WRONG = {
 }
 
 
-class ScriptedChat(ThreadingHTTPServer):
-    """An OpenAI-compatible chat-completions server: for each problem (found by its function
-    name) it answers the wrong solution, if it has one, until the conversation holds feedback."""
+class ScriptedChat:
+    """Answers for the example's own local OpenAI-compatible server (``chat_server.py``): for
+    each problem (found by its function name) the wrong solution, if it has one, until the
+    conversation holds feedback."""
 
     def __init__(self, delay: float = 0.0) -> None:
-        super().__init__(("127.0.0.1", 0), _ChatHandler)
         self.delay = delay
         self.requests: list[list[dict[str, str]]] = []
+        self.url = ""
 
-    def answer(self, messages: list[dict[str, str]]) -> str:
+    def answer(self, request: Any) -> str:
+        messages = request.messages
         self.requests.append(messages)
         time.sleep(self.delay)
         task = messages[1]["content"]
@@ -204,67 +249,30 @@ class ScriptedChat(ThreadingHTTPServer):
         code = RIGHT[name] if name in RIGHT and (had_feedback or name not in WRONG) else WRONG[name]
         return f"Here is my solution:\n```python\n{code}```"
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/v1"
 
-
-class _ChatHandler(BaseHTTPRequestHandler):
-    server: ScriptedChat
-
-    def do_POST(self) -> None:
-        if not self.path.endswith("/chat/completions"):
-            self.send_error(404)
-            return
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        content = self.server.answer(body["messages"])
-        payload = json.dumps(
-            {
-                "id": "chatcmpl-test",
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": body["model"],
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": content},
-                        "finish_reason": "stop",
-                    }
-                ],
-                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-            }
-        ).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-def serve(delay: float = 0.0) -> Iterator[ScriptedChat]:
+def serve(monkeypatch: pytest.MonkeyPatch, delay: float = 0.0) -> Iterator[ScriptedChat]:
     """A scripted chat server for the ART example, whose client is ``openai``."""
     pytest.importorskip("openai", reason=NEEDS_EXAMPLES)
-    server = ScriptedChat(delay)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    monkeypatch.syspath_prepend(str(EXAMPLES / "art"))
+    from chat_server import ChatServer
+
+    scripted = ScriptedChat(delay)
+    server = ChatServer(scripted.answer).start()
+    scripted.url = server.url
     try:
-        yield server
+        yield scripted
     finally:
-        server.shutdown()
-        server.server_close()
+        server.close()
 
 
 @pytest.fixture
-def chat_server() -> Iterator[ScriptedChat]:
-    yield from serve()
+def chat_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[ScriptedChat]:
+    yield from serve(monkeypatch)
 
 
 @pytest.fixture
-def slow_chat_server() -> Iterator[ScriptedChat]:
-    yield from serve(delay=0.5)
+def slow_chat_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[ScriptedChat]:
+    yield from serve(monkeypatch, delay=0.5)
 
 
 def art_args(server: ScriptedChat, *extra: str) -> list[str]:
@@ -361,6 +369,92 @@ def test_art_loop_finishes_the_step_on_sigterm_and_cleans_up(
     assert 1 <= len(steps) < 50
     assert f"Stopped early after {len(steps)} step(s) on request" in out
     assert "Sandboxes left: 0" in out
+
+
+def without_openai_settings() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
+    return {**env, "NO_PROXY": "127.0.0.1,localhost"}
+
+
+def test_art_tiny_runs_offline_through_a_local_server_and_trains_on_cpu(tmp_path: Path) -> None:
+    """No key, no URL, no GPU: the tiny model is sampled over HTTP from the example's own
+    server, its code judged in sandboxes, and updated; it writes nonsense, so rewards are 0."""
+    pytest.importorskip("openai", reason=NEEDS_EXAMPLES)
+    result = run_example(
+        "art/train_mbpp.py",
+        "--tiny",
+        "--output-dir",
+        "art",
+        cwd=tmp_path,
+        env=without_openai_settings(),
+    )
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert quiet(result.stderr) == [], result.stderr[-3000:]
+    assert re.search(
+        r"^Model: +tiny random model built locally, served at http://127\.0\.0\.1:\d+/v1, CPU$",
+        result.stdout,
+        re.M,
+    )
+    assert "Mode:         training\n" in result.stdout
+    assert "Steps:        2 x 2 problems x 2 rollouts, up to 3 attempts\n" in result.stdout
+    steps = re.findall(
+        r"^Step (\d): reward=0\.000, success=0\.0% \(0/4\), time=", result.stdout, re.M
+    )
+    assert steps == ["0", "1"], result.stdout
+    assert "Summary: 2 step(s), mean reward 0.000, success 0.0% (0/8)" in result.stdout
+    assert "Sandboxes left: 0" in result.stdout
+    records = (tmp_path / "art/trajectories.jsonl").read_text().splitlines()
+    assert len(records) == 8
+    assert all(json.loads(r)["attempts"][0]["kind"] != "infra" for r in records)
+
+
+def test_art_endpoint_without_a_key_or_url_names_what_to_set(tmp_path: Path) -> None:
+    pytest.importorskip("openai", reason=NEEDS_EXAMPLES)
+    result = run_example(
+        "art/train_mbpp.py",
+        "--use-openai",
+        "--dry-run",
+        cwd=tmp_path,
+        env=without_openai_settings(),
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    assert (
+        "error: --use-openai without --base-url calls api.openai.com, which needs "
+        "OPENAI_API_KEY; set it, pass --base-url for another endpoint, or run offline with "
+        "--tiny\n"
+    ) in result.stderr
+
+
+def run_art_at(url: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """A dry run against the endpoint at ``url`` that fails: exit 1, no traceback."""
+    args = ["--use-openai", "--base-url", url, "--dry-run", "--dataset-path", str(MBPP_SAMPLE)]
+    result = run_example("art/train_mbpp.py", *args, cwd=tmp_path, env=without_openai_settings())
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    return result
+
+
+def test_art_unreachable_endpoint_is_named_with_what_to_check(tmp_path: Path) -> None:
+    pytest.importorskip("openai", reason=NEEDS_EXAMPLES)
+    with socket.socket() as s:  # a port nothing listens on once closed
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    result = run_art_at(url, tmp_path)
+    assert f"error: cannot reach the OpenAI-compatible endpoint at {url} (Connection error.)" in (
+        result.stderr
+    )
+    assert "Sandboxes left" not in result.stdout
+
+
+def test_art_endpoint_answering_404_points_at_the_url_and_model(
+    chat_server: ScriptedChat, tmp_path: Path
+) -> None:
+    url = chat_server.url.removesuffix("/v1")  # the common slip: no /v1
+    result = run_art_at(url, tmp_path)
+    assert f"error: the endpoint at {url} answered 404 (" in result.stderr
+    assert "check --base-url (it usually ends in /v1) and --model\n" in result.stderr
+    assert chat_server.requests == []
 
 
 def test_policy_gradient_update_changes_the_tiny_model(

@@ -4,7 +4,9 @@
 client; it samples but cannot be trained (the weights are not ours). ``VLLMModel`` serves a
 local model with vLLM's OpenAI-compatible server for sampling and trains it with
 ``policy.PolicyGradient``, restarting the server on each new checkpoint. vLLM needs a CUDA GPU:
-without one it raises ``GPURequiredError`` before starting anything.
+without one it raises ``GPURequiredError`` before starting anything. ``LocalModel`` is the
+offline, CPU counterpart: a small local model behind ``chat_server.ChatServer``, sampled over
+HTTP like the others and trained in place.
 """
 
 from __future__ import annotations
@@ -14,12 +16,14 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from chat_server import ChatRequest, ChatServer
 from rollout import Message, Trajectory
 
 
@@ -54,6 +58,7 @@ class OpenAIModel:
         *,
         temperature: float = 0.7,
         max_tokens: int = 1024,
+        http_client: Any = None,
     ) -> None:
         from openai import AsyncOpenAI
 
@@ -62,7 +67,7 @@ class OpenAIModel:
         self.temperature = temperature
         self.max_tokens = max_tokens
         api_key = os.environ.get("OPENAI_API_KEY") or ("unused" if base_url else None)
-        self._client = AsyncOpenAI(base_url=base_url, api_key=api_key)
+        self._client = AsyncOpenAI(base_url=base_url, api_key=api_key, http_client=http_client)
 
     async def chat(self, messages: Sequence[Message]) -> str:
         response = await self._client.chat.completions.create(
@@ -108,8 +113,8 @@ class VLLMModel:
         if not torch.cuda.is_available():
             raise GPURequiredError(
                 "vLLM needs an NVIDIA GPU with CUDA, and none is available here. To run the "
-                "loop without one, point it at an OpenAI-compatible server: "
-                "--use-openai --base-url URL --dry-run"
+                "loop without one: --tiny (a tiny local model, offline, on CPU), or point it "
+                "at an OpenAI-compatible server: --use-openai --base-url URL --dry-run"
             )
         if importlib.util.find_spec("vllm") is None:
             raise GPURequiredError("vLLM is not installed: pip install vllm")
@@ -191,6 +196,77 @@ class VLLMModel:
 
     async def aclose(self) -> None:
         await self._stop_server()
+
+
+class LocalModel:
+    """A model on local disk, served by a ``ChatServer`` in this process and trained in place on
+    CPU: the server samples from the very weights each update changes, so no restart is needed.
+    Sampling and training take turns under one lock."""
+
+    trainable = True
+
+    def __init__(self, path: str | Path, *, name: str = "local", max_tokens: int = 64) -> None:
+        import torch
+        from openai import DefaultAsyncHttpxClient
+        from policy import PolicyGradient
+
+        # A small model on CPU runs fastest on one thread: more only contend for the cores
+        # the sandboxes need.
+        torch.set_num_threads(1)
+        self.name = name
+        self.max_tokens = max_tokens
+        self._policy = PolicyGradient(path, device="cpu")
+        self._lock = threading.Lock()
+        self._server = ChatServer(self._answer, name).start()
+        # A loopback server: a proxy from the environment must not stand in between.
+        self._client = OpenAIModel(
+            name,
+            self._server.url,
+            max_tokens=max_tokens,
+            http_client=DefaultAsyncHttpxClient(trust_env=False),
+        )
+
+    def _answer(self, request: ChatRequest) -> str:
+        import torch
+
+        tokenizer, model = self._policy.tokenizer, self._policy.model
+        with self._lock, torch.no_grad():
+            model.eval()
+            ids = tokenizer.apply_chat_template(
+                request.messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
+            )
+            temperature = request.temperature or 1.0
+            output = model.generate(
+                **ids,
+                do_sample=True,
+                temperature=temperature,
+                max_new_tokens=request.max_tokens or self.max_tokens,
+                pad_token_id=tokenizer.pad_token_id,
+            )
+        return str(
+            tokenizer.decode(output[0, ids["input_ids"].shape[1] :], skip_special_tokens=True)
+        )
+
+    @property
+    def url(self) -> str:
+        return self._server.url
+
+    async def chat(self, messages: Sequence[Message]) -> str:
+        return await self._client.chat(messages)
+
+    async def train(
+        self, groups: Sequence[Sequence[Trajectory]], learning_rate: float
+    ) -> dict[str, float]:
+        def step() -> dict[str, float]:
+            with self._lock:
+                metrics: dict[str, float] = self._policy.step(groups, learning_rate)
+                return metrics
+
+        return await asyncio.to_thread(step)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+        self._server.close()
 
 
 def _answers(url: str) -> bool:

@@ -14,7 +14,6 @@ model, ``metrics.jsonl`` (one line per step) and ``rewards.png`` under ``--outpu
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -28,13 +27,16 @@ from _common import (
     gpu_unsupported_reason,
     grpo_config,
     job_tag,
+    metrics_writer,
     new_job_id,
+    plot_rewards,
     print_header,
+    quiet_libraries,
+    read_metrics,
     tiny_model_dir,
     train_and_report,
 )
 from tasks import TASKS
-from transformers import TrainerCallback
 
 from sandboxkit.rewards import function_tests_reward
 
@@ -46,59 +48,6 @@ REWARD_NAME = "function_tests_reward"
 def env_number(name: str, default: float) -> float:
     value = os.environ.get(name)
     return float(value) if value else default
-
-
-class MetricsWriter(TrainerCallback):
-    """Append one JSON line per logged training step: the mean reward and the reward's stats."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        path.write_text("")
-
-    def on_log(
-        self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **_: Any
-    ) -> None:
-        if not logs or "reward" not in logs:
-            return
-        record: dict[str, Any] = {"step": state.global_step}
-        for key, value in logs.items():
-            if key in ("reward", "reward_std", "loss") or key.startswith(f"{REWARD_NAME}/"):
-                record[key] = value
-        with self.path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
-
-
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def plot_rewards(metrics: list[dict[str, Any]], png: Path, title: str) -> None:
-    """Mean reward per step, with a band of one standard deviation across completions."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
-    steps = [m["step"] for m in metrics]
-    mean = [m["reward"] for m in metrics]
-    std = [m.get("reward_std", 0.0) for m in metrics]
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(steps, mean, marker="o", label="mean reward")
-    ax.fill_between(
-        steps,
-        [m - s for m, s in zip(mean, std, strict=True)],
-        [m + s for m, s in zip(mean, std, strict=True)],
-        alpha=0.2,
-        label="± 1 std",
-    )
-    ax.set(xlabel="training step", ylabel="reward", title=title, ylim=(-1.1, 1.1))
-    ax.axhline(0.0, color="grey", linewidth=0.5)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.legend(loc="upper left")
-    fig.tight_layout()
-    fig.savefig(png, dpi=100)
-    plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         if reason is not None:
             print(f"error: {reason}", file=sys.stderr)
             return EXIT_UNSUPPORTED
+    quiet_libraries()
 
     from datasets import Dataset
     from trl import GRPOTrainer
@@ -168,12 +118,12 @@ def main(argv: list[str] | None = None) -> int:
         reward_funcs=[reward],
         args=grpo_config(str(out), tiny=args.tiny, **settings),
         train_dataset=dataset,
-        callbacks=[MetricsWriter(metrics_path), SandboxCleanupCallback([reward])],
+        callbacks=[metrics_writer(metrics_path, REWARD_NAME), SandboxCleanupCallback([reward])],
     )
     status = train_and_report(trainer, reward, job_id)
     trainer.save_model(str(out / "model"))
     png = out / "rewards.png"
-    plot_rewards(read_metrics(metrics_path), png, f"GRPO on {', '.join(TASKS)}")
+    plot_rewards(read_metrics(metrics_path), png, f"GRPO on {', '.join(TASKS)}", ylim=(-1.1, 1.1))
     print(f"Saved: {out / 'model'}, {metrics_path}, {png}")
     return status
 
