@@ -7,6 +7,7 @@ bwrap and a new interpreter per exec (cold); what the program can observe must m
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import subprocess
 from collections.abc import Callable, Iterator
@@ -379,6 +380,71 @@ def test_a_cancelled_exec_kills_its_command_and_keeps_the_template(
             await sb.astop()
 
     asyncio.run(main())
+
+
+def test_a_cancelled_exec_whose_template_dies_leaves_no_exception_unretrieved(
+    clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The exec is cancelled (a batch deadline) and its template dies before it is told to
+    kill the command (the sandbox stopped): the background drain meets a dead socket, which
+    breaks the template and nothing else; asyncio logs no exception never retrieved."""
+    import asyncio
+    import gc
+    import socket
+    import threading
+    import time
+    import uuid
+
+    from sandboxkit.portal import portal
+
+    marker = f"cancel-{uuid.uuid4().hex}"
+    warm, _ = clients
+    backend = warm.backend
+    assert isinstance(backend, SubprocessBackend)
+
+    async def main() -> None:
+        sb = await warm.asandbox()
+        try:
+            await sb.aexec(["true"], timeout=60)
+            template = backend._templates[sb.id]
+            running = asyncio.ensure_future(
+                sb.aexec(["sh", "-c", f"sleep 300; : {marker}"], timeout=600)
+            )
+            deadline = time.monotonic() + 30
+            while not processes_with(marker) and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            assert processes_with(marker), "the command never started"
+            # The template's loop (the portal's) is held while the cancel reaches it and the
+            # template dies, so that the drain starts on a dead socket.
+            held, release = threading.Event(), threading.Event()
+            portal().loop.call_soon_threadsafe(lambda: (held.set(), release.wait(60)))
+            assert held.wait(30)
+            running.cancel()
+            await asyncio.sleep(0.1)  # the cancel is queued on the held loop
+            template.spawned.kill()
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                try:
+                    if template.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"":
+                        break
+                except BlockingIOError:
+                    time.sleep(0.05)
+            release.set()
+            with pytest.raises(asyncio.CancelledError):
+                await running
+            for _ in range(200):
+                if template.broken and not template._draining:
+                    break
+                await asyncio.sleep(0.05)
+            assert template.broken and not template._draining
+        finally:
+            await sb.astop()
+
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        asyncio.run(main())
+        gc.collect()
+    assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
 
 
 def test_a_request_the_server_cannot_prepare_fails_in_the_command_alone(
