@@ -2,12 +2,17 @@
 
 ``backend_client`` is parametrized over every backend the conformance suite runs on; a backend
 that needs a server (an emulator) starts it through its own fixture.
+
+With asyncio's debug mode on (``PYTHONASYNCIODEBUG=1``, as in CI's strict run), what asyncio
+logs as an error during a test (a task exception never retrieved, an unclosed client session
+or connector) fails that test: none of them reaches pytest as a warning.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
 import os
 import shutil
 import subprocess
@@ -35,6 +40,35 @@ EMULATOR_ENVS = {"daytona": "daytona_env", "aviato": "aviato_env", "ray": "ray_e
 """Backends served by an emulator (for Ray, a local cluster), and the fixture that starts it and
 points the env at it."""
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+class _AsyncioErrors(logging.Handler):
+    """What asyncio logged as an error since the last ``take``, from any thread."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+    def take(self) -> list[str]:
+        taken, self.messages = self.messages, []
+        return taken
+
+
+_asyncio_errors = _AsyncioErrors()
+if sys.flags.dev_mode or os.environ.get("PYTHONASYNCIODEBUG"):
+    logging.getLogger("asyncio").addHandler(_asyncio_errors)
+
+
+@pytest.fixture(autouse=True)
+def _no_asyncio_errors() -> Iterator[None]:
+    _asyncio_errors.take()  # an earlier test's, logged after it ended
+    yield
+    errors = _asyncio_errors.take()
+    if errors:
+        pytest.fail("asyncio logged errors:\n" + "\n".join(errors), pytrace=False)
 
 
 @pytest.fixture(params=CONFORMANCE_BACKENDS)
