@@ -35,7 +35,13 @@ pytest_plugins = [
     "sandboxkit.testing.ray",
 ]
 
-CONFORMANCE_BACKENDS = ["subprocess", "daytona", "aviato", "ray"]
+CONFORMANCE_BACKENDS = [
+    "subprocess",
+    "daytona",
+    "aviato",
+    # Each test starts actors (a second or more here), the first a cluster: not the quick loop.
+    pytest.param("ray", marks=pytest.mark.slow),
+]
 EMULATOR_ENVS = {"daytona": "daytona_env", "aviato": "aviato_env", "ray": "ray_env"}
 """Backends served by an emulator (for Ray, a local cluster), and the fixture that starts it and
 points the env at it."""

@@ -379,6 +379,7 @@ def http_server() -> Iterator[str]:
         server.server_close()
 
 
+@pytest.mark.slow
 def test_doctor_reports_the_facts_a_plugin_declares(
     local_env: dict[str, str], install_plugin: Callable[..., Path], http_server: str
 ) -> None:
@@ -484,6 +485,7 @@ def test_run_stops_the_sandbox_on_sigterm(local_env: dict[str, str], local_root:
         assert client.list() == []
 
 
+@pytest.mark.slow
 def test_run_reports_its_own_failure_as_125(local_env: dict[str, str]) -> None:
     pytest.importorskip("daytona", reason="needs pip install 'sandboxkit[daytona]'")
     done = cli("run", "--backend", "daytona", "-", input="print(1)\n", env=local_env)

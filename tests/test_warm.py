@@ -798,6 +798,7 @@ def test_an_exec_cannot_change_what_the_next_one_inherits(
         assert backend._templates[sb.id] is template and not template.broken
 
 
+@pytest.mark.slow
 def test_orphans_are_reaped_while_the_command_runs(
     clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
 ) -> None:
