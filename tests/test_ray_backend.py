@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -355,3 +356,49 @@ def test_the_tests_cluster_is_their_own_whatever_the_machine_records() -> None:
     assert done.returncode == 0, done.stdout[-3000:]
     assert "2 passed" in done.stdout
     assert recorded == dead
+
+
+def test_a_cluster_that_stopped_fails_the_tests_that_need_it_in_seconds(tmp_path: Path) -> None:
+    """The session's head dies (another program's ``ray stop``, the OOM killer): the tests
+    after it fail at once, naming it, instead of waiting on its address for minutes."""
+    (tmp_path / "test_stopped.py").write_text(
+        textwrap.dedent(
+            """
+            from sandboxkit import get_backend
+
+            def test_first(ray_env):
+                with get_backend("ray") as client:
+                    client.list()
+                ray_env.head_node.kill_all_processes(check_alive=False, allow_graceful=False)
+
+            def test_second(ray_env):
+                with get_backend("ray") as client:
+                    client.list()
+            """
+        )
+    )
+    env = {**os.environ, "PYTHONPATH": child_pythonpath()}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "sandboxkit.testing.ray",
+            "-p",
+            "no:cacheprovider",
+            "--timeout=120",
+            "test_stopped.py",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 1, done.stdout[-3000:]
+    summary = re.search(r"1 passed, 1 error in ([\d.]+)s", done.stdout)
+    assert summary is not None, done.stdout[-3000:]
+    assert "the tests' Ray cluster stopped answering" in done.stdout
+    assert float(summary.group(1)) < 60  # the cluster's start, the first test, then at once
