@@ -59,12 +59,14 @@ def cli(
 
 def clean_env(**settings: str) -> dict[str, str]:
     """This environment without any backend setting, plus ``settings``; remote endpoints point
-    at a closed local port so no probe leaves the machine."""
+    at a closed local port so no probe leaves the machine, nor joins a Ray cluster that
+    another test (or program) runs here and may stop meanwhile."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DAYTONA_", "CWSANDBOX_"))}
     env.pop("AVIATO_API_KEY", None)
     env.pop("SANDBOXKIT_BACKEND", None)
     env["DAYTONA_API_URL"] = f"{UNREACHABLE}/api"
     env["CWSANDBOX_BASE_URL"] = UNREACHABLE
+    env["RAY_ADDRESS"] = UNREACHABLE.removeprefix("http://")
     env.update(settings)
     return env
 
