@@ -304,6 +304,31 @@ def test_a_cluster_that_does_not_answer_is_no_cluster_not_a_hang(
     assert done.stdout.startswith(f"transient: no Ray cluster answers at {dead}"), done.stdout
 
 
+def pytest_with_the_fixtures(
+    test_file: Path, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """A pytest run of ``test_file`` with sandboxkit's Ray fixtures, in its directory."""
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "sandboxkit.testing.ray",
+            "-p",
+            "no:cacheprovider",
+            "--timeout=120",
+            test_file.name,
+        ],
+        cwd=test_file.parent,
+        env={**env, "PYTHONPATH": child_pythonpath()},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
 def test_the_tests_cluster_is_their_own_whatever_the_machine_records() -> None:
     """The fixture's cluster, not one an ambient ``RAY_ADDRESS`` names or one recorded on the
     machine (both dead here: joining either would hang), and its start and end leave the
@@ -332,25 +357,7 @@ def test_the_tests_cluster_is_their_own_whatever_the_machine_records() -> None:
         )
     )
     env = {**os.environ, "RAY_ADDRESS": dead, "RAY_TMPDIR": str(tmp_path)}
-    env["PYTHONPATH"] = child_pythonpath()
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "sandboxkit.testing.ray",
-            "-p",
-            "no:cacheprovider",
-            "test_own.py",
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = pytest_with_the_fixtures(tmp_path / "test_own.py", env)
     recorded = record.read_text()
     shutil.rmtree(tmp_path, ignore_errors=True)
     assert done.returncode == 0, done.stdout[-3000:]
@@ -377,26 +384,7 @@ def test_a_cluster_that_stopped_fails_the_tests_that_need_it_in_seconds(tmp_path
             """
         )
     )
-    env = {**os.environ, "PYTHONPATH": child_pythonpath()}
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "sandboxkit.testing.ray",
-            "-p",
-            "no:cacheprovider",
-            "--timeout=120",
-            "test_stopped.py",
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = pytest_with_the_fixtures(tmp_path / "test_stopped.py", dict(os.environ))
     assert done.returncode == 1, done.stdout[-3000:]
     summary = re.search(r"1 passed, 1 error in ([\d.]+)s", done.stdout)
     assert summary is not None, done.stdout[-3000:]
