@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import concurrent.futures.thread  # first, so that its exit hook runs after ours
+import contextlib
 import functools
 import os
 import threading
@@ -62,6 +64,24 @@ def portal() -> _Portal:
         if _portal is None or _portal.pid != os.getpid():
             _portal = _Portal()
         return _portal
+
+
+def _finalize_at_exit() -> None:
+    """Finalize the portal loop's async generators at interpreter exit, as ``asyncio.run``
+    does for its loop: the connections that close with their loop (a provider SDK's HTTP
+    session) would otherwise be left open when the daemon thread dies. It runs after the
+    hook that closes the sessions still open (registered later, so run earlier), whose
+    last calls may have opened one, and before the thread pools shut down."""
+    current = _portal
+    if current is None or current.pid != os.getpid() or not current.loop.is_running():
+        return
+    done = asyncio.run_coroutine_threadsafe(current.loop.shutdown_asyncgens(), current.loop)
+    with contextlib.suppress(Exception):
+        done.result(timeout=_FINALIZE_SECONDS)
+
+
+_FINALIZE_SECONDS = 10.0
+threading._register_atexit(_finalize_at_exit)  # type: ignore[attr-defined]  # CPython >= 3.9
 
 
 def run_sync(coro: Coroutine[Any, Any, R]) -> R:

@@ -2,12 +2,19 @@
 
 ``backend_client`` is parametrized over every backend the conformance suite runs on; a backend
 that needs a server (an emulator) starts it through its own fixture.
+
+With asyncio's debug mode on (``PYTHONASYNCIODEBUG=1``, as in CI's strict run), a task
+exception never retrieved or an unclosed client session or connector that asyncio logs during
+a test fails that test: none of them reaches pytest as a warning. (Daytona's SDK can leave its
+event socket's websocket response unclosed when a client closes during its background
+connect: logged, not failed.)
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
 import os
 import shutil
 import subprocess
@@ -30,11 +37,55 @@ pytest_plugins = [
     "sandboxkit.testing.ray",
 ]
 
-CONFORMANCE_BACKENDS = ["subprocess", "daytona", "aviato", "ray"]
+CONFORMANCE_BACKENDS = [
+    "subprocess",
+    "daytona",
+    "aviato",
+    # Each test starts actors (a second or more here), the first a cluster: not the quick loop.
+    pytest.param("ray", marks=pytest.mark.slow),
+]
 EMULATOR_ENVS = {"daytona": "daytona_env", "aviato": "aviato_env", "ray": "ray_env"}
 """Backends served by an emulator (for Ray, a local cluster), and the fixture that starts it and
 points the env at it."""
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+class _AsyncioErrors(logging.Handler):
+    """What asyncio logged, since the last ``take`` and from any thread, of the errors that
+    code which forgot a task or a session causes."""
+
+    FAILING = (
+        "Task exception was never retrieved",
+        "Unclosed client session",
+        "Unclosed connector",
+    )
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message.startswith(self.FAILING):
+            self.messages.append(message)
+
+    def take(self) -> list[str]:
+        taken, self.messages = self.messages, []
+        return taken
+
+
+_asyncio_errors = _AsyncioErrors()
+if sys.flags.dev_mode or os.environ.get("PYTHONASYNCIODEBUG"):
+    logging.getLogger("asyncio").addHandler(_asyncio_errors)
+
+
+@pytest.fixture(autouse=True)
+def _no_asyncio_errors() -> Iterator[None]:
+    _asyncio_errors.take()  # an earlier test's, logged after it ended
+    yield
+    errors = _asyncio_errors.take()
+    if errors:
+        pytest.fail("asyncio logged errors:\n" + "\n".join(errors), pytrace=False)
 
 
 @pytest.fixture(params=CONFORMANCE_BACKENDS)

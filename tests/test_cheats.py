@@ -361,6 +361,7 @@ def test_name_and_record_cheats_score_zero(sandbox: Sandbox, cheat: str) -> None
     assert outcome.passed == 0, f"{cheat}: {outcome}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("leaked", [False, True])
 def test_the_record_key_is_nowhere_the_candidate_can_read(sandbox: Sandbox, leaked: bool) -> None:
     """The key hunt above, its finds written to a file: the exec's key is never among them
@@ -1052,6 +1053,7 @@ HAND_OVER = (
 its own) and returns the answer, which took 2.5 s of CPU to make."""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["assert tests", "function tests"])
 @pytest.mark.parametrize("cheat", OFF_THE_CLOCK)
 def test_work_handed_to_what_the_module_started_counts_toward_the_test(
@@ -1124,6 +1126,7 @@ def test_tests_call_the_prompts_helpers_not_the_candidates(path: str, task_id: s
 # -- large rows --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_row_with_more_test_text_than_a_frame_holds_is_judged() -> None:
     """HumanEval+/15 as per-input asserts is 147 MB of tests, none over 7 MB: here 11 tests of
     6.5 MB, 71.5 MB in all, past the 64 MiB a frame may hold; tests cross one by one."""
@@ -1176,6 +1179,7 @@ def test_a_row_the_runner_cannot_take_is_no_reward_saying_why(
     assert len(said) == 1 and why in said[0], said
 
 
+@pytest.mark.slow
 def test_a_candidate_cannot_overflow_the_records_of_a_row_of_thousands_of_tests(
     sandbox: Sandbox,
 ) -> None:
@@ -1196,6 +1200,7 @@ def test_a_candidate_cannot_overflow_the_records_of_a_row_of_thousands_of_tests(
     assert (wrong.kind, wrong.passed, wrong.total) == (OutcomeKind.FAILED, 0, 4000), wrong
 
 
+@pytest.mark.slow
 def test_an_answer_begun_and_never_finished_runs_into_the_tests_time_limit(
     sandbox: Sandbox,
 ) -> None:
@@ -1219,6 +1224,7 @@ def test_an_answer_begun_and_never_finished_runs_into_the_tests_time_limit(
     assert outcome.detail == "still running after 5s of wall-clock time", outcome
 
 
+@pytest.mark.slow
 def test_a_call_that_stops_reading_its_requests_runs_into_the_tests_time_limit(
     sandbox: Sandbox,
 ) -> None:
@@ -1433,6 +1439,7 @@ RUNTIME_ONLY = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", ["warm", "cold"])
 def test_the_run_time_enforcement_alone_holds_against_every_dodge(path: str) -> None:
     """No AST check here: the harness runs each dodge with the task's bans, and each ends

@@ -75,12 +75,14 @@ def cli(
 
 def clean_env(**settings: str) -> dict[str, str]:
     """This environment without any backend setting, plus ``settings``; remote endpoints point
-    at a closed local port so no probe leaves the machine."""
+    at a closed local port so no probe leaves the machine, nor joins a Ray cluster that
+    another test (or program) runs here and may stop meanwhile."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DAYTONA_", "CWSANDBOX_"))}
     env.pop("AVIATO_API_KEY", None)
     env.pop("SANDBOXKIT_BACKEND", None)
     env["DAYTONA_API_URL"] = f"{UNREACHABLE}/api"
     env["CWSANDBOX_BASE_URL"] = UNREACHABLE
+    env["RAY_ADDRESS"] = UNREACHABLE.removeprefix("http://")
     env.update(settings)
     return env
 
@@ -422,6 +424,7 @@ def http_server() -> Iterator[str]:
         server.server_close()
 
 
+@pytest.mark.slow
 def test_doctor_reports_the_facts_a_plugin_declares(
     local_env: dict[str, str], install_plugin: Callable[..., Path], http_server: str
 ) -> None:
@@ -527,6 +530,7 @@ def test_run_stops_the_sandbox_on_sigterm(local_env: dict[str, str], local_root:
         assert client.list() == []
 
 
+@pytest.mark.slow
 def test_run_reports_its_own_failure_as_125(local_env: dict[str, str]) -> None:
     pytest.importorskip("daytona", reason="needs pip install 'sandboxkit[daytona]'")
     done = cli("run", "--backend", "daytona", "-", input="print(1)\n", env=local_env)

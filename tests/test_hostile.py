@@ -2462,6 +2462,7 @@ def test_concurrent_sandboxes_run_as_host_uids_of_their_own(
     assert all(uid in uids[:-1] for uid in seen), seen
 
 
+@pytest.mark.slow
 @root_host
 def test_taking_every_inotify_instance_leaves_other_sandboxes_theirs(
     hostile: tuple[SandboxClient, Sandbox, str],
@@ -2503,6 +2504,7 @@ print(sorted(results.items()))
 """
 
 
+@pytest.mark.slow
 @root_host
 def test_a_sandbox_cannot_signal_or_trace_another_that_it_can_see(
     hostile: tuple[SandboxClient, Sandbox, str], tier: str
@@ -2729,6 +2731,7 @@ time.sleep(8)
 _PIPE_SIZE = "import fcntl, os\nr, w = os.pipe()\nprint(fcntl.fcntl(r, 1032))"
 
 
+@pytest.mark.slow
 @root_host
 def test_spending_the_pipe_buffer_allowance_leaves_other_sandboxes_full_pipes(
     hostile: tuple[SandboxClient, Sandbox, str],

@@ -138,6 +138,7 @@ def test_recycles_after_max_uses(
     assert leftovers(local, local_root, pool) == []
 
 
+@pytest.mark.slow
 def test_flaky_provider_never_crashes_nor_leaks(
     pool_factory: type[SandboxPool],
     faulty: FaultyBackend,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -279,6 +280,7 @@ def test_a_cluster_that_does_not_answer_is_no_cluster_not_a_hang(
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
         dead = f"127.0.0.1:{probe.getsockname()[1]}"
+    tmp_path = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))  # short: sockets live in it
     (tmp_path / "ray").mkdir()
     (tmp_path / "ray" / "ray_current_cluster").write_text(dead)
     monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
@@ -300,3 +302,91 @@ def test_a_cluster_that_does_not_answer_is_no_cluster_not_a_hang(
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.startswith(f"transient: no Ray cluster answers at {dead}"), done.stdout
+
+
+def pytest_with_the_fixtures(
+    test_file: Path, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """A pytest run of ``test_file`` with sandboxkit's Ray fixtures, in its directory."""
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "sandboxkit.testing.ray",
+            "-p",
+            "no:cacheprovider",
+            "--timeout=120",
+            test_file.name,
+        ],
+        cwd=test_file.parent,
+        env={**env, "PYTHONPATH": child_pythonpath()},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_the_tests_cluster_is_their_own_whatever_the_machine_records() -> None:
+    """The fixture's cluster, not one an ambient ``RAY_ADDRESS`` names or one recorded on the
+    machine (both dead here: joining either would hang), and its start and end leave the
+    machine's record alone; a test that joined another cluster is joined to it again."""
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{probe.getsockname()[1]}"
+    tmp_path = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))  # short: sockets live in it
+    (tmp_path / "ray").mkdir()
+    record = tmp_path / "ray" / "ray_current_cluster"
+    record.write_text(dead)
+    (tmp_path / "test_own.py").write_text(
+        textwrap.dedent(
+            """
+            import ray
+            from sandboxkit import get_backend
+
+            def test_first(ray_env):
+                ray.init(address="local", include_dashboard=False)  # another cluster
+
+            def test_second(ray_env):
+                with get_backend("ray") as client, client.sandbox() as sb:
+                    assert sb.exec(["echo", "ok"], timeout=60).stdout == "ok\\n"
+                assert ray.get_runtime_context().gcs_address == ray_env.address
+            """
+        )
+    )
+    env = {**os.environ, "RAY_ADDRESS": dead, "RAY_TMPDIR": str(tmp_path)}
+    done = pytest_with_the_fixtures(tmp_path / "test_own.py", env)
+    recorded = record.read_text()
+    shutil.rmtree(tmp_path, ignore_errors=True)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "2 passed" in done.stdout
+    assert recorded == dead
+
+
+def test_a_cluster_that_stopped_fails_the_tests_that_need_it_in_seconds(tmp_path: Path) -> None:
+    """The session's head dies (another program's ``ray stop``, the OOM killer): the tests
+    after it fail at once, naming it, instead of waiting on its address for minutes."""
+    (tmp_path / "test_stopped.py").write_text(
+        textwrap.dedent(
+            """
+            from sandboxkit import get_backend
+
+            def test_first(ray_env):
+                with get_backend("ray") as client:
+                    client.list()
+                ray_env.head_node.kill_all_processes(check_alive=False, allow_graceful=False)
+
+            def test_second(ray_env):
+                with get_backend("ray") as client:
+                    client.list()
+            """
+        )
+    )
+    done = pytest_with_the_fixtures(tmp_path / "test_stopped.py", dict(os.environ))
+    assert done.returncode == 1, done.stdout[-3000:]
+    summary = re.search(r"1 passed, 1 error in ([\d.]+)s", done.stdout)
+    assert summary is not None, done.stdout[-3000:]
+    assert "the tests' Ray cluster stopped answering" in done.stdout
+    assert float(summary.group(1)) < 60  # the cluster's start, the first test, then at once

@@ -192,6 +192,7 @@ def faulty(local_root: Path) -> FaultyBackend:
     return FaultyBackend(get_backend("subprocess", root=local_root).backend)
 
 
+@pytest.mark.slow
 def test_provider_failures_give_none_and_leak_nothing(
     faulty: FaultyBackend, local_root: Path
 ) -> None:

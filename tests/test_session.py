@@ -275,6 +275,46 @@ def test_atexit_stops_what_was_left_open(local: SandboxClient, local_root: Path)
     assert sandbox_dirs(local_root) == []
 
 
+@pytest.mark.parametrize("opened_by", ["run_sync", "on_portal"])
+def test_what_closes_with_sandboxkits_loop_is_closed_at_exit(opened_by: str) -> None:
+    """A provider's connection closes when its loop shuts down (an async generator's
+    ``finally``, as Daytona's client does): sandboxkit's own loop, which never stops,
+    finalizes them at exit, after the sessions still open were closed (whose last calls
+    may open one), as ``asyncio.run`` does for its loop."""
+    code = textwrap.dedent(
+        """
+        import asyncio, sys
+        from sandboxkit.portal import on_portal, run_sync
+
+        async def connection():
+            try:
+                yield
+            finally:
+                print("closed", flush=True)
+
+        async def open_one():
+            global kept
+            kept = connection()
+            await kept.__anext__()
+
+        if sys.argv[1] == "run_sync":
+            run_sync(open_one())
+        else:
+            asyncio.run(on_portal(open_one()))
+        print("exiting", flush=True)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, opened_by],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout == "exiting\nclosed\n", done.stderr[-3000:]
+
+
 def test_a_forked_child_that_exits_leaves_its_parents_sandboxes_running(
     local: SandboxClient,
 ) -> None:

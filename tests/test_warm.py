@@ -6,9 +6,12 @@ bwrap and a new interpreter per exec (cold); what the program can observe must m
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import logging
 import os
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -341,11 +344,23 @@ def test_a_request_of_several_packets_runs_warm(
         assert backend.last_cold_reason is None
 
 
+async def running_in_template(
+    backend: SubprocessBackend, sb: sandboxkit.Sandbox, marker: str
+) -> tuple[warm_templates.WarmTemplate, asyncio.Future[sandboxkit.ExecResult]]:
+    """The sandbox's template, and an exec of a long command marked ``marker`` that it runs,
+    once the command is seen running."""
+    await sb.aexec(["true"], timeout=60)
+    running = asyncio.ensure_future(sb.aexec(["sh", "-c", f"sleep 300; : {marker}"], timeout=600))
+    deadline = time.monotonic() + 30
+    while not processes_with(marker) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert processes_with(marker), "the command never started"
+    return backend._templates[sb.id], running
+
+
 def test_a_cancelled_exec_kills_its_command_and_keeps_the_template(
     clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
 ) -> None:
-    import asyncio
-    import time
     import uuid
 
     marker = f"cancel-{uuid.uuid4().hex}"
@@ -356,15 +371,7 @@ def test_a_cancelled_exec_kills_its_command_and_keeps_the_template(
     async def main() -> None:
         sb = await warm.asandbox()
         try:
-            await sb.aexec(["true"], timeout=60)
-            template = backend._templates[sb.id]
-            running = asyncio.ensure_future(
-                sb.aexec(["sh", "-c", f"sleep 300; : {marker}"], timeout=600)
-            )
-            deadline = time.monotonic() + 30
-            while not processes_with(marker) and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
-            assert processes_with(marker), "the command never started"
+            template, running = await running_in_template(backend, sb, marker)
             running.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await running
@@ -379,6 +386,61 @@ def test_a_cancelled_exec_kills_its_command_and_keeps_the_template(
             await sb.astop()
 
     asyncio.run(main())
+
+
+def test_a_cancelled_exec_whose_template_dies_leaves_no_exception_unretrieved(
+    clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The exec is cancelled (a batch deadline) and its template dies before it is told to
+    kill the command (the sandbox stopped): the background drain meets a dead socket, which
+    breaks the template and nothing else; asyncio logs no exception never retrieved."""
+    import gc
+    import socket
+    import threading
+    import uuid
+
+    from sandboxkit.portal import portal
+
+    marker = f"cancel-{uuid.uuid4().hex}"
+    warm, _ = clients
+    backend = warm.backend
+    assert isinstance(backend, SubprocessBackend)
+
+    async def main() -> None:
+        sb = await warm.asandbox()
+        try:
+            template, running = await running_in_template(backend, sb, marker)
+            # The template's loop (the portal's) is held while the cancel reaches it and the
+            # template dies, so that the drain starts on a dead socket.
+            held, release = threading.Event(), threading.Event()
+            portal().loop.call_soon_threadsafe(lambda: (held.set(), release.wait(60)))
+            assert held.wait(30)
+            running.cancel()
+            await asyncio.sleep(0.1)  # the cancel is queued on the held loop
+            template.spawned.kill()
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                try:
+                    if template.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"":
+                        break
+                except BlockingIOError:
+                    time.sleep(0.05)
+            release.set()
+            with pytest.raises(asyncio.CancelledError):
+                await running
+            for _ in range(200):
+                if template.broken and not template._draining:
+                    break
+                await asyncio.sleep(0.05)
+            assert template.broken and not template._draining
+        finally:
+            await sb.astop()
+
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        asyncio.run(main())
+        gc.collect()
+    assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
 
 
 def test_a_request_the_server_cannot_prepare_fails_in_the_command_alone(
@@ -732,6 +794,7 @@ def test_an_exec_cannot_change_what_the_next_one_inherits(
         assert backend._templates[sb.id] is template and not template.broken
 
 
+@pytest.mark.slow
 def test_orphans_are_reaped_while_the_command_runs(
     clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
 ) -> None:

@@ -381,12 +381,14 @@ class RayBackend:
                 return
             raise
         self._handles.pop(sandbox_id, None)
+        stopping = asyncio.ensure_future(self._call(sandbox_id, handle.stop.remote()))
+        # Once nobody waits for it (timed out, cancelled), how it ends is of no interest: the
+        # actor is killed below either way. Retrieved, so asyncio logs no lost exception.
+        stopping.add_done_callback(lambda done: done.cancelled() or done.exception())
         try:
             # Shielded: a cancelled stop must still free the actor's resources. Bounded: an
             # actor a dead driver left waiting for room would only answer once placed.
-            await asyncio.wait_for(
-                asyncio.shield(self._call(sandbox_id, handle.stop.remote())), STOP_GRACE_SECONDS
-            )
+            await asyncio.wait_for(asyncio.shield(stopping), STOP_GRACE_SECONDS)
         except asyncio.TimeoutError:
             logger.warning(
                 "sandbox %s did not stop within %g s: killed", sandbox_id, STOP_GRACE_SECONDS

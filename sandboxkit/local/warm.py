@@ -264,15 +264,21 @@ class WarmTemplate:
             self.sock.close()
 
     def _abandon(self) -> None:
-        """A cancelled exec: kill its command and drop the answer, in the background."""
+        """A cancelled exec: kill its command and drop the answer, in the background. Nothing
+        awaits that task, so a template that died meanwhile (its sandbox stopped, a limit)
+        ends it as a broken template, not as an exception that is never retrieved."""
 
         async def drain() -> None:
             try:
                 await self.loop.sock_sendall(self.sock, b"k")
                 await asyncio.wait_for(self._answer(), _STUCK_AFTER)
-            except BaseException:
+            except asyncio.CancelledError:
                 self._finish(failed=True)
                 raise
+            except Exception as exc:  # a reset or broken socket, no answer in time, a bad packet
+                logger.debug("a cancelled exec's template failed while draining: %r", exc)
+                self._finish(failed=True)
+                return
             self._finish(failed=False)
 
         task = self.loop.create_task(drain())
