@@ -254,8 +254,14 @@ SNOOP = (
 // "nothing". Exits with a bitmask of what it could open of its judge.
 string found;
 void scan(const string& data) {
-    size_t at = data.find("sk-answer-");
-    if (at != string::npos && found.empty()) found = data.substr(at, 42);
+    // An answer is the prefix and 32 hex digits: this program's own text holds the prefix.
+    for (size_t at = data.find("sk-answer-"); at != string::npos && found.empty();
+         at = data.find("sk-answer-", at + 1)) {
+        string candidate = data.substr(at, 42);
+        if (candidate.size() == 42 &&
+            candidate.find_first_not_of("0123456789abcdef", 10) == string::npos)
+            found = candidate;
+    }
 }
 void walk(const string& dir, int depth) {
     DIR* d = depth < 16 ? opendir(dir.c_str()) : nullptr;
