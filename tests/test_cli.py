@@ -932,12 +932,20 @@ def test_eval_names_the_line_that_is_not_json(tmp_path: Path, local_env: dict[st
 
 @pytest.fixture(scope="module")
 def bench_run() -> Iterator[ModuleType]:
-    """``benchmarks/run.py``, imported as its scripts import it (their directory on the path)."""
+    """``benchmarks/run.py``, imported as its scripts import it (their directory on the path);
+    its modules are forgotten afterwards, or ``contest`` would shadow the examples' package of
+    that name for later tests."""
     sys.path.insert(0, str(REPO / "benchmarks"))
+    before = set(sys.modules)
     try:
         yield importlib.import_module("run")
     finally:
         sys.path.remove(str(REPO / "benchmarks"))
+        for name in set(sys.modules) - before:
+            if (getattr(sys.modules[name], "__file__", None) or "").startswith(
+                str(REPO / "benchmarks")
+            ):
+                del sys.modules[name]
 
 
 @pytest.mark.slow
