@@ -754,13 +754,13 @@ def test_a_run_past_its_allowance_at_the_deadline_is_a_timeout_even_if_its_kill_
 def test_a_batch_shorter_than_the_rows_allowance_still_times_out_a_waiting_body(
     path: str,
 ) -> None:
-    """A 12 s batch for a row an honest program may need 23.4 s for: the runs end 2 s before
+    """A 20 s batch for a row an honest program may need 23.4 s for: the runs end 2 s before
     the deadline with the runner's records so far, and a body that ran past a test's own
     limits is a timeout; the honest body is judged as ever."""
     bodies = {"right": "    return 2 * x\n", **WAITERS}
     with get_backend("subprocess", warm=path == "warm") as client:
         reward = function_tests_reward(
-            [MANY], backend=client, pool_size=len(bodies), timeout=0.2, batch_timeout=12
+            [MANY], backend=client, pool_size=len(bodies), timeout=0.2, batch_timeout=20
         )
         try:
             scores = reward([MANY.prompt] * len(bodies), list(bodies.values()))
@@ -788,7 +788,7 @@ def test_waiting_out_the_deadline_gets_the_failure_score_through_every_path(rule
     codes = [_whole("    return 2 * x\n"), *map(_whole, WAITERS.values())]
     failure = 0.0
     with get_backend("subprocess", warm=True) as client:
-        options: dict[str, Any] = {"backend": client, "pool_size": len(codes), "batch_timeout": 12}
+        options: dict[str, Any] = {"backend": client, "pool_size": len(codes), "batch_timeout": 20}
         if rule == "assert_tests_reward":
             reward = assert_tests_reward(timeout=0.2, **options)
             columns["test_list"] = [[f"assert twice({i}) == {2 * i}" for i in inputs]] * len(codes)

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 CLUSTER_CPUS = 16
 """Logical CPUs: more sandboxes (one CPU each) than a test holds at once, whatever the host
 (an environment's judging pool of 8, with its rollouts' sandboxes and their spares)."""
-START_SECONDS = 30
+START_SECONDS = 60
 """How long the head's GCS, then the head itself, may take to come up on a loaded machine."""
 ANSWER_SECONDS = 5.0
 """How long the running head has to accept a connection before each test that uses it."""

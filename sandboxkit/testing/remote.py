@@ -111,8 +111,11 @@ def client_for(provider: str, url: str) -> SandboxClient:
 
 def child_env(provider: str, url: str) -> dict[str, str]:
     """This process's environment plus what a child needs to import sandboxkit and reach
-    ``url`` (proxy variables are overridden: the SDKs honour them even for loopback)."""
-    return {**os.environ, "PYTHONPATH": child_pythonpath(), **backend_env(provider, url)}
+    ``url`` (proxy variables are overridden: the SDKs honour them even for loopback), less
+    asyncio's debug mode: on a loaded machine it logs every slow callback, and a child's
+    stderr must show only what it did wrong (an unclosed session is logged without it)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONASYNCIODEBUG"}
+    return {**env, "PYTHONPATH": child_pythonpath(), **backend_env(provider, url)}
 
 
 @contextlib.contextmanager
