@@ -427,7 +427,7 @@ def input_tests_reward(
     row's ``expected_column`` where it has one (a list, one per input), else the results of
     its reference program (``reference_column``, after the prompt where it continues it), run
     on the host once per task and cached. ``continuation=True`` treats completions as bodies
-    continuing the prompt. Mapping: [docs/inputs.md](../docs/inputs.md)."""
+    continuing the prompt. The mapping and what differs from EvalPlus: docs/inputs.md."""
     if scoring not in ("fraction", "all"):
         raise ValueError(f"scoring must be 'fraction' or 'all'; got {scoring!r}")
     expected_cache: dict[str, list[Any]] = {}

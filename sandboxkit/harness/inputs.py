@@ -26,7 +26,7 @@ from typing import Any
 from ..outcomes import Outcome
 from ..protocol import ExecResult
 from . import runner
-from .records import RunRequest, read_records, runner_request, tests_kind, unfinished
+from .records import RunRequest, judge_returns, runner_request
 
 RTOL = 1e-07
 """The relative tolerance EvalPlus passes to ``np.allclose`` (``np.testing.assert_allclose``'s
@@ -142,32 +142,13 @@ class InputTests:
         return runner_request({"code": code, "setup": ""}, job)
 
     def judge(self, result: ExecResult, request: RunRequest) -> Outcome:
-        total = len(self.inputs)
-        records = read_records(result, request)
-        early = unfinished(result, records, total)
-        if early is not None:
-            return early
-        scores: list[float] = []
-        timeouts, detail = 0, ""
-        atol = self.atol
-        for i, expected in enumerate(self.expected):
-            record = records.tests.get(i, {"status": "missing"})
-            status = record.get("status")
-            ok = False
-            if status == "returned":
-                atol = tolerance(expected, atol)  # as EvalPlus: once set, kept for the rest
-                try:
-                    ok = _passes(record, expected, atol)
-                except runner.CodecError as exc:
-                    detail = detail or f"input {i}: {exc}"
-                detail = detail or ("" if ok else f"input {i}: wrong result")
-            else:
-                timeouts += status == "timeout" or (status == "missing" and result.timed_out)
-                detail = detail or f"input {i}: {record.get('detail', status)}"
-            scores.append(1.0 if ok else 0.0)
-        passed = scores.count(1.0)
-        kind = tests_kind(passed, timeouts, total)
-        return Outcome(kind, passed, total, detail, result.duration, tuple(scores))
+        atol = [self.atol]  # as EvalPlus: a tolerance once set is kept for the later inputs
+
+        def passes(i: int, record: dict[str, Any]) -> bool:
+            atol[0] = tolerance(self.expected[i], atol[0])
+            return _passes(record, self.expected[i], atol[0])
+
+        return judge_returns(result, request, len(self.inputs), passes)
 
 
 def _passes(record: dict[str, Any], expected: Any, atol: float) -> bool:
