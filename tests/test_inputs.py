@@ -317,4 +317,9 @@ def test_every_canonical_solution_scores_one_and_evalplus_agrees_on_mutants(
     differ = {(t, k): (ours, theirs) for t, k, ours, theirs in verdicts if ours != theirs}
     inputs = sum(len(r["base_input"]) + len(r["plus_input"]) for r in rows)
     print(f"{len(verdicts)} programs, {inputs} inputs; differ: {differ}")
-    assert differ == {}
+    # find_zero: EvalPlus 0.3.1's special oracle (|poly(xs, x)| <= atol) ends in `continue`,
+    # which skips recording the pass, so it fails every find_zero program (docs/inputs.md).
+    assert differ == {
+        ("HumanEval/32", "canonical"): (1.0, 0.0),
+        ("HumanEval/32", "off_by_one"): (1.0, 0.0),
+    }
