@@ -460,7 +460,7 @@ def input_tests_reward(
                 f"input_tests_reward: neither {expected_column!r} nor {reference_column!r} "
                 f"among {sorted(columns)}"
             )
-        harness = InputTests(entry, tuple(inputs), tuple(expected), atol, timeout)
+        harness = InputTests(entry, tuple(inputs), tuple(expected), atol, timeout, scoring == "all")
         body_of = prefix if continuation else None
         buildable(harness, body_of or "")
         return lambda completion: plan(completion, harness, prompt=body_of)

@@ -119,16 +119,19 @@ def _has_nan(value: Any) -> bool:
 
 @dataclass(frozen=True)
 class InputTests:
-    """Call ``entry_point`` on each input's arguments in a fresh child of the candidate's
-    process; each result passes when :func:`evalplus_equal` says so, and is scored on its own
-    (``test_scores``: contest scoring applies). ``timeout``: CPU seconds per call (EvalPlus
-    scales its limits from the reference's own times)."""
+    """Call ``entry_point`` on each input's arguments in the candidate's process (a fresh one
+    after a call that did not return: ``runner.run_loaded``); each result passes when
+    :func:`evalplus_equal` says so, and is scored on its own (``test_scores``: contest scoring
+    applies). ``timeout``: CPU seconds per call (EvalPlus scales its limits from the
+    reference's own times). ``stop_at_first_failure``: for all-or-nothing scoring, no call
+    runs after one that did not return."""
 
     entry_point: str
     inputs: tuple[tuple[Any, ...], ...]
     expected: tuple[Any, ...]
     atol: float = 0.0
     timeout: float = 5.0
+    stop_at_first_failure: bool = False
 
     def request(self, code: str) -> RunRequest:
         calls: list[list[Any]] = []
@@ -139,6 +142,8 @@ class InputTests:
             # whole: maybe compared with a tolerance, so the digest of a long result won't do
             calls.append([*call, True] if atol else call)
         job = {"kind": "calls", "timeout": self.timeout, "calls": calls, "loose": True}
+        if self.stop_at_first_failure:
+            job["stop_at_first_failure"] = True
         return runner_request({"code": code, "setup": ""}, job)
 
     def judge(self, result: ExecResult, request: RunRequest) -> Outcome:
