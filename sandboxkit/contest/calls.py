@@ -32,8 +32,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..harness import FunctionTests, RunRequest, returned, runner
-from ..harness.records import read_records, tests_kind, unfinished
+from ..harness import FunctionTests, RunRequest, returned
+from ..harness.records import judge_returns
 from ..outcomes import Outcome
 from ..protocol import ExecResult
 from .formats import ContestTests
@@ -95,31 +95,10 @@ class CallTests:
         return tests.request(PRELUDE + code + _SHIM.format(entry=ENTRY, name=self.fn_name))
 
     def judge(self, result: ExecResult, request: RunRequest) -> Outcome:
-        total = len(self.args)
-        records = read_records(result, request)
-        early = unfinished(result, records, total)
-        if early is not None:
-            return early
-        scores: list[float] = []
-        timeouts, detail = 0, ""
-        for i, accepted in enumerate(self.accepted):
-            record = records.tests.get(i, {"status": "missing"})
-            status = record.get("status")
-            ok = False
-            if status == "returned":
-                try:
-                    ok = any(returned(record, expected) for expected in accepted)
-                except runner.CodecError as exc:
-                    detail = detail or f"test {i}: {exc}"
-                if not ok:
-                    detail = detail or f"test {i}: wrong result"
-            else:
-                timeouts += status == "timeout" or (status == "missing" and result.timed_out)
-                detail = detail or f"test {i}: {record.get('detail', status)}"
-            scores.append(1.0 if ok else 0.0)
-        passed = scores.count(1.0)
-        kind = tests_kind(passed, timeouts, total)
-        return Outcome(kind, passed, total, detail, result.duration, tuple(scores))
+        def passes(i: int, record: dict[str, Any]) -> bool:
+            return any(returned(record, expected) for expected in self.accepted[i])
+
+        return judge_returns(result, request, len(self.args), passes)
 
 
 def call_tests(tests: ContestTests, *, timeout: float = 5.0) -> CallTests:

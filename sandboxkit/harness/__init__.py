@@ -106,10 +106,15 @@ class AssertTests:
     bans: Bans = ((), (), ())
     """Names, attributes and modules the code may not use, enforced as it runs (a test that
     reaches one makes the outcome ``banned``); the AST check before the run is the plan's."""
+    stop_at_first_failure: bool = False
+    """For all-or-nothing scoring: no test runs after one that did not pass (those left out
+    count as failed)."""
 
     def request(self, code: str) -> RunRequest:
         job: dict[str, Any] = {"kind": "asserts", "timeout": self.timeout}
         job["tests"] = list(self.tests)
+        if self.stop_at_first_failure:
+            job["stop_at_first_failure"] = True
         if self.prompt is not None:
             job["prompt"] = prompt_definitions(self.prompt)
         return runner_request({"code": code, "setup": self.setup}, job, bans=self.bans)
@@ -222,10 +227,16 @@ class FunctionTests:
     timeout: float = 5.0
     bans: Bans = ((), (), ())
     """As :attr:`AssertTests.bans`."""
+    stop_at_first_failure: bool = False
+    """For all-or-nothing scoring: no call runs after one that did not return a value (the
+    runner never sees the expected values, so a wrong value does not stop it); those left
+    out count as failed."""
 
     def request(self, code: str) -> RunRequest:
         calls = [[self.func_name, runner.encode(tuple(a))] for a in self.args]
-        job = {"kind": "calls", "timeout": self.timeout, "calls": calls}
+        job: dict[str, Any] = {"kind": "calls", "timeout": self.timeout, "calls": calls}
+        if self.stop_at_first_failure:
+            job["stop_at_first_failure"] = True
         return runner_request({"code": code, "setup": ""}, job, bans=self.bans)
 
     def judge(self, result: ExecResult, request: RunRequest) -> Outcome:

