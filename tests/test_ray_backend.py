@@ -172,15 +172,19 @@ def test_a_sandbox_that_fits_waits_for_room_then_gives_up(ray_env: object, tag: 
     """Placement by CPU: with all the cluster's CPUs held by one sandbox, the next waits for
     room until ``create_timeout``, then fails as a transient error leaving no actor behind;
     once room is made, it is placed."""
-    with get_backend("ray", create_timeout=2) as client:
-        big = client.sandbox(tags=[tag], cpu=CLUSTER_CPUS)
-        with pytest.raises(TransientBackendError, match=r"no room on the Ray cluster"):
+    # Generous where room must come (an earlier test's sandboxes may still be going away on a
+    # loaded machine); 2 s for the create that must give up.
+    with get_backend("ray", create_timeout=60) as roomy:
+        big = roomy.sandbox(tags=[tag], cpu=CLUSTER_CPUS)
+        with (
+            get_backend("ray", create_timeout=2) as client,
+            pytest.raises(TransientBackendError, match=r"no room on the Ray cluster"),
+        ):
             client.sandbox(tags=[tag])
-        assert [i.id for i in client.list(tags=[tag])] == [big.id]
+        assert [i.id for i in roomy.list(tags=[tag])] == [big.id]
         big.stop()
-    # Room made: placed, given the time a loaded machine's Ray takes to see it.
-    with get_backend("ray", create_timeout=60) as client, client.sandbox(tags=[tag], cpu=0.5) as sb:
-        assert sb.exec(["echo", "placed"]).stdout == "placed\n"
+        with roomy.sandbox(tags=[tag], cpu=0.5) as sb:
+            assert sb.exec(["echo", "placed"]).stdout == "placed\n"
 
 
 def test_a_sandbox_a_dead_driver_left_waiting_for_room_is_found_and_reaped(
