@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from sandboxkit import SandboxClient, get_backend
+from sandboxkit import SandboxClient, SandboxLostError, get_backend
+from sandboxkit.backends.subprocess import SubprocessBackend
 from sandboxkit.local.isolation import namespaces_failure
 from sandboxkit.outcomes import Outcome
 from sandboxkit.rewards import assert_tests_reward
@@ -152,3 +153,29 @@ def test_the_runner_keeps_the_hosts_oom_score_and_the_candidates_processes_take_
     with client.sandbox() as sb:  # any other command: the highest, as before
         read = sb.exec(["python3", "-c", "print(open('/proc/self/oom_score_adj').read())"])
     assert (read.returncode, read.stdout.strip()) == (0, "1000"), read.stderr
+
+
+def test_a_program_killed_for_memory_its_sandbox_had_not_used_up_is_run_again(
+    client: SandboxClient,
+) -> None:
+    """When the memory above a sandbox runs out (the host's, here a group's above it), the
+    kernel kills a process of the sandbox that kept within its own limit: the exec is lost
+    to the host, as where a sandbox dies (a pool runs it again elsewhere), and never judged.
+    One that runs past its own limit is killed and judged as before."""
+    cgroups = client.backend_as(SubprocessBackend).confinement.cgroups
+    if cgroups.memory is None:
+        pytest.skip("no memory cgroup here")
+    hog = "b = bytearray({} << 20)\nb[::4096] = b'x' * len(b[::4096])\nprint('kept')"
+    with client.sandbox() as sb:
+        assert sb.exec(["python3", "-c", "print(1)"]).returncode == 0  # its groups exist now
+        own = sb.exec(["python3", "-c", hog.format(2 * MEMORY_MB)], timeout=60)
+        assert (own.returncode, own.stdout) == (137, "")
+        limit = "memory.max" if cgroups.memory_version == 2 else "memory.limit_in_bytes"
+        (cgroups.memory / limit).write_text(str(MEMORY_MB // 2 << 20))
+        try:
+            with pytest.raises(SandboxLostError, match="for memory it had not used up"):
+                sb.exec(["python3", "-c", hog.format(MEMORY_MB * 3 // 4)], timeout=60)
+        finally:
+            (cgroups.memory / limit).write_text("max" if limit == "memory.max" else "-1")
+        fits = sb.exec(["python3", "-c", hog.format(MEMORY_MB * 3 // 4)], timeout=60)
+        assert (fits.returncode, fits.stdout) == (0, "kept\n")
