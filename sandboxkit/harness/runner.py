@@ -1663,7 +1663,7 @@ def start_zygote(
             take_oom_score()
             take_candidate_ids(candidate)
         except BaseException:
-            os._exit(70)  # never runs anything with the judge's uid, nor with T's OOM score
+            os._exit(70)  # never runs anything with the judge's uid
         t_end.close()
         null = os.open(os.devnull, os.O_RDWR)
         for std in (0, 1, 2):
