@@ -162,6 +162,8 @@ class SubprocessBackend:
         self._starting: dict[str, asyncio.Lock] = {}
         self._running: dict[str, set[int]] = {}
         """Supervised pids of this process's execs, per sandbox: ``stop`` kills them."""
+        self._execs: dict[str, list[int]] = {}
+        """Per sandbox: execs in flight here, and execs started here so far."""
 
     def _check_reachable(self, uid: int) -> None:
         """The unprivileged uid the code runs as must be able to reach its sandbox dirs."""
@@ -347,6 +349,7 @@ class SubprocessBackend:
         template = self._templates.pop(sandbox_id, None)
         self._starting.pop(sandbox_id, None)
         pids = self._running.pop(sandbox_id, set())
+        self._execs.pop(sandbox_id, None)
         if template is not None:
             template.close()
             pids.add(template.spawned.proc.pid)
@@ -410,13 +413,20 @@ class SubprocessBackend:
         else:
             cwd_arg = str(path.joinpath(*parts))
             command = [self._localize(path, a) for a in command]
+        cgroups = self.confinement.cgroups
+        execs = self._execs.setdefault(sandbox_id, [0, 0])
+        alone, execs[0], execs[1] = execs[0] == 0, execs[0] + 1, execs[1] + 1
+        started = execs[1]
+        events = None
         try:
             if self.isolation.tier is not Tier.NONE:
-                self.confinement.cgroups.sandbox(
+                cgroups.sandbox(
                     sandbox_id,
                     memory_bytes=self.limits.memory_mb * MiB,
                     cpus=float(meta.get("cpus", self.limits.cpus)),
                 )
+                if alone:  # else another exec's memory would count with this one's
+                    events = cgroups.memory_events(sandbox_id, restart=True)
             result = await self._exec(
                 sandbox_id, path, self._uid(meta), command, cwd_arg, run_env, timeout, stdin
             )
@@ -427,10 +437,21 @@ class SubprocessBackend:
             if isinstance(exc, BackendError):
                 raise
             raise BackendError(f"exec in sandbox {sandbox_id} failed: {exc}") from exc
+        finally:
+            execs[0] -= 1
         if not (path / _META).exists():
             # Stopped under the command, which was killed: not the program's doing.
             self._lost(sandbox_id)
             raise SandboxLostError(f"sandbox {sandbox_id} was stopped during the exec")
+        after = None if events is None or execs[1] != started else cgroups.memory_events(sandbox_id)
+        if events and after and after[1] > events[1] and after[0] == events[0]:
+            # Killed for memory while the sandbox stayed within its own limit (the kernel's
+            # counts): the host's memory ran out, or a group's above the sandbox's, not the
+            # program's. Run again elsewhere, as where the sandbox died.
+            raise SandboxLostError(
+                f"the kernel killed processes of sandbox {sandbox_id} for memory it had not "
+                "used up: the host's ran out during the exec"
+            )
         return result
 
     def _lost(self, sandbox_id: str) -> None:

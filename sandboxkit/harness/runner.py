@@ -1661,6 +1661,32 @@ def take_candidate_ids(ids: tuple[int, int] | None) -> None:
         os.setresuid(*(ids[0],) * 3)
 
 
+CANDIDATE_OOM_SCORE_ADJ = 1000
+"""The kernel's highest OOM score, which the zygote takes (its test processes inherit it): T
+keeps the lower one the host gave it, so the OOM killer takes every process of the
+candidate's before T, whatever memory T holds (the tests) and whatever fills the sandbox's."""
+
+
+def take_oom_score() -> None:
+    """Z, first: raise its OOM score to ``CANDIDATE_OOM_SCORE_ADJ`` (raising needs no
+    privilege; writing the file needs the process dumpable, which Z, like T, is not: it is for
+    as long as the write, before anything of the candidate's exists). Where the kernel refuses,
+    Z keeps T's score, as before the judge had a score of its own."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE
+    except (OSError, AttributeError):
+        return
+    try:
+        with open("/proc/self/oom_score_adj", "w") as adj:
+            adj.write(str(CANDIDATE_OOM_SCORE_ADJ))
+    except OSError:
+        pass
+    finally:
+        make_undumpable()
+
+
 def start_zygote(
     code: str,
     setup: str,
@@ -1673,6 +1699,7 @@ def start_zygote(
     pid = os.fork()
     if pid == 0:
         try:
+            take_oom_score()
             take_candidate_ids(candidate)
         except BaseException:
             os._exit(70)  # never runs anything with the judge's uid

@@ -47,6 +47,10 @@ CPU_PERIOD_US = 100_000
 """The period of a sandbox's CPU quota (the kernel's default): its processes may use
 ``cpus`` times this in every period."""
 _V1_TCP = "memory.kmem.tcp.limit_in_bytes"
+_V1_CHARGE_SLACK = 1 << 20
+"""Bytes below its limit at which a v1 group's peak counts as the limit reached: the kernel
+charges pages in batches (64 pages per CPU), so a refused charge may leave the peak short of
+the limit by a batch or so."""
 
 
 def _mounts() -> list[tuple[str, str, str]]:
@@ -274,6 +278,34 @@ class Cgroups:
             groups.append(group)
         self._sandboxes[name] = groups
 
+    def memory_events(self, sandbox: str, *, restart: bool = False) -> tuple[int, int] | None:
+        """How often ``sandbox``'s memory group has reached its own limit and how many of its
+        processes an OOM killer killed, whichever (``oom_kill``); None where the kernel keeps
+        no such counts. Kills the first count does not explain were for memory outside the
+        sandbox's: the host's, or a group's above it, ran out. The kernel's counts, which no
+        process in the sandbox can write. v2 counts each time (``max``, ``oom``); v1's
+        ``failcnt`` stays 0 on recent kernels, so there the first count is whether the peak
+        usage reached the limit (1 or 0), since the peak was last ``restart``ed (here, to the
+        usage now)."""
+        group = next((g for g in self._sandboxes.get(sandbox, []) if g.parent == self.memory), None)
+        if group is None:
+            return None
+        try:
+            if (group / "memory.events").exists():
+                counts = _counts((group / "memory.events").read_text())
+                return counts["max"] + counts["oom"], counts["oom_kill"]
+            peaks = [group / "memory.max_usage_in_bytes", group / "memory.memsw.max_usage_in_bytes"]
+            if restart:
+                for peak in peaks:
+                    with contextlib.suppress(FileNotFoundError):
+                        peak.write_text("0")
+            limit = int((group / "memory.limit_in_bytes").read_text())
+            top = max(int(p.read_text()) for p in peaks if p.exists())
+            reached = int(top + _V1_CHARGE_SLACK >= limit)
+            return reached, _counts((group / "memory.oom_control").read_text())["oom_kill"]
+        except (OSError, KeyError, ValueError):
+            return None
+
     def confine(self, pid: int, *, sandbox: str, max_pids: int) -> Path | None:
         """Move ``pid`` (a command not yet started) into its sandbox's groups (made by
         :meth:`sandbox`; FileNotFoundError once it is dropped) and into a new group of its
@@ -328,6 +360,11 @@ class Cgroups:
         for parent in {p for p in (self.pids, self.memory, self.cpu) if p is not None}:
             for group in _groups_in(parent):
                 self.kill_all(group)
+
+
+def _counts(text: str) -> dict[str, int]:
+    """A flat-keyed cgroup file (``name value`` per line) as numbers."""
+    return {name: int(value) for name, value in (line.split() for line in text.splitlines())}
 
 
 def _procs(group: Path) -> list[int] | None:

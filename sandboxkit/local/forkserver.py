@@ -43,8 +43,9 @@ programs to compile now; ``argv[4]``: the seccomp program each command gets, in 
 nothing; ``argv[5]``, if given: a site ``sys.path`` to take instead of learning it): the
 template sends ``{"ready": true, "site_path", "learnt", "init"}`` (``init``: whether the tiny
 init is used) or ``{"ready": false, "reason"}``. A request is ``r`` + a JSON header
-``{"limits", "cap", "timeout", "capabilities", "size"}`` (``capabilities``: the numbers of
-those the command keeps, see ``enter_exec_namespaces``) + a newline + the body: the job's
+``{"limits", "cap", "timeout", "capabilities", "judge", "size"}`` (``capabilities``: the
+numbers of those the command keeps, see ``enter_exec_namespaces``; ``judge``: the command is the
+trusted runner, which keeps the server's OOM score) + a newline + the body: the job's
 length (4 bytes,
 little-endian) + the job ``{"argv", "cwd", "env"}`` as JSON + the stdin bytes, ``size`` bytes
 in all, of which what does not fit the first packet (``MAX_PACKET``) follows in packets of its
@@ -119,8 +120,9 @@ except Exception as e:
     raise SystemExit(1) from e
 """
 OOM_SCORE_ADJ = 1000
-"""Each command's: the first process the kernel kills when its sandbox's memory runs out (never
-the template; and sandboxes before the host's processes when the host's does)."""
+"""Each command's (the trusted runner's test processes take it themselves): the first process
+the kernel kills when its sandbox's memory runs out (never the template nor the runner; and
+sandboxes before the host's processes when the host's does)."""
 MAX_REQUEST = 1024 * 1024
 """Largest request (header, job and stdin): a pipe must hold it whole (``pipe_holding``), and
 an unprivileged pipe holds at most ``/proc/sys/fs/pipe-max-size`` (1 MiB by default)."""
@@ -373,8 +375,9 @@ def read_exactly(fd: int, size: int) -> bytes:
     return data
 
 
-def command(limits: list[Any], fds: tuple[int, int, int]) -> None:
-    """H: become the command whose job is at the front of ``fds[0]``. Never returns."""
+def command(limits: list[Any], fds: tuple[int, int, int], judge: bool = False) -> None:
+    """H: become the command whose job is at the front of ``fds[0]``; the trusted runner
+    (``judge``) keeps the server's OOM score, below every other command's. Never returns."""
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)  # as a fresh interpreter
         os.setsid()
@@ -386,8 +389,9 @@ def command(limits: list[Any], fds: tuple[int, int, int]) -> None:
             if current != resource.RLIM_INFINITY:
                 soft, hard = min(soft, current), min(hard, current)
             resource.setrlimit(which, (soft, hard))
-        with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as adj:
-            adj.write(str(OOM_SCORE_ADJ))
+        if not judge:
+            with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as adj:
+                adj.write(str(OOM_SCORE_ADJ))
         job = read_job(fds[0])
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
@@ -413,7 +417,9 @@ def command(limits: list[Any], fds: tuple[int, int, int]) -> None:
         os._exit(126)
 
 
-def namespace_init(limits: list[Any], keep: list[int], fds: tuple[int, int, int]) -> None:
+def namespace_init(
+    limits: list[Any], keep: list[int], fds: tuple[int, int, int], judge: bool
+) -> None:
     """G, pid 1 of the exec's fresh pid namespace: run the command, reap, exit with its status
     (and so kill whatever it left). Never returns. (Should the server die, the kernel kills
     G with the server's own pid namespace, of which G's is a part.)"""
@@ -421,7 +427,7 @@ def namespace_init(limits: list[Any], keep: list[int], fds: tuple[int, int, int]
         enter_exec_namespaces(keep)
         child = os.fork()
         if child == 0:
-            command(limits, fds)
+            command(limits, fds, judge)
         while True:
             pid, status = os.wait()
             if pid == child:
@@ -674,13 +680,14 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin_r: int) -> bool:
         for fd in (out_r, err_r):
             os.close(fd)
         keep = request.get("capabilities", [])
+        judge = request.get("judge") is True
         if not INIT:
-            namespace_init(request["limits"], keep, (stdin_r, out_w, err_w))
+            namespace_init(request["limits"], keep, (stdin_r, out_w, err_w), judge)
         try:
             enter_exec_namespaces(keep)
         except BaseException as exc:
             setup_failed(err_w, exc)
-        command(request["limits"], (stdin_r, out_w, err_w))
+        command(request["limits"], (stdin_r, out_w, err_w), judge)
     for fd in (stdin_r, out_w, err_w):
         os.close(fd)
     try:  # the next exec's, made while this command runs

@@ -33,8 +33,16 @@ def capabilities(argv: Sequence[str], isolation: IsolationReport) -> tuple[str, 
     rollout's tool call included) gets only what its own code does with them: the code and
     tests it is given run as the sandbox's uid."""
     judged = isolation.tier is Tier.NAMESPACES and isolation.uids is not None
-    runner = list(argv) == [PYTHON, "-I", "-c", RUNNER_SOURCE]
-    return tuple(CAPABILITIES) if judged and runner else ()
+    return tuple(CAPABILITIES) if judged and is_runner(argv) else ()
+
+
+def is_runner(argv: Sequence[str]) -> bool:
+    """Whether a command is the trusted runner. It alone keeps the OOM score of the process
+    that starts it (the host's, the template's), below the commands' ``OOM_SCORE_ADJ``, which
+    its zygote takes before anything of the candidate's runs (``harness.runner``): while any
+    process of the candidate's lives, the kernel kills that one, never the judge, when the
+    sandbox's memory runs out (or the host's)."""
+    return list(argv) == [PYTHON, "-I", "-c", RUNNER_SOURCE]
 
 
 def write_id_maps(pid: int, uid: int) -> None:

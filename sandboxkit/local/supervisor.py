@@ -240,10 +240,10 @@ async def spawn(
     command_filter: bool = True,
 ) -> Spawned:
     """Start ``argv`` blocked as the host ``uid`` of ``sandbox``, confine it (rlimits and the
-    command's OOM score unless ``rlimits`` is False, the cgroups of ``sandbox`` (made
-    beforehand), a pids cgroup of ``pids_max`` or the limit's process count, bwrap's
-    ``capabilities``, the syscall filter: the warm template's if not ``command_filter``), then
-    release it."""
+    command's OOM score, the runner's excepted (``judge.is_runner``), unless ``rlimits`` is
+    False, the cgroups of ``sandbox`` (made beforehand), a pids cgroup of ``pids_max`` or the
+    limit's process count, bwrap's ``capabilities``, the syscall filter: the warm template's if
+    not ``command_filter``), then release it."""
     tier = confinement.isolation.tier
     limits = confinement.limits
     block_r, block_w = os.pipe()
@@ -331,7 +331,8 @@ async def spawn(
             try:
                 if rlimits:
                     apply_rlimits(target, confinement.rlimits())
-                    _kill_first(target)
+                    if not judge.is_runner(argv):
+                        _kill_first(target)
                 spawned.group = confinement.cgroups.confine(
                     target, sandbox=sandbox, max_pids=pids_max or limits.processes
                 )

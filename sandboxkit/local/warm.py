@@ -199,6 +199,7 @@ class WarmTemplate:
         kept = [judge.CAPABILITIES[name] for name in judge.capabilities(argv, self.isolation)]
         header = {"limits": self.rlimits, "cap": self.output_cap, "timeout": timeout}
         header["capabilities"] = kept
+        header["judge"] = judge.is_runner(argv)
         request = b"r" + json.dumps({**header, "size": len(body)}).encode() + b"\n" + body
         packets = [
             request[i : i + forkserver.MAX_PACKET]
