@@ -111,13 +111,20 @@ def test_programs_that_exhaust_the_sandboxs_memory_fail_and_correct_ones_beside_
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(2400)
+@pytest.mark.timeout(1200)
 def test_a_thousand_samples_of_heavy_and_light_tasks_give_every_correct_program_one(
     client: SandboxClient,
 ) -> None:
     """The issue's batch: 1,000 samples, heavy rows and light ones, correct programs among
-    programs that fill the sandbox's memory every way above."""
-    names = [list(PROGRAMS)[i % len(PROGRAMS)] for i in range(1000)]
+    programs that fill the sandbox's memory every way above (one sample in 25), on the warm
+    path (the cold path's verdicts are the test above's)."""
+    if os.environ["SANDBOXKIT_WARM"] == "0":
+        pytest.skip("the batch runs warm; the test above judges the same programs cold")
+    fillers = [name for name in PROGRAMS if not name.startswith("canonical")]
+    names = [
+        fillers[i // 25 % len(fillers)] if i % 25 == 0 else f"canonical {('light', 'heavy')[i % 2]}"
+        for i in range(1000)
+    ]
     found = verdicts(names, judged(client, names, tests=8))
     assert found == {
         name: {("passed", 1.0)} if name.startswith("canonical") else {("failed", 0.0)}
