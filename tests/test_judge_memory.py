@@ -89,6 +89,7 @@ def verdicts(names: list[str], outcomes: list[Outcome]) -> dict[str, set[tuple[s
     return found
 
 
+@pytest.mark.slow
 def test_programs_that_exhaust_the_sandboxs_memory_fail_and_correct_ones_beside_them_pass(
     client: SandboxClient,
 ) -> None:
