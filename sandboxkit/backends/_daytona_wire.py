@@ -46,7 +46,10 @@ def wrap_command(
     ``inline_stdin``, written by the wrapper from the base64 it carries.
 
     A watchdog kills the command after ``timeout`` seconds and leaves a mark, so a timeout
-    ends the wrapper normally, with the output so far, and with sub-second precision. A
+    ends the wrapper normally, with the output so far, and with sub-second precision. The mark
+    comes first: the wrapper kills the watchdog as soon as the command has ended, which on a
+    loaded machine could fall between the kill and a mark made after it (a timeout reported
+    as a plain 137). A
     workdir or cwd that an earlier program took the user's access to (``chmod 000``) gets it
     back, or every later exec of a pooled sandbox would fail. Every way out removes the
     scratch directory, an uploaded stdin with it.
@@ -61,7 +64,7 @@ def wrap_command(
     watchdog = ":"
     if timeout is not None:
         watchdog = (
-            f'( sleep {timeout:.3f}; kill -9 "$p" 2>/dev/null && : >"$d/t" ) '
+            f'( sleep {timeout:.3f}; : >"$d/t"; kill -9 "$p" 2>/dev/null || rm -f "$d/t" ) '
             "</dev/null >/dev/null 2>&1 3>&- & k=$!"
         )
     script = f"""d={q(scratch)} w={q(workdir)}
