@@ -312,7 +312,9 @@ def test_a_cluster_that_does_not_answer_is_no_cluster_not_a_hang(
 def pytest_with_the_fixtures(
     test_file: Path, env: dict[str, str]
 ) -> subprocess.CompletedProcess[str]:
-    """A pytest run of ``test_file`` with sandboxkit's Ray fixtures, in its directory."""
+    """A pytest run of ``test_file`` with sandboxkit's Ray fixtures, in its directory, its
+    tests in their order (not the outer run's options: CI's shuffles)."""
+    env = {k: v for k, v in env.items() if k != "PYTEST_ADDOPTS"}
     return subprocess.run(
         [
             sys.executable,
