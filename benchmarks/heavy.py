@@ -265,7 +265,9 @@ def measure(
     tests = sum(len(s.inputs) for s in work)
     methods: dict[str, Callable[[], tuple[float, int]]] = {}
     before = runner_before()
-    if before is not None:
+    if before is None:
+        log(f"git cannot show the runner at {BEFORE} (a shallow clone?): its row is left out")
+    else:
         methods[f"sandboxkit, a fork per test ({BEFORE})"] = lambda: _sandboxkit(
             client, work, workers, before, False
         )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -61,15 +62,23 @@ def host_groups(sb: sandboxkit.Sandbox) -> str:
     """The cgroups of an exec's process as the host sees them (inside, a cgroup namespace
     may show them as "/"), as /proc/<pid>/cgroup lists them."""
     marker = f"SBX_GROUP_{uuid.uuid4().hex}"
-    holder = threading.Thread(target=lambda: sb.exec(["sleep", "2"], env={marker: "1"}, timeout=60))
+    holder = threading.Thread(
+        target=lambda: sb.exec(["sleep", "60"], env={marker: "1"}, timeout=90)
+    )
     holder.start()
+    pids: list[int] = []
     try:
         # ``sleep`` itself: before it runs, the host's launcher (not yet in the sandbox's
-        # group in the rlimits tier) carries the same environment.
-        assert wait_until(lambda: sleeping(processes_with(marker, "environ")), timeout=30)
-        pid = sleeping(processes_with(marker, "environ"))[0]
-        return Path(f"/proc/{pid}/cgroup").read_text()
+        # group in the rlimits tier) carries the same environment. It sleeps until read (a
+        # short sleep could end before a loaded machine's scan of /proc finds it).
+        assert wait_until(
+            lambda: pids.extend(sleeping(processes_with(marker, "environ"))) or pids, timeout=30
+        )
+        return Path(f"/proc/{pids[0]}/cgroup").read_text()
     finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         holder.join()
 
 
