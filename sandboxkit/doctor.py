@@ -159,6 +159,13 @@ def _origin(plugin: EntryPoint) -> str:
 
 
 def _credentials(entry: BackendEntry) -> Check:
+    if entry.all_keys:
+        unset = [var for var in entry.key_vars if not setting(var)]
+        if unset:
+            return Check(
+                "credentials", Status.FAIL, f"{' and '.join(unset)} missing", f"set {unset[0]}"
+            )
+        return Check("credentials", Status.OK, f"{' and '.join(entry.key_vars)} set")
     found = next((var for var in entry.key_vars if setting(var)), None)
     names = " or ".join(entry.key_vars)
     if found is None:

@@ -23,6 +23,9 @@ from .backends._facts import (
     DAYTONA_DEFAULT_URL,
     DAYTONA_KEY_VAR,
     DAYTONA_URL_VAR,
+    MODAL_DEFAULT_URL,
+    MODAL_KEY_VARS,
+    MODAL_URL_VAR,
     RAY_ADDRESS_VAR,
     RAY_DEFAULT_ADDRESS,
 )
@@ -72,6 +75,9 @@ class BackendEntry:
     """The credential variables the backend reads, in the order it reads them: the first is the
     one to set, the rest are fallbacks (old names). Their values are scrubbed from
     ``doctor``'s report; empty when it needs no credentials."""
+    all_keys: bool = False
+    """Whether every variable of :attr:`key_vars` is needed (a token's id and secret), rather
+    than the first or a fallback."""
     url_var: str | None = None
     """The variable that overrides the endpoint; None when the backend has no endpoint."""
     default_url: str | None = None
@@ -119,6 +125,16 @@ BUILTIN_BACKENDS: dict[str, BackendEntry] = {
         url_var=AVIATO_URL_VAR,
         default_url=AVIATO_DEFAULT_URL,
         min_python=(3, 11),
+        probe=GRPC_PROBE,
+    ),
+    "modal": BackendEntry(
+        "sandboxkit.backends.modal:ModalBackend",
+        extra="modal",
+        sdk="modal",
+        key_vars=MODAL_KEY_VARS,
+        all_keys=True,
+        url_var=MODAL_URL_VAR,
+        default_url=MODAL_DEFAULT_URL,
         probe=GRPC_PROBE,
     ),
     "ray": BackendEntry(

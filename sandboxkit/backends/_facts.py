@@ -24,3 +24,9 @@ RAY_ADDRESS_VAR = "RAY_ADDRESS"
 RAY_DEFAULT_ADDRESS = "auto"
 """What Ray finds without an address: a cluster running on this machine (then, for ``create``,
 a local one started on demand)."""
+
+MODAL_KEY_VARS = ("MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET")
+"""Both are needed: a token is an id and a secret (the client's own variables)."""
+MODAL_URL_VAR = "MODAL_SERVER_URL"
+MODAL_DEFAULT_URL = "https://api.modal.com"
+"""The ``modal`` client's own default (``modal.config``'s ``server_url``)."""

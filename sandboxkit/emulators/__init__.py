@@ -13,13 +13,19 @@ from types import ModuleType
 
 from ..errors import installed_for
 
-EMULATORS = {"daytona": "sandboxkit.emulators.daytona", "aviato": "sandboxkit.emulators.aviato"}
+EMULATORS = {
+    "daytona": "sandboxkit.emulators.daytona",
+    "aviato": "sandboxkit.emulators.aviato",
+    "modal": "sandboxkit.emulators.modal",
+}
 """The emulator module of each provider; each has ``serve_forever``."""
 INSTALL = "pip install 'sandboxkit[emulators]'"
 """What installs every emulator's server libraries."""
 ANY_KEY = "any"
 """The key ``sandboxkit emulate`` prints when it accepts every key: the backends still need
 one set."""
+MODAL_TOKEN_ID = "ak-sandboxkit-emulator"
+"""The token id the Modal emulator expects (its secret is the emulator's key)."""
 PYTHONS = re.compile(r"(?:.*/)?python(?:3(?:\.\d+)?)?")
 """Commands an emulator may run directly rather than behind its backend's shell wrapper, so
 that the local backend's warm template serves them instead of an interpreter started by sh."""

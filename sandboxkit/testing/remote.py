@@ -1,6 +1,7 @@
-"""One way to reach either remote provider's emulator, for tests and benchmarks that cover both.
+"""One way to reach every remote provider's emulator, for tests and benchmarks that cover them all.
 
-The two emulators differ in how they are reached (Daytona: ``api_url`` + ``target``; Aviato:
+The emulators differ in how they are reached (Daytona: ``api_url`` + ``target``; Modal: a token
+id and secret and ``server_url``; Aviato:
 ``base_url``) and started; this module hides that, so a test parametrized over
 :data:`REMOTE_BACKENDS` reads the same for both:
 
@@ -38,24 +39,30 @@ from ..backends._facts import (
     DAYTONA_KEY_VAR,
     DAYTONA_TARGET_VAR,
     DAYTONA_URL_VAR,
+    MODAL_KEY_VARS,
+    MODAL_URL_VAR,
 )
 from ..client import SandboxClient
 from ..config import child_pythonpath
-from ..emulators import load_emulator
+from ..emulators import MODAL_TOKEN_ID, load_emulator
 from ..errors import BackendUnavailableError
 from ..registry import backend_factory, get_backend
 from .faults import Faults
 
-REMOTE_BACKENDS = ("daytona", "aviato")
+REMOTE_BACKENDS = ("daytona", "aviato", "modal")
 API_KEY = "sandboxkit-remote-key"
 DAYTONA_TARGET = "local"
-_URL_VARS = {"daytona": DAYTONA_URL_VAR, "aviato": AVIATO_URL_VAR}
-_SHARED_FIXTURES = {"daytona": "daytona_emulator", "aviato": "aviato_emulator"}
+_URL_VARS = {"daytona": DAYTONA_URL_VAR, "aviato": AVIATO_URL_VAR, "modal": MODAL_URL_VAR}
+_SHARED_FIXTURES = {
+    "daytona": "daytona_emulator",
+    "aviato": "aviato_emulator",
+    "modal": "modal_emulator",
+}
 """The session fixtures that skip where an emulator cannot run (and set ``NO_PROXY``)."""
 
 
 class Emulator(Protocol):
-    """What the two emulator classes have in common."""
+    """What the emulator classes have in common."""
 
     faults: Faults
 
@@ -74,7 +81,7 @@ def start_emulator(
     if provider not in REMOTE_BACKENDS:
         raise ValueError(f"no emulator for {provider!r}; choose from {REMOTE_BACKENDS}")
     module = emulator_or_skip(provider)
-    emulator_class = module.DaytonaEmulator if provider == "daytona" else module.AviatoEmulator
+    emulator_class = getattr(module, f"{provider.capitalize()}Emulator")
     with emulator_class(api_key=API_KEY, faults=faults, direct_python=direct_python) as emu:
         yield emu
 
@@ -94,6 +101,8 @@ def backend_options(provider: str, url: str) -> dict[str, str]:
     """``get_backend(provider, **options)`` reaches the emulator at ``url``."""
     if provider == "daytona":
         return {"api_key": API_KEY, "api_url": url, "target": DAYTONA_TARGET}
+    if provider == "modal":
+        return {"token_id": MODAL_TOKEN_ID, "token_secret": API_KEY, "server_url": url}
     return {"api_key": API_KEY, "base_url": url}
 
 
@@ -102,6 +111,8 @@ def backend_env(provider: str, url: str) -> dict[str, str]:
     env = {_URL_VARS[provider]: url, "NO_PROXY": "127.0.0.1,localhost"}
     if provider == "daytona":
         return env | {DAYTONA_KEY_VAR: API_KEY, DAYTONA_TARGET_VAR: DAYTONA_TARGET}
+    if provider == "modal":
+        return env | dict(zip(MODAL_KEY_VARS, (MODAL_TOKEN_ID, API_KEY), strict=True))
     return env | {AVIATO_KEY_VARS[0]: API_KEY}
 
 
