@@ -147,6 +147,12 @@ except ImportError as exc:
             "pip install 'sandboxkit[aviato]'",
         ),
         (
+            "sandboxkit.backends.modal",
+            "modal",
+            "the 'modal' backend needs 'modal', which is not installed: "
+            "pip install 'sandboxkit[modal]'",
+        ),
+        (
             "sandboxkit.backends.ray",
             "ray",
             "the 'ray' backend needs 'ray', which is not installed: pip install 'sandboxkit[ray]'",
@@ -161,6 +167,12 @@ except ImportError as exc:
             "sandboxkit.emulators.aviato",
             "grpc",
             "the aviato emulator needs 'grpc', which is not installed: "
+            "pip install 'sandboxkit[emulators]'",
+        ),
+        (
+            "sandboxkit.emulators.modal",
+            "grpclib",
+            "the modal emulator needs 'grpclib', which is not installed: "
             "pip install 'sandboxkit[emulators]'",
         ),
     ],

@@ -77,11 +77,16 @@ def clean_env(**settings: str) -> dict[str, str]:
     """This environment without any backend setting, plus ``settings``; remote endpoints point
     at a closed local port so no probe leaves the machine, nor joins a Ray cluster that
     another test (or program) runs here and may stop meanwhile."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DAYTONA_", "CWSANDBOX_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("DAYTONA_", "CWSANDBOX_", "MODAL_"))
+    }
     env.pop("AVIATO_API_KEY", None)
     env.pop("SANDBOXKIT_BACKEND", None)
     env["DAYTONA_API_URL"] = f"{UNREACHABLE}/api"
     env["CWSANDBOX_BASE_URL"] = UNREACHABLE
+    env["MODAL_SERVER_URL"] = UNREACHABLE
     env["RAY_ADDRESS"] = UNREACHABLE.removeprefix("http://")
     env.update(settings)
     return env
@@ -656,7 +661,7 @@ def test_reap_deletes_what_half_stopped_sandboxes_left(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("emulator", ["daytona_env", "aviato_env"])
+@pytest.mark.parametrize("emulator", ["daytona_env", "aviato_env", "modal_env"])
 def test_ls_and_reap_on_an_emulator(emulator: str, request: pytest.FixtureRequest) -> None:
     request.getfixturevalue(emulator)
     backend = emulator.removesuffix("_env")

@@ -166,6 +166,10 @@ def _retry_after(exc: BaseException) -> float | None:
 def translate(exc: BaseException, sandbox_id: str | None = None) -> BaseException:
     """The sandboxkit error for a ``modal`` (or transport) error; others pass through."""
     message = f"{f'sandbox {sandbox_id}' if sandbox_id else 'Modal'}: {exc}"
+    if type(exc) is mx.SandboxFilesystemError and isinstance(exc.__context__, mx.Error):
+        # The filesystem API reports an error of the exec it ran as "unexpected": the
+        # error itself (throttling, the sandbox gone) is what it hides.
+        return translate(exc.__context__, sandbox_id)
     for modal_error, os_error in _FILE_ERRORS.items():
         if isinstance(exc, modal_error):
             return os_error(message)

@@ -75,6 +75,7 @@ from ..testing.faults import Faults
 from . import ANY_KEY, INSTALL, MODAL_TOKEN_ID
 
 with installed_for("the modal emulator", INSTALL):
+    import grpclib
     import grpclib.const
     import grpclib.server
     from grpclib import GRPCError, Status
@@ -138,6 +139,7 @@ class _Emulated:
     """One sandbox as the API reports it, and the local sandbox that backs it."""
 
     info: api_pb2.SandboxInfo
+    definition: api_pb2.Sandbox
     local_id: str
     workdir: str
     env: dict[str, str]
@@ -385,7 +387,7 @@ class ModalServicer:
             task_info=api_pb2.TaskInfo(id=task_id, started_at=now, sandbox_id=sandbox_id),
             metadata=api_pb2.SandboxHandleMetadata(app_id=request.app_id),
         )
-        sb = _Emulated(info, local.id, workdir, env)
+        sb = _Emulated(info, definition, local.id, workdir, env)
         self.sandboxes[sandbox_id] = sb
         self._by_task[task_id] = sb
         if definition.timeout_secs:
@@ -772,6 +774,12 @@ class ModalEmulator:
         """A copy of what the API reports for a sandbox, ended ones included."""
         copy = api_pb2.SandboxInfo()
         copy.CopyFrom(self.servicer.sandboxes[sandbox_id].info)
+        return copy
+
+    def definition(self, sandbox_id: str) -> api_pb2.Sandbox:
+        """A copy of the definition a sandbox was created with."""
+        copy = api_pb2.Sandbox()
+        copy.CopyFrom(self.servicer.sandboxes[sandbox_id].definition)
         return copy
 
     def sandbox_ids(self) -> list[str]:
