@@ -59,7 +59,7 @@ from workloads import Workload, mbpp, timeouts, trivial
 from sandboxkit import SandboxClient, SandboxPool, get_backend
 from sandboxkit.backends.subprocess import SubprocessBackend
 from sandboxkit.doctor import probe_languages
-from sandboxkit.emulators import load_emulator
+from sandboxkit.emulators import MODAL_TOKEN_ID, load_emulator
 from sandboxkit.errors import BackendUnavailableError
 from sandboxkit.portal import run_sync
 from sandboxkit.registry import backend_factory
@@ -152,7 +152,7 @@ FULL = Sizes(
     (8, 64),
     64,
     128,
-    ("daytona", "aviato"),
+    ("daytona", "aviato", "modal"),
     (0, 20, 100),
     128,
     16,
@@ -202,7 +202,7 @@ SMOKE = Sizes(
     (2, 2),
     2,
     4,
-    ("daytona", "aviato"),
+    ("daytona", "aviato", "modal"),
     (0,),
     4,
     2,
@@ -629,6 +629,8 @@ def emulated(provider: str, latency_ms: float) -> Iterator[SandboxClient]:
         url = line.split("=", 1)[1]
         if provider == "daytona":
             client = get_backend("daytona", api_key=key, api_url=url, target="local")
+        elif provider == "modal":
+            client = get_backend("modal", token_id=MODAL_TOKEN_ID, token_secret=key, server_url=url)
         else:
             client = get_backend("aviato", base_url=url, api_key=key)
         with client:

@@ -47,7 +47,8 @@ def run_script(*argv: str) -> subprocess.CompletedProcess[str]:
 
 
 def _remote_available() -> bool:
-    return all(importlib.util.find_spec(m) for m in ("daytona", "cwsandbox", "aiohttp", "grpc"))
+    needed = ("daytona", "cwsandbox", "modal", "aiohttp", "grpc")
+    return all(importlib.util.find_spec(m) for m in needed)
 
 
 @pytest.mark.slow
@@ -74,9 +75,9 @@ def test_smoke_run_writes_the_expected_json(tmp_path: Path) -> None:
     assert timeouts and all(r["mean_reward"] < 1.0 for r in timeouts)  # the loop scored 0
     if _remote_available():
         pools = [r for r in report["remote"] if r["method"].startswith("sandboxkit")]
-        assert {r["backend"] for r in pools} == {"daytona", "aviato", "latency-only"}
+        assert {r["backend"] for r in pools} == {"daytona", "aviato", "modal", "latency-only"}
         assert all(r["lower_bound_s"] and r["lower_bound_s"] > 0 for r in pools)
-        assert {m["backend"] for m in report["pool_memory"]} == {"daytona", "aviato"}
+        assert {m["backend"] for m in report["pool_memory"]} == {"daytona", "aviato", "modal"}
         assert all(m["created"] == m["size"] for m in report["pool_memory"])
     assert report["targets"] == []  # judged on a full run only: a smoke batch is too short
 
@@ -167,7 +168,7 @@ def test_tools_smoke_run_times_every_tool_and_reset(tmp_path: Path) -> None:
     assert "### Tool calls of a rollout" in done.stdout
     report = json.loads(out.read_text())
     assert report["local"] == [] and report["contest"] == []
-    backends = {"local", "daytona", "aviato"} if _remote_available() else {"local"}
+    backends = {"local", "daytona", "aviato", "modal"} if _remote_available() else {"local"}
     calls = report["tool_calls"]
     assert {row["backend"] for row in calls} == backends
     tools = {"run_python('pass')", "run_shell('true')", "write_file 2 KiB", "read_file 2 KiB"}
