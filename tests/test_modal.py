@@ -107,6 +107,8 @@ def test_spec_options_and_long_arguments_reach_modal(
     source = "#" * ARG_MAX + "\nimport sys; print(sys.argv, sys.stdin.read())"
     result = sb.exec([PY, "-I", "-c", source, "arg"], stdin="in", timeout=60)
     assert result.stdout == "['-c', 'arg'] in\n"
+    flood = sb.exec([PY, "-c", "import sys; sys.stdout.write('a' * (3 << 20))"], timeout=60)
+    assert (len(flood.stdout_bytes), flood.truncated, flood.returncode) == (1 << 20, True, 0)
     # A GPU takes Modal's V1 path; another app is listed too.
     gpu = client.sandbox(tags=["run"], gpu="T4", app_name="other")
     assert (len(gpu.id), emulator.definition(gpu.id).resources.gpu_config.gpu_type) == (25, "T4")

@@ -32,7 +32,8 @@ own event-loop thread, so nothing here is bound to the caller's loop):
   shell wraps the command). stdin is written, then closed, in every case: a command reading
   it sees EOF. Modal's exec timeout is in whole seconds: ``timeout`` is rounded up; a command
   past it comes back as ``timed_out=True`` with returncode 137, like the local backend
-  (output it printed is not kept). Output is capped at ``output_bytes`` per stream (1 MiB).
+  (output it printed is not kept). Output is read up to ``output_bytes`` per stream (1 MiB):
+  the rest is never fetched.
 - Files go through the client's filesystem API (Modal's in-sandbox file tool), at paths
   relative to the workdir; ``write_file`` makes missing parents.
 - ``list`` covers the apps this backend has used and returns running sandboxes (Modal lists
@@ -423,8 +424,8 @@ class ModalBackend:
         )
         try:
             await self._feed(process, stdin)
-            stdout, stderr, returncode = await asyncio.gather(
-                process.stdout.read.aio(), process.stderr.read.aio(), process.wait.aio()
+            (out, cut_out), (err, cut_err), returncode = await asyncio.gather(
+                self._read(process.stdout), self._read(process.stderr), process.wait.aio()
             )
         except (mx.NotFoundError, mx.SandboxTerminatedError) as exc:
             # Modal started the command, then its sandbox ended: it may have run.
@@ -439,8 +440,6 @@ class ModalBackend:
             timeout is not None and returncode == KILLED_RETURNCODE and duration >= timeout
         ):
             return ExecResult(returncode=KILLED_RETURNCODE, timed_out=True, duration=duration)
-        out, cut_out = cap_output(stdout, self.output_bytes)
-        err, cut_err = cap_output(stderr, self.output_bytes)
         return ExecResult(
             returncode=returncode,
             stdout_bytes=out,
@@ -448,6 +447,18 @@ class ModalBackend:
             duration=duration,
             truncated=cut_out or cut_err,
         )
+
+    async def _read(self, stream: Any) -> tuple[bytes, bool]:
+        """A stream's output up to ``output_bytes``, and whether there was more. Modal's
+        output is pulled: reading stops at the cap, so what a command prints past it is
+        neither transferred nor held here, however much that is."""
+        kept = bytearray()
+        async for chunk in stream:
+            kept += chunk
+            if len(kept) > self.output_bytes:
+                await stream.aclose()
+                return cap_output(bytes(kept), self.output_bytes)
+        return bytes(kept), False
 
     @staticmethod
     async def _feed(process: Any, data: bytes) -> None:
