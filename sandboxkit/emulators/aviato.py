@@ -31,23 +31,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import posixpath
 import shutil
-import signal
-import tempfile
-import threading
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, NoReturn
 
 from ..backends._facts import AVIATO_KEY_VARS, AVIATO_URL_VAR
 from ..errors import BackendMisconfiguredError, SandboxError, SandboxNotFoundError, installed_for
 from ..protocol import DEFAULT_WORKDIR, KILLED_RETURNCODE, Backend, ExecResult, SandboxSpec
-from ..registry import get_backend
 from ..testing.faults import Faults
 from . import ANY_KEY, INSTALL, PYTHONS
+from .threaded import ThreadedEmulator, local_backend, serve_until_signalled
 
 with installed_for("the aviato emulator", INSTALL):
     import grpc
@@ -62,9 +57,6 @@ ERROR_DOMAIN = "cwsandbox.com"
 """The ``ErrorInfo`` domain the client trusts for reason-specific errors."""
 MAX_MESSAGE_BYTES = 100 * 1024 * 1024
 """The client's gRPC message limit; unary file calls carry up to 32 MiB."""
-OUTPUT_BYTES = 16 * 1024 * 1024
-"""Output kept per stream by the emulator. The real service streams everything; keeping more
-than a backend's cap lets the backend, not the emulator, decide what is truncated."""
 CHUNK_BYTES = 64 * 1024
 PAGE_SIZE = 100
 _TERMINAL = frozenset({pb.STATE_COMPLETED, pb.STATE_FAILED, pb.STATE_TERMINATED})
@@ -474,9 +466,7 @@ class _Server:
     def __init__(
         self, *, api_key: str | None, faults: Faults | None, page_size: int, direct_python: bool
     ) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix="sandboxkit-aviato-"))
-        os.chmod(self.root, 0o711)  # an unprivileged sandbox uid must reach its directory
-        local = get_backend("subprocess", root=self.root, output_bytes=OUTPUT_BYTES).backend
+        self.root, local = local_backend("sandboxkit-aviato-")
         self.servicer = AviatoServicer(
             local,
             api_key=api_key,
@@ -509,12 +499,14 @@ class _Server:
         await asyncio.to_thread(shutil.rmtree, self.root, True)
 
 
-class AviatoEmulator:
+class AviatoEmulator(ThreadedEmulator[_Server]):
     """An emulator on its own thread and event loop, for tests and benchmarks.
 
     Use as a context manager (or ``start()``/``stop()``); point the client at ``url`` with
     ``api_key``. ``faults`` may be changed while it runs.
     """
+
+    thread_name = "sandboxkit-aviato-emulator"
 
     def __init__(
         self,
@@ -526,74 +518,33 @@ class AviatoEmulator:
         page_size: int = PAGE_SIZE,
         direct_python: bool = True,
     ) -> None:
-        self.host = host
-        self.port = port
+        super().__init__(host=host, port=port)
         self.api_key = api_key
         self.faults = faults or Faults()
         self.page_size = page_size
         self.direct_python = direct_python
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._server: _Server | None = None
-        self.url = ""
 
-    @property
-    def root(self) -> Path:
-        """Where the emulated sandboxes' local sandboxes live."""
-        assert self._server is not None, "the emulator is not running"
-        return self._server.root
-
-    def live_sandboxes(self) -> int:
-        """Sandboxes created and not yet deleted (or lost)."""
-        assert self._server is not None, "the emulator is not running"
-        return self._server.servicer.live_count()
-
-    def describe(self, sandbox_id: str) -> pb.Sandbox:
-        """A copy of what the API reports for a sandbox, deleted ones included."""
-        assert self._server is not None, "the emulator is not running"
-        copy = pb.Sandbox()
-        copy.CopyFrom(self._server.servicer.sandboxes[sandbox_id].proto)
-        return copy
-
-    def sandbox_ids(self) -> list[str]:
-        """Every sandbox the emulator has made, deleted ones included."""
-        assert self._server is not None, "the emulator is not running"
-        return list(self._server.servicer.sandboxes)
-
-    def _call(self, coro: Any) -> Any:
-        assert self._loop is not None
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
-
-    def start(self) -> AviatoEmulator:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="sandboxkit-aviato-emulator", daemon=True
-        )
-        self._thread.start()
-        self._server = _Server(
+    def _make_server(self) -> _Server:
+        return _Server(
             api_key=self.api_key,
             faults=self.faults,
             page_size=self.page_size,
             direct_python=self.direct_python,
         )
-        self.url = self._call(self._server.start(self.host, self.port))
-        return self
 
-    def stop(self) -> None:
-        if self._loop is None or self._thread is None:
-            return
-        if self._server is not None:
-            self._call(self._server.stop())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
-        self._loop.close()
-        self._loop = self._thread = None
+    def live_sandboxes(self) -> int:
+        """Sandboxes created and not yet deleted (or lost)."""
+        return self.server.servicer.live_count()
 
-    def __enter__(self) -> AviatoEmulator:
-        return self.start()
+    def describe(self, sandbox_id: str) -> pb.Sandbox:
+        """A copy of what the API reports for a sandbox, deleted ones included."""
+        copy = pb.Sandbox()
+        copy.CopyFrom(self.server.servicer.sandboxes[sandbox_id].proto)
+        return copy
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
+    def sandbox_ids(self) -> list[str]:
+        """Every sandbox the emulator has made, deleted ones included."""
+        return list(self.server.servicer.sandboxes)
 
 
 def serve_forever(
@@ -606,18 +557,9 @@ def serve_forever(
     """Serve until SIGINT/SIGTERM (``sandboxkit emulate aviato``); prints the URL to use, then
     the key a client must send (``api_key``, or ``any`` when every key is accepted)."""
 
-    async def main() -> None:
-        server = _Server(api_key=api_key, faults=faults, page_size=PAGE_SIZE, direct_python=True)
-        url = await server.start(host, port)
-        done = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, done.set)
-        print(f"{AVIATO_URL_VAR}={url}\n{AVIATO_KEY_VARS[0]}={api_key or ANY_KEY}", flush=True)
-        try:
-            await done.wait()
-        finally:
-            await server.stop()
-
-    asyncio.run(main())
-    return 0
+    return serve_until_signalled(
+        lambda: _Server(api_key=api_key, faults=faults, page_size=PAGE_SIZE, direct_python=True),
+        host,
+        port,
+        lambda url: f"{AVIATO_URL_VAR}={url}\n{AVIATO_KEY_VARS[0]}={api_key or ANY_KEY}",
+    )

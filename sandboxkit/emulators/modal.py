@@ -54,25 +54,20 @@ import hashlib
 import hmac
 import itertools
 import json
-import os
 import secrets
 import shutil
-import signal
-import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, NoReturn, cast
 
 from ..backends._facts import MODAL_KEY_VARS, MODAL_URL_VAR
 from ..errors import BackendMisconfiguredError, SandboxError, SandboxNotFoundError, installed_for
 from ..protocol import DEFAULT_WORKDIR, Backend, ExecResult, SandboxSpec
-from ..registry import get_backend
 from ..testing.faults import Faults
 from . import ANY_KEY, INSTALL, MODAL_TOKEN_ID
+from .threaded import ThreadedEmulator, local_backend, serve_until_signalled
 
 with installed_for("the modal emulator", INSTALL):
     import grpclib
@@ -86,8 +81,6 @@ with installed_for("the modal emulator", INSTALL):
 TOKEN_ID = MODAL_TOKEN_ID
 FS_TOOLS = "/__modal/.bin/modal-sandbox-fs-tools"
 """The in-sandbox program the client's filesystem API runs."""
-OUTPUT_BYTES = 16 * 1024 * 1024
-"""Output kept per stream by the emulator (the backend decides what is truncated)."""
 CHUNK_BYTES = 64 * 1024
 PAGE_SIZE = 100
 IMAGE_BUILDER_VERSION = "2025.06"
@@ -697,12 +690,9 @@ class _Server:
     """One emulator: a grpclib server, its servicer and the local root behind it."""
 
     def __init__(self, *, api_key: str | None, faults: Faults | None, page_size: int) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix="sandboxkit-modal-"))
-        os.chmod(self.root, 0o711)  # an unprivileged sandbox uid must reach its directory
-        local = get_backend("subprocess", root=self.root, output_bytes=OUTPUT_BYTES).backend
+        self.root, local = local_backend("sandboxkit-modal-")
         self.servicer = ModalServicer(local, api_key=api_key, faults=faults, page_size=page_size)
         self.server: grpclib.server.Server | None = None
-        self.url = ""
 
     async def start(self, host: str, port: int) -> str:
         services = [
@@ -714,8 +704,8 @@ class _Server:
         listening = cast(asyncio.Server | None, self.server._server)
         sockets = listening.sockets if listening is not None else ()
         bound = sockets[0].getsockname()[1] if sockets else port
-        self.url = self.servicer.url = f"http://{host}:{bound}"
-        return self.url
+        self.servicer.url = f"http://{host}:{bound}"
+        return self.servicer.url
 
     async def stop(self) -> None:
         await self.servicer.close()
@@ -726,14 +716,16 @@ class _Server:
         await asyncio.to_thread(shutil.rmtree, self.root, True)
 
 
-class ModalEmulator:
+class ModalEmulator(ThreadedEmulator[_Server]):
     """An emulator on its own thread and event loop, for tests and benchmarks.
 
-    Use as a context manager (or ``start()``/``stop()``); point the client at ``url`` with
-    token id :data:`TOKEN_ID` and secret ``api_key``. ``faults`` may be changed while it runs.
-    ``direct_python`` is accepted for symmetry with the other emulators: Modal's exec takes a
-    working directory and variables itself, so commands always run unwrapped.
+    Point the client at ``url`` with token id :data:`TOKEN_ID` and secret ``api_key``.
+    ``faults`` may be changed while it runs. ``direct_python`` is accepted for symmetry with
+    the other emulators: Modal's exec takes a working directory and variables itself, so
+    commands always run as given.
     """
+
+    thread_name = "sandboxkit-modal-emulator"
 
     def __init__(
         self,
@@ -745,26 +737,17 @@ class ModalEmulator:
         page_size: int = PAGE_SIZE,
         direct_python: bool = True,
     ) -> None:
-        self.host = host
-        self.port = port
+        super().__init__(host=host, port=port)
         self.api_key = api_key
         self.faults = faults or Faults()
         self.page_size = page_size
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._server: _Server | None = None
-        self.url = ""
+
+    def _make_server(self) -> _Server:
+        return _Server(api_key=self.api_key, faults=self.faults, page_size=self.page_size)
 
     @property
     def servicer(self) -> ModalServicer:
-        assert self._server is not None, "the emulator is not running"
-        return self._server.servicer
-
-    @property
-    def root(self) -> Path:
-        """Where the emulated sandboxes' local sandboxes live."""
-        assert self._server is not None, "the emulator is not running"
-        return self._server.root
+        return self.server.servicer
 
     def live_sandboxes(self) -> int:
         """Sandboxes created and not yet ended."""
@@ -786,36 +769,6 @@ class ModalEmulator:
         """Every sandbox the emulator has made, ended ones included."""
         return list(self.servicer.sandboxes)
 
-    def _call(self, coro: Any) -> Any:
-        assert self._loop is not None
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
-
-    def start(self) -> ModalEmulator:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="sandboxkit-modal-emulator", daemon=True
-        )
-        self._thread.start()
-        self._server = _Server(api_key=self.api_key, faults=self.faults, page_size=self.page_size)
-        self.url = self._call(self._server.start(self.host, self.port))
-        return self
-
-    def stop(self) -> None:
-        if self._loop is None or self._thread is None:
-            return
-        if self._server is not None:
-            self._call(self._server.stop())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
-        self._loop.close()
-        self._loop = self._thread = None
-
-    def __enter__(self) -> ModalEmulator:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
 
 def serve_forever(
     *,
@@ -827,23 +780,12 @@ def serve_forever(
     """Serve until SIGINT/SIGTERM (``sandboxkit emulate modal``); prints the URL to use, then
     the token id and secret a client must send (the secret ``any`` when every one is
     accepted)."""
-
-    async def main() -> None:
-        server = _Server(api_key=api_key, faults=faults, page_size=PAGE_SIZE)
-        url = await server.start(host, port)
-        done = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, done.set)
-        print(
+    return serve_until_signalled(
+        lambda: _Server(api_key=api_key, faults=faults, page_size=PAGE_SIZE),
+        host,
+        port,
+        lambda url: (
             f"{MODAL_URL_VAR}={url}\n{MODAL_KEY_VARS[0]}={TOKEN_ID}\n"
-            f"{MODAL_KEY_VARS[1]}={api_key or ANY_KEY}",
-            flush=True,
-        )
-        try:
-            await done.wait()
-        finally:
-            await server.stop()
-
-    asyncio.run(main())
-    return 0
+            f"{MODAL_KEY_VARS[1]}={api_key or ANY_KEY}"
+        ),
+    )
