@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import concurrent.futures
 import contextlib
 import logging
 import posixpath
@@ -68,7 +67,6 @@ from ..errors import (
     installed_for,
 )
 from ..keywords import keyword_only
-from ..portal import portal
 from ..protocol import (
     DEFAULT_WORKDIR,
     KILLED_RETURNCODE,
@@ -80,6 +78,7 @@ from ..protocol import (
 )
 from ._facts import AVIATO_DEFAULT_URL, AVIATO_KEY_VARS, AVIATO_URL_VAR
 from ._output import cap_output
+from ._owned import discard, start_owned
 
 with installed_for("the 'aviato' backend", "pip install 'sandboxkit[aviato]'"):
     import cwsandbox
@@ -332,20 +331,12 @@ class AviatoBackend:
             sb = cwsandbox.Sandbox(**options)
         except (TypeError, ValueError) as exc:
             raise BackendMisconfiguredError(f"Aviato sandbox options: {exc}") from exc
-        # The start runs on sandboxkit's own loop, so a caller that gives up (or whose loop
-        # ends) cannot cut it short after the service made the sandbox; what it still makes
-        # then is deleted.
-        start = asyncio.run_coroutine_threadsafe(self._start(sb), portal().loop)
-        try:
-            await asyncio.shield(asyncio.wrap_future(start))
-        except asyncio.CancelledError:
-            start.add_done_callback(lambda done: self._discard_unowned(done, sb))
-            raise
+        await start_owned(self._start(sb), self._discard)
         assert sb.sandbox_id is not None
         self._handles[sb.sandbox_id] = sb
         return self._info(sb)
 
-    async def _start(self, sb: cwsandbox.Sandbox) -> None:
+    async def _start(self, sb: cwsandbox.Sandbox) -> cwsandbox.Sandbox:
         """Create and wait for RUNNING; a sandbox made on the way is deleted on failure."""
         try:
             await _call(sb.start())
@@ -354,27 +345,10 @@ class AviatoBackend:
             if sb.sandbox_id is not None:
                 await self._discard(sb)
             raise
+        return sb
 
-    async def _discard(self, sb: cwsandbox.Sandbox, attempts: int = 3) -> None:
-        """Delete a sandbox nobody will own, trying a few times: a leak costs money."""
-        for attempt in range(attempts):
-            try:
-                await sb.stop(missing_ok=True, graceful_shutdown_seconds=0)
-                return
-            except Exception as exc:
-                if attempt + 1 == attempts:
-                    logger.warning(
-                        "could not delete sandbox %s, which may leak: %s", sb.sandbox_id, exc
-                    )
-                    return
-                await asyncio.sleep(0.5 * 2**attempt)
-
-    def _discard_unowned(
-        self, start: concurrent.futures.Future[None], sb: cwsandbox.Sandbox
-    ) -> None:
-        """After an abandoned create: a start that failed has cleaned up already."""
-        if not start.cancelled() and start.exception() is None:
-            asyncio.run_coroutine_threadsafe(self._discard(sb), portal().loop)
+    async def _discard(self, sb: cwsandbox.Sandbox) -> None:
+        await discard(lambda: sb.stop(missing_ok=True, graceful_shutdown_seconds=0), sb.sandbox_id)
 
     async def exec(
         self,

@@ -89,6 +89,7 @@ from ..protocol import (
 )
 from ._facts import MODAL_KEY_VARS, MODAL_URL_VAR
 from ._output import cap_output
+from ._owned import discard, start_owned
 
 with installed_for("the 'modal' backend", "pip install 'sandboxkit[modal]'"):
     import grpclib
@@ -357,15 +358,7 @@ class ModalBackend:
             "memory": spec.memory_mb,
             **options,
         }
-        # The create runs on sandboxkit's own loop, so a caller that gives up (or whose loop
-        # ends) cannot cut it short after Modal made the sandbox; what it still makes then
-        # is terminated.
-        start = asyncio.run_coroutine_threadsafe(self._start(arguments), portal().loop)
-        try:
-            sb = await asyncio.shield(asyncio.wrap_future(start))
-        except asyncio.CancelledError:
-            start.add_done_callback(self._discard_unowned)
-            raise
+        sb = await start_owned(self._start(arguments), self._discard)
         handle = _Handle(sb, tags)
         self._handles[sb.object_id] = handle
         return SandboxInfo(sb.object_id, SandboxStatus.RUNNING, tuple(spec.tags), started)
@@ -376,24 +369,9 @@ class ModalBackend:
         except TypeError as exc:
             raise BackendMisconfiguredError(f"Modal sandbox options: {exc}") from exc
 
-    def _discard_unowned(self, start: concurrent.futures.Future[modal.Sandbox]) -> None:
-        """After an abandoned create: terminate what it made, trying a few times."""
-        if start.cancelled() or start.exception() is not None:
-            return
-        asyncio.run_coroutine_threadsafe(self._discard(start.result()), portal().loop)
-
-    async def _discard(self, sb: modal.Sandbox, attempts: int = 3) -> None:
-        for attempt in range(attempts):
-            try:
-                await sb.terminate.aio()
-                return
-            except Exception as exc:
-                if attempt + 1 == attempts:
-                    logger.warning(
-                        "could not terminate sandbox %s, which may leak: %s", sb.object_id, exc
-                    )
-                    return
-                await asyncio.sleep(0.5 * 2**attempt)
+    @staticmethod
+    async def _discard(sb: modal.Sandbox) -> None:
+        await discard(sb.terminate.aio, sb.object_id)
 
     async def exec(
         self,
