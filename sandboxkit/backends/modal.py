@@ -301,11 +301,11 @@ class ModalBackend:
         await client.__aenter__()  # type: ignore[no-untyped-call]  # opens it (its only way)
         return client
 
-    async def _app(self, name: str) -> modal.App:
+    async def _app(self, name: str, *, create: bool = True) -> modal.App:
         app = self._apps.get(name)
         if app is None:
             client = await self._client()
-            app = await _call(modal.App.lookup.aio(name, create_if_missing=True, client=client))
+            app = await _call(modal.App.lookup.aio(name, create_if_missing=create, client=client))
             app = self._apps.setdefault(name, app)
         return app
 
@@ -396,7 +396,7 @@ class ModalBackend:
                 *argv,
                 workdir=workdir,
                 env=dict(env) if env else None,
-                timeout=math.ceil(timeout) if timeout else None,
+                timeout=max(1, math.ceil(timeout)) if timeout is not None else None,
                 text=False,
             ),
         )
@@ -479,7 +479,11 @@ class ModalBackend:
         client = await self._client()
         wanted = {tag_name(t): t for t in tags} or None
         found: builtins.list[modal.Sandbox] = []
-        for app in list(self._apps.values()) or [await self._app(self.app_name)]:
+        apps = list(self._apps.values())
+        if not apps:  # a listing creates no app: a missing one holds no sandboxes
+            with contextlib.suppress(SandboxNotFoundError):
+                apps.append(await self._app(self.app_name, create=False))
+        for app in apps:
             listing = modal.Sandbox.list.aio(app_id=app.app_id, tags=wanted, client=client)
             found += await _call(self._collect(listing))
         handles = await asyncio.gather(*(self._tagged(sb) for sb in found), return_exceptions=True)

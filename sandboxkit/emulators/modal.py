@@ -85,7 +85,7 @@ CHUNK_BYTES = 64 * 1024
 PAGE_SIZE = 100
 IMAGE_BUILDER_VERSION = "2025.06"
 """What the emulated environment builds images with (one the client supports)."""
-FINISHED_EXECS_KEPT = 256
+FINISHED_EXECS_KEPT = 32
 """Finished commands kept per sandbox for late reads; older ones are forgotten."""
 _RESULT = api_pb2.GenericResult
 _V1_ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
@@ -325,6 +325,9 @@ class ModalServicer:
 
     async def AppGetOrCreate(self, stream: Any) -> None:
         request = await self._control(stream)
+        create = request.object_creation_type != api_pb2.OBJECT_CREATION_TYPE_UNSPECIFIED
+        if request.app_name not in self._apps and not create:
+            raise GRPCError(Status.NOT_FOUND, f"app {request.app_name!r} not found")
         app_id = self._apps.setdefault(request.app_name, f"ap-{uuid.uuid4().hex[:22]}")
         await stream.send_message(api_pb2.AppGetOrCreateResponse(app_id=app_id))
 
