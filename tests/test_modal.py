@@ -8,13 +8,14 @@ and the emulator served by ``sandboxkit emulate`` as ``sandboxkit doctor`` sees 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
 
 pytest.importorskip("modal", reason="needs pip install 'sandboxkit[modal,emulators]'")
+
+import modal.config
 
 from sandboxkit import (
     AuthenticationError,
@@ -69,7 +70,8 @@ def test_a_wrong_secret_is_an_authentication_error_and_no_token_fails_at_once(
     assert emulator.sandbox_ids() == []
     for var in ("MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET"):
         monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("MODAL_CONFIG_PATH", os.devnull)  # no ~/.modal.toml profile either
+    # Nor a profile of ~/.modal.toml (read when modal is imported): one that is not there.
+    monkeypatch.setattr(modal.config, "_profile", "sandboxkit-no-such-profile")
     with pytest.raises(BackendMisconfiguredError) as raised:
         get_backend("modal", server_url=emulator.url, token_id=MODAL_TOKEN_ID)
     assert str(raised.value) == (
