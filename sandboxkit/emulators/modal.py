@@ -54,6 +54,7 @@ import hashlib
 import hmac
 import itertools
 import json
+import logging
 import secrets
 import shutil
 import time
@@ -63,7 +64,13 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn, cast
 
 from ..backends._facts import MODAL_KEY_VARS, MODAL_URL_VAR
-from ..errors import BackendMisconfiguredError, SandboxError, SandboxNotFoundError, installed_for
+from ..errors import (
+    BackendMisconfiguredError,
+    SandboxError,
+    SandboxLostError,
+    SandboxNotFoundError,
+    installed_for,
+)
 from ..protocol import DEFAULT_WORKDIR, Backend, ExecResult, SandboxSpec
 from ..testing.faults import Faults
 from . import ANY_KEY, INSTALL, MODAL_TOKEN_ID
@@ -88,6 +95,7 @@ IMAGE_BUILDER_VERSION = "2025.06"
 FINISHED_EXECS_KEPT = 32
 """Finished commands kept per sandbox for late reads; older ones are forgotten."""
 _RESULT = api_pb2.GenericResult
+logger = logging.getLogger(__name__)
 _V1_ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
@@ -294,9 +302,8 @@ class ModalServicer:
         sb.ended.set()
         if sb.lifetime is not None:
             sb.lifetime.cancel()
-        for ex in sb.execs.values():
-            if ex.run is not None and not ex.run.done():
-                ex.run.cancel()
+        # Its commands are not cancelled: stopping the local sandbox kills them, and a local
+        # exec cancelled while it spawns could leave its process behind.
         stopping = asyncio.ensure_future(self.local.stop(sb.local_id, missing_ok=True))
         self._stopping.add(stopping)
         stopping.add_done_callback(self._stopping.discard)
@@ -539,11 +546,14 @@ class ModalServicer:
     def _start(self, sb: _Emulated, exec_id: str, ex: _Exec) -> asyncio.Task[ExecResult | None]:
         if ex.run is None:
             ex.run = asyncio.ensure_future(self._run(sb, ex))
-            ex.run.add_done_callback(lambda _: self._forget(sb, exec_id))
+            ex.run.add_done_callback(lambda run: self._forget(sb, exec_id, run))
         return ex.run
 
-    def _forget(self, sb: _Emulated, exec_id: str) -> None:
-        """Keep the last :data:`FINISHED_EXECS_KEPT` finished commands of a sandbox."""
+    def _forget(self, sb: _Emulated, exec_id: str, run: asyncio.Task[ExecResult | None]) -> None:
+        """Keep the last :data:`FINISHED_EXECS_KEPT` finished commands of a sandbox. An
+        error of the emulator's own reaches the waiters; with none, it is logged here."""
+        if not run.cancelled() and run.exception() is not None:
+            logger.error("exec %s failed in the emulator", exec_id, exc_info=run.exception())
         sb.finished.append(exec_id)
         while len(sb.finished) > FINISHED_EXECS_KEPT:
             sb.execs.pop(sb.finished.popleft(), None)
@@ -566,9 +576,9 @@ class ModalServicer:
                 env=ex.env,
                 cwd=ex.cwd,
             )
-        except SandboxNotFoundError:
-            return None
         except SandboxError as exc:
+            if not sb.live or isinstance(exc, (SandboxNotFoundError, SandboxLostError)):
+                return None  # the sandbox ended under it
             if type(exc) is not SandboxError:
                 raise
             # No such working directory: the runtime cannot start the command.
