@@ -445,9 +445,12 @@ class ModalBackend:
         with contextlib.suppress(mx.ConflictError):
             for offset in range(0, len(data), STDIN_CHUNK):
                 process.stdin.write(data[offset : offset + STDIN_CHUNK])
+                if offset + STDIN_CHUNK >= len(data):
+                    process.stdin.write_eof()  # in the same call as the last piece
                 await process.stdin.drain.aio()
-            process.stdin.write_eof()
-            await process.stdin.drain.aio()
+            if not data:
+                process.stdin.write_eof()
+                await process.stdin.drain.aio()
 
     async def write_file(self, sandbox_id: str, path: str, data: bytes) -> None:
         handle = await self._handle(sandbox_id)
