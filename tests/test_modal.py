@@ -109,6 +109,9 @@ def test_spec_options_and_long_arguments_reach_modal(
     source = "#" * ARG_MAX + "\nimport sys; print(sys.argv, sys.stdin.read())"
     result = sb.exec([PY, "-I", "-c", source, "arg"], stdin="in", timeout=60)
     assert result.stdout == "['-c', 'arg'] in\n"
+    long_arg = "y" * ARG_MAX + "é\n\n"  # any command: its arguments whole, newlines kept
+    shown = sb.exec(["sh", "-c", 'printf %s "$1" | wc -c; cat', "sh", long_arg], stdin="in")
+    assert shown.stdout == f"{len(long_arg.encode())}\nin"
     flood = sb.exec([PY, "-c", "import sys; sys.stdout.write('a' * (3 << 20))"], timeout=60)
     assert (len(flood.stdout_bytes), flood.truncated, flood.returncode) == (1 << 20, True, 0)
     # A GPU takes Modal's V1 path; another app is listed too.

@@ -30,7 +30,8 @@ own event-loop thread, so nothing here is bound to the caller's loop):
   tags too (``sbk.workdir``, ``sbk.started``): a sandbox found by id knows them.
 - ``exec`` runs ``argv`` in ``workdir/cwd`` with ``env`` (both native to Modal's exec, so no
   shell wraps the command). stdin is written, then closed, in every case: a command reading
-  it sees EOF. Modal's exec timeout is in whole seconds: ``timeout`` is rounded up; a command
+  it sees EOF. Arguments past the client's 64 KiB limit ride ahead of stdin
+  (:func:`fit_arguments`). Modal's exec timeout is in whole seconds: ``timeout`` is rounded up; a command
   past it comes back as ``timed_out=True`` with returncode 137, like the local backend
   (output it printed is not kept). Output is read up to ``output_bytes`` per stream (1 MiB):
   the rest is never fetched.
@@ -127,6 +128,9 @@ exec(_load())
 """What runs a ``python -c SOURCE`` whose source is over :data:`ARG_MAX`: it reads the
 source, whose size it is given, ahead of stdin (unbuffered, so the program's stdin is left
 whole) and runs it as ``-c`` would, in ``__main__`` with ``sys.argv[0] == "-c"``."""
+SH_LAUNCHER = 'for n do a=$(head -c "$n"; printf x); set -- "$@" "${a%x}"; shift; done; exec "$@"'
+"""What runs any other command over :data:`ARG_MAX`: its arguments, whose sizes it is given,
+arrive ahead of stdin; ``head -c`` reads each exactly (the ``x`` keeps trailing newlines)."""
 TAG_PREFIX = "sbk."
 WORKDIR_TAG = "sbk.workdir"
 STARTED_TAG = "sbk.started"
@@ -202,9 +206,10 @@ async def _call(awaitable: Awaitable[T], sandbox_id: str | None = None) -> T:
 
 
 def fit_arguments(argv: Sequence[str], stdin: bytes) -> tuple[list[str], bytes]:
-    """``argv`` and ``stdin`` as the client takes them: a Python program given with ``-c``
-    (sandboxkit's test runner is one) that puts the arguments over :data:`ARG_MAX` travels
-    ahead of stdin instead, where no other process can touch it."""
+    """``argv`` and ``stdin`` as the client takes them. Arguments over :data:`ARG_MAX` travel
+    ahead of stdin instead, where no other process can touch them: a Python program given
+    with ``-c`` (sandboxkit's test runner is one) as its source, read by Python itself; any
+    other command (a model's long shell command) as all its arguments, read by ``sh``."""
     if sum(map(len, argv)) <= ARG_MAX:
         return list(argv), stdin
     if posixpath.basename(argv[0]).startswith("python") and "-c" in argv[1:-1]:
@@ -214,9 +219,13 @@ def fit_arguments(argv: Sequence[str], stdin: bytes) -> tuple[list[str], bytes]:
             fitted = [*argv[: at + 1], LAUNCHER, str(len(source)), *argv[at + 2 :]]
             if sum(map(len, fitted)) <= ARG_MAX:
                 return fitted, source + stdin
+    encoded = [arg.encode() for arg in argv]
+    fitted = ["sh", "-c", SH_LAUNCHER, "sh", *(str(len(arg)) for arg in encoded)]
+    if sum(map(len, fitted)) <= ARG_MAX:
+        return fitted, b"".join(encoded) + stdin
     raise BackendMisconfiguredError(
-        f"Modal takes at most {ARG_MAX} characters of arguments per command; pass the rest "
-        "on stdin or in a file"
+        f"Modal takes at most {ARG_MAX} characters of arguments per command, and "
+        f"{len(argv)} arguments are too many to send on stdin"
     )
 
 
