@@ -81,6 +81,7 @@ from ..errors import (
 from ..keywords import keyword_only
 from ..portal import portal
 from ..protocol import (
+    DEFAULT_WORKDIR,
     KILLED_RETURNCODE,
     ExecResult,
     SandboxInfo,
@@ -110,7 +111,8 @@ DEFAULT_LIFETIME = 24 * 3600
 STDIN_CHUNK = 8 * 1024 * 1024
 """Stdin is written in pieces under the client's 16 MiB buffer limit."""
 ARG_MAX = 2**16
-"""The client's limit on an exec's arguments, in characters all together (ARG_MAX)."""
+"""The client's limit on an exec's arguments, in characters all together (its
+``ARG_MAX_BYTES``, which it keeps in a private module)."""
 LAUNCHER = """\
 def _load():
     import os, sys
@@ -234,7 +236,7 @@ class _Handle:
 
     def __init__(self, sb: modal.Sandbox, tags: Mapping[str, str]) -> None:
         self.sb = sb
-        self.workdir = tags.get(WORKDIR_TAG, "/workspace")
+        self.workdir = tags.get(WORKDIR_TAG, DEFAULT_WORKDIR)
         self.tags = tuple(
             v
             for k, v in tags.items()
