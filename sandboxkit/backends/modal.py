@@ -31,8 +31,8 @@ own event-loop thread, so nothing here is bound to the caller's loop):
 - ``exec`` runs ``argv`` in ``workdir/cwd`` with ``env`` (both native to Modal's exec, so no
   shell wraps the command). stdin is written, then closed, in every case: a command reading
   it sees EOF. Arguments past the client's 64 KiB limit ride ahead of stdin
-  (:func:`fit_arguments`). Modal's exec timeout is in whole seconds: ``timeout`` is rounded up; a command
-  past it comes back as ``timed_out=True`` with returncode 137, like the local backend
+  (:func:`fit_arguments`). Modal's exec timeout is in whole seconds: ``timeout`` is rounded
+  up; a command past it comes back as ``timed_out=True`` with returncode 137, like the local backend
   (output it printed is not kept). Output is read up to ``output_bytes`` per stream (1 MiB):
   the rest is never fetched.
 - Files go through the client's filesystem API (Modal's in-sandbox file tool), at paths
