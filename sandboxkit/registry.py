@@ -23,6 +23,9 @@ from .backends._facts import (
     DAYTONA_DEFAULT_URL,
     DAYTONA_KEY_VAR,
     DAYTONA_URL_VAR,
+    E2B_DEFAULT_URL,
+    E2B_KEY_VAR,
+    E2B_URL_VAR,
     RAY_ADDRESS_VAR,
     RAY_DEFAULT_ADDRESS,
 )
@@ -120,6 +123,15 @@ BUILTIN_BACKENDS: dict[str, BackendEntry] = {
         default_url=AVIATO_DEFAULT_URL,
         min_python=(3, 11),
         probe=GRPC_PROBE,
+    ),
+    "e2b": BackendEntry(
+        "sandboxkit.backends.e2b:E2BBackend",
+        extra="e2b",
+        sdk="e2b",
+        key_vars=(E2B_KEY_VAR,),
+        url_var=E2B_URL_VAR,
+        default_url=E2B_DEFAULT_URL,
+        min_python=(3, 11),
     ),
     "ray": BackendEntry(
         "sandboxkit.backends.ray:RayBackend",

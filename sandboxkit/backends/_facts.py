@@ -24,3 +24,11 @@ RAY_ADDRESS_VAR = "RAY_ADDRESS"
 RAY_DEFAULT_ADDRESS = "auto"
 """What Ray finds without an address: a cluster running on this machine (then, for ``create``,
 a local one started on demand)."""
+
+E2B_KEY_VAR = "E2B_API_KEY"
+E2B_URL_VAR = "E2B_API_URL"
+E2B_DEFAULT_URL = "https://api.e2b.app"
+"""The SDK's own default: ``https://api.<E2B_DOMAIN>``, the domain being ``e2b.app``."""
+E2B_SANDBOX_URL_VAR = "E2B_SANDBOX_URL"
+"""Where every sandbox's ``envd`` is reached (the SDK's variable; unset: a host per sandbox
+under the sandbox's domain)."""

@@ -13,7 +13,11 @@ from types import ModuleType
 
 from ..errors import installed_for
 
-EMULATORS = {"daytona": "sandboxkit.emulators.daytona", "aviato": "sandboxkit.emulators.aviato"}
+EMULATORS = {
+    "daytona": "sandboxkit.emulators.daytona",
+    "aviato": "sandboxkit.emulators.aviato",
+    "e2b": "sandboxkit.emulators.e2b",
+}
 """The emulator module of each provider; each has ``serve_forever``."""
 INSTALL = "pip install 'sandboxkit[emulators]'"
 """What installs every emulator's server libraries."""
