@@ -34,6 +34,7 @@ pytest_plugins = [
     "sandboxkit.testing.remote",
     "sandboxkit.testing.daytona",
     "sandboxkit.testing.aviato",
+    "sandboxkit.testing.e2b",
     "sandboxkit.testing.ray",
 ]
 
@@ -41,10 +42,16 @@ CONFORMANCE_BACKENDS = [
     "subprocess",
     "daytona",
     "aviato",
+    "e2b",
     # Each test starts actors (a second or more here), the first a cluster: not the quick loop.
     pytest.param("ray", marks=pytest.mark.slow),
 ]
-EMULATOR_ENVS = {"daytona": "daytona_env", "aviato": "aviato_env", "ray": "ray_env"}
+EMULATOR_ENVS = {
+    "daytona": "daytona_env",
+    "aviato": "aviato_env",
+    "e2b": "e2b_env",
+    "ray": "ray_env",
+}
 """Backends served by an emulator (for Ray, a local cluster), and the fixture that starts it and
 points the env at it."""
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

@@ -1,8 +1,8 @@
-"""One way to reach either remote provider's emulator, for tests and benchmarks that cover both.
+"""One way to reach any remote provider's emulator, for tests and benchmarks that cover them all.
 
-The two emulators differ in how they are reached (Daytona: ``api_url`` + ``target``; Aviato:
-``base_url``) and started; this module hides that, so a test parametrized over
-:data:`REMOTE_BACKENDS` reads the same for both:
+The emulators differ in how they are reached (Daytona: ``api_url`` + ``target``; Aviato:
+``base_url``; E2B: ``api_url`` + ``sandbox_url``) and started; this module hides that, so a
+test parametrized over :data:`REMOTE_BACKENDS` reads the same for each:
 
 - :func:`start_emulator`: a private emulator on a thread of this process (its ``faults`` may be
   changed while it runs, and ``live_sandboxes()`` says what it holds);
@@ -11,7 +11,7 @@ The two emulators differ in how they are reached (Daytona: ``api_url`` + ``targe
 - :func:`backend_options` / :func:`backend_env`: what a client in this process, or in a child
   process through ``get_backend(provider)``, needs to reach an emulator;
 - pytest fixtures (load with ``pytest_plugins = ["sandboxkit.testing.remote"]``):
-  ``remote_provider``, parametrized over both backends, and ``remote_emulator``, a private
+  ``remote_provider``, parametrized over the backends, and ``remote_emulator``, a private
   emulator of it.
 """
 
@@ -38,6 +38,9 @@ from ..backends._facts import (
     DAYTONA_KEY_VAR,
     DAYTONA_TARGET_VAR,
     DAYTONA_URL_VAR,
+    E2B_KEY_VAR,
+    E2B_SANDBOX_URL_VAR,
+    E2B_URL_VAR,
 )
 from ..client import SandboxClient
 from ..config import child_pythonpath
@@ -46,16 +49,21 @@ from ..errors import BackendUnavailableError
 from ..registry import backend_factory, get_backend
 from .faults import Faults
 
-REMOTE_BACKENDS = ("daytona", "aviato")
+REMOTE_BACKENDS = ("daytona", "aviato", "e2b")
 API_KEY = "sandboxkit-remote-key"
 DAYTONA_TARGET = "local"
-_URL_VARS = {"daytona": DAYTONA_URL_VAR, "aviato": AVIATO_URL_VAR}
-_SHARED_FIXTURES = {"daytona": "daytona_emulator", "aviato": "aviato_emulator"}
+_URL_VARS = {"daytona": DAYTONA_URL_VAR, "aviato": AVIATO_URL_VAR, "e2b": E2B_URL_VAR}
+_SHARED_FIXTURES = {
+    "daytona": "daytona_emulator",
+    "aviato": "aviato_emulator",
+    "e2b": "e2b_emulator",
+}
+_EMULATOR_CLASSES = {"daytona": "DaytonaEmulator", "aviato": "AviatoEmulator", "e2b": "E2BEmulator"}
 """The session fixtures that skip where an emulator cannot run (and set ``NO_PROXY``)."""
 
 
 class Emulator(Protocol):
-    """What the two emulator classes have in common."""
+    """What the emulator classes have in common."""
 
     faults: Faults
 
@@ -70,12 +78,13 @@ def start_emulator(
     provider: str, *, faults: Faults | None = None, direct_python: bool = True
 ) -> Iterator[Emulator]:
     """A private emulator of ``provider`` on a thread here; stopping it stops its sandboxes.
-    ``direct_python``: run the backend's wrapped Python commands without their wrapper."""
+    ``direct_python``: run the backend's wrapped Python commands without their wrapper (E2B's
+    commands are their argv: there is no wrapper to remove)."""
     if provider not in REMOTE_BACKENDS:
         raise ValueError(f"no emulator for {provider!r}; choose from {REMOTE_BACKENDS}")
-    module = emulator_or_skip(provider)
-    emulator_class = module.DaytonaEmulator if provider == "daytona" else module.AviatoEmulator
-    with emulator_class(api_key=API_KEY, faults=faults, direct_python=direct_python) as emu:
+    emulator_class = getattr(emulator_or_skip(provider), _EMULATOR_CLASSES[provider])
+    options = {} if provider == "e2b" else {"direct_python": direct_python}
+    with emulator_class(api_key=API_KEY, faults=faults, **options) as emu:
         yield emu
 
 
@@ -94,6 +103,8 @@ def backend_options(provider: str, url: str) -> dict[str, str]:
     """``get_backend(provider, **options)`` reaches the emulator at ``url``."""
     if provider == "daytona":
         return {"api_key": API_KEY, "api_url": url, "target": DAYTONA_TARGET}
+    if provider == "e2b":
+        return {"api_key": API_KEY, "api_url": url, "sandbox_url": url}
     return {"api_key": API_KEY, "base_url": url}
 
 
@@ -102,6 +113,8 @@ def backend_env(provider: str, url: str) -> dict[str, str]:
     env = {_URL_VARS[provider]: url, "NO_PROXY": "127.0.0.1,localhost"}
     if provider == "daytona":
         return env | {DAYTONA_KEY_VAR: API_KEY, DAYTONA_TARGET_VAR: DAYTONA_TARGET}
+    if provider == "e2b":
+        return env | {E2B_KEY_VAR: API_KEY, E2B_SANDBOX_URL_VAR: url}
     return env | {AVIATO_KEY_VARS[0]: API_KEY}
 
 
