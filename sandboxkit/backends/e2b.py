@@ -7,9 +7,10 @@ sandbox's ``envd`` is reached; unset, the SDK's own per-sandbox host names).
 
 How the protocol maps onto E2B:
 
-- **Control plane**: the SDK's generated REST client (``e2b.api.client``), whose answers keep
-  their status and headers, so a 429's ``Retry-After`` reaches
-  :class:`~sandboxkit.errors.RateLimitedError`. The SDK's own retries are off (``retries=0``):
+- **Control plane and files**: the SDK's generated REST client (``e2b.api.client``) and its
+  httpx client of envd's file API, whose answers keep their status and headers, so a 429's
+  ``Retry-After`` reaches :class:`~sandboxkit.errors.RateLimitedError` (the SDK's exceptions
+  drop it). The SDK's own retries are off (``retries=0``):
   retrying is the job of the layer above.
 - **Commands** run as their argv through envd's ``process.Process/Start`` (no shell between),
   on the SDK's Connect client, reading the raw events: the SDK's command handle decodes output
@@ -109,17 +110,12 @@ with installed_for("the 'e2b' backend", "pip install 'sandboxkit[e2b]'"):
     )
     from e2b.api.client.models import Sandbox as CreatedSandbox
     from e2b.api.client.types import UNSET, Response
-    from e2b.api.client_async import get_api_client
+    from e2b.api.client_async import get_api_client, get_envd_api
+    from e2b.envd.api import ENVD_API_FILE_DOWNLOAD_HTTP_VERSION, ENVD_API_FILES_ROUTE
     from e2b.envd.client_async import create_rpc_client
     from e2b.envd.process import process_connect, process_pb
     from e2b.envd.utils import authentication_header
-    from e2b.exceptions import (
-        AuthenticationException,
-        FileNotFoundException,
-        NotFoundException,
-        RateLimitException,
-        SandboxException,
-    )
+    from e2b.exceptions import SandboxException
     from e2b.sandbox.sandbox_api import build_lifecycle_config
     from packaging.version import Version
     from protobuf import Oneof
@@ -183,9 +179,10 @@ def _returncode(end: process_pb.ProcessEvent.EndEvent) -> int:
 
 @dataclass
 class _Handle:
-    """What a sandbox's envd calls need: the SDK's sandbox object (files) and process client."""
+    """What a sandbox's envd calls need: the SDK's clients of its file API (httpx, on the
+    SDK's shared transport) and of its process service (Connect)."""
 
-    sandbox: AsyncSandbox
+    files: httpx.AsyncClient
     rpc: process_connect.ProcessClient
     workdir: str
     envd_version: Version
@@ -391,16 +388,11 @@ class E2BBackend:
             extra_sandbox_headers=headers, **self.config.get_api_params(retries=0)
         )
         domain = sandbox.domain if isinstance(sandbox.domain, str) else None
-        sb = AsyncSandbox(
-            sandbox_id=sandbox.sandbox_id,
-            sandbox_domain=domain,
-            envd_version=Version(sandbox.envd_version),
-            envd_access_token=token,
-            traffic_access_token=None,
-            connection_config=config,
-        )
-        rpc = create_rpc_client(process_connect.ProcessClient, sb.envd_api_url, config)
-        return _Handle(sb, rpc, workdir, Version(sandbox.envd_version))
+        url = config.get_sandbox_url(sandbox.sandbox_id, domain or config.domain)
+        rpc = create_rpc_client(process_connect.ProcessClient, url, config)
+        # Downloads over HTTP/1.1, as the SDK's own (see ENVD_API_FILE_DOWNLOAD_HTTP_VERSION).
+        files = get_envd_api(config, url, http_version=ENVD_API_FILE_DOWNLOAD_HTTP_VERSION)
+        return _Handle(files, rpc, workdir, Version(sandbox.envd_version))
 
     async def _make_workdir(self, sandbox_id: str, handle: _Handle) -> None:
         """Create the workdir as root, open to the sandbox's user (templates have no
@@ -683,31 +675,39 @@ class E2BBackend:
             truncated=output.truncated,
         )
 
-    async def _files(self, sandbox_id: str, what: str, call: Awaitable[T]) -> T:
-        """A call to envd's file API, its errors as sandboxkit's."""
+    async def _files(
+        self, sandbox_id: str, what: str, request: Awaitable[httpx.Response]
+    ) -> httpx.Response:
+        """A call to envd's file API; any answer but a 2xx is raised as sandboxkit's error."""
         try:
-            return await call
-        except FileNotFoundException as exc:
-            raise FileNotFoundError(f"{what} in sandbox {sandbox_id}: {exc}") from exc
-        except AuthenticationException as exc:
-            raise AuthenticationError(f"E2B {what}: {exc}") from exc
-        except RateLimitException as exc:
-            raise RateLimitedError(f"E2B {what}: {exc}") from exc
-        except NotFoundException as exc:
-            raise FileNotFoundError(f"{what} in sandbox {sandbox_id}: {exc}") from exc
-        except (SandboxException, *_TRANSPORT_ERRORS) as exc:
-            raise await self._lost_or_transient(sandbox_id, what, exc) from exc
+            response = await request
+        except _TRANSPORT_ERRORS as exc:
+            raise await self._lost_or_transient(sandbox_id, what, repr(exc)) from exc
+        status = response.status_code
+        if status < 300:
+            return response
+        detail = response.text[:300]
+        if status == 404:
+            raise FileNotFoundError(f"{what} in sandbox {sandbox_id}: {detail}")
+        if status == 502:  # the edge proxy: the sandbox is not (or no longer) reachable
+            raise await self._lost_or_transient(sandbox_id, what, f"HTTP 502 {detail}")
+        if status == 400:
+            raise SandboxError(f"{what} in sandbox {sandbox_id}: {detail}")
+        raise self._http_error(status, response.headers, what, detail)
 
     async def write_file(self, sandbox_id: str, path: str, data: bytes) -> None:
         handle = await self._handle(sandbox_id)
         target = posixpath.join(handle.workdir, path)
-        await self._files(sandbox_id, f"write {path}", handle.sandbox.files.write(target, data))
+        upload = handle.files.post(
+            ENVD_API_FILES_ROUTE, params={"path": target}, files={"file": (target, data)}
+        )
+        await self._files(sandbox_id, f"write {path}", upload)
 
     async def read_file(self, sandbox_id: str, path: str) -> bytes:
         handle = await self._handle(sandbox_id)
         target = posixpath.join(handle.workdir, path)
-        read = handle.sandbox.files.read(target, format="bytes")
-        return bytes(await self._files(sandbox_id, f"read {path}", read))
+        download = handle.files.get(ENVD_API_FILES_ROUTE, params={"path": target})
+        return (await self._files(sandbox_id, f"read {path}", download)).content
 
 
 async def _shielded(coro: Awaitable[None]) -> None:

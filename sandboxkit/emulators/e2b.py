@@ -81,6 +81,8 @@ PAGE_SIZE = 100
 _END_STREAM = 0x02
 KILLED_END = {"exitCode": -1, "status": "signal: killed", "error": "signal: killed"}
 """envd's end event for a command killed by SIGKILL (at its deadline or by ``SendSignal``)."""
+_DROP = web.RequestKey("drop", bool)
+"""Whether the faults drop this request's answer (the work done, the connection then cut)."""
 _RPCS = frozenset({"exec", "send_input", "close_stdin", "send_signal"})
 """Routes that are envd's Connect RPCs (their errors are Connect errors)."""
 
@@ -371,7 +373,7 @@ class E2BEmulator:
                     code = "unavailable" if rpc else None
                     raise _Reply(503, "service unavailable (injected)", connect=code)
                 drop = self.faults.drop()
-            request["drop"] = drop
+            request[_DROP] = drop
             response = await handler(request)
         except _Reply as reply:
             response = reply.response(stream=operation == "exec")
@@ -628,11 +630,13 @@ class E2BEmulator:
         try:
             await self._event(stream, {"start": {"pid": process.pid}})
             end = await self._run(sb, process, argv, config, timeout, stream)
-            if end is not None and request.get("drop") and request.transport is not None:
-                request.transport.abort()  # ran, and the end event is lost
-                return stream
-            trailer = {} if end is None else {"error": end.error_body()}
-            await stream.write(envelope(trailer, _END_STREAM))
+            if isinstance(end, _Reply):
+                await stream.write(envelope({"error": end.error_body()}, _END_STREAM))
+            elif request[_DROP] and request.transport is not None:
+                request.transport.abort()  # it ran; its end event is lost
+            else:
+                await self._event(stream, {"end": end})
+                await stream.write(envelope({}, _END_STREAM))
         finally:
             self._execs -= 1
             sb.processes.pop(process.pid, None)
@@ -646,12 +650,12 @@ class E2BEmulator:
         config: Mapping[str, Any],
         timeout: float | None,
         stream: web.StreamResponse,
-    ) -> _Reply | None:
-        """Run a started command once its input is closed and send its data and end events;
-        the error to end the stream with instead, if any."""
+    ) -> Mapping[str, Any] | _Reply:
+        """Run a started command once its input is closed and send its data events; its end
+        event, or the error to end the stream with instead."""
         await process.closed.wait()
         if sb.local_id is None or process.killed or sb.state != "running":
-            return await self._ended(sb, process, stream)
+            return self._ended(sb, process)
         cwd = config.get("cwd") or None
         env = {str(k): str(v) for k, v in (config.get("envs") or {}).items()}
         process.run = asyncio.ensure_future(
@@ -659,18 +663,19 @@ class E2BEmulator:
                 sb.local_id, argv, timeout=timeout, stdin=bytes(process.stdin), cwd=cwd, env=env
             )
         )
-        if self.faults.dies():
+        if self.faults.dies():  # the command may have ended: its sandbox, and answer, are lost
             await asyncio.wait({process.run}, timeout=0.05)
             await self._kill(sb)
+            return self._ended(sb, process)
         try:
             result: ExecResult = await asyncio.shield(process.run)
         except asyncio.CancelledError:
             if not process.run.cancelled():
                 process.run.cancel()  # the server is going away
                 raise
-            return await self._ended(sb, process, stream)
+            return self._ended(sb, process)
         except SandboxNotFoundError:
-            return await self._ended(sb, process, stream)
+            return self._ended(sb, process)
         except SandboxError as exc:  # no such cwd: envd cannot start it
             return _Reply(400, str(exc), connect="invalid_argument")
         for name, data in (("stdout", result.stdout_bytes), ("stderr", result.stderr_bytes)):
@@ -678,22 +683,17 @@ class E2BEmulator:
                 chunk = base64.b64encode(data[offset : offset + CHUNK_BYTES]).decode()
                 await self._event(stream, {"data": {name: chunk}})
         if result.timed_out:
-            end = KILLED_END
-        else:
-            status = f"exit status {result.returncode}"
-            end = {"exitCode": result.returncode, "exited": True, "status": status}
-        await self._event(stream, {"end": end})
-        return None
+            return KILLED_END
+        status = f"exit status {result.returncode}"
+        return {"exitCode": result.returncode, "exited": True, "status": status}
 
-    async def _ended(
-        self, sb: _Sandbox, process: _Process, stream: web.StreamResponse
-    ) -> _Reply | None:
+    @staticmethod
+    def _ended(sb: _Sandbox, process: _Process) -> Mapping[str, Any] | _Reply:
         """A command that did not run to its end: killed by ``SendSignal`` (envd's end event
         for a killed process), or gone with its sandbox (the stream ends in ``unavailable``,
         as when the proxy loses the sandbox)."""
         if process.killed and sb.local_id is not None:
-            await self._event(stream, {"end": KILLED_END})
-            return None
+            return KILLED_END
         return _Reply(502, f"the connection to sandbox {sb.id} ended", connect="unavailable")
 
     @staticmethod
