@@ -152,7 +152,7 @@ FULL = Sizes(
     (8, 64),
     64,
     128,
-    ("daytona", "aviato"),
+    ("daytona", "aviato", "e2b"),
     (0, 20, 100),
     128,
     16,
@@ -202,7 +202,7 @@ SMOKE = Sizes(
     (2, 2),
     2,
     4,
-    ("daytona", "aviato"),
+    ("daytona", "aviato", "e2b"),
     (0,),
     4,
     2,
@@ -629,6 +629,8 @@ def emulated(provider: str, latency_ms: float) -> Iterator[SandboxClient]:
         url = line.split("=", 1)[1]
         if provider == "daytona":
             client = get_backend("daytona", api_key=key, api_url=url, target="local")
+        elif provider == "e2b":  # the emulator serves the API and every sandbox's envd
+            client = get_backend("e2b", api_key=key, api_url=url, sandbox_url=url)
         else:
             client = get_backend("aviato", base_url=url, api_key=key)
         with client:

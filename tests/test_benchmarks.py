@@ -47,7 +47,9 @@ def run_script(*argv: str) -> subprocess.CompletedProcess[str]:
 
 
 def _remote_available() -> bool:
-    return all(importlib.util.find_spec(m) for m in ("daytona", "cwsandbox", "aiohttp", "grpc"))
+    return all(
+        importlib.util.find_spec(m) for m in ("daytona", "cwsandbox", "e2b", "aiohttp", "grpc")
+    )
 
 
 @pytest.mark.slow
@@ -74,9 +76,9 @@ def test_smoke_run_writes_the_expected_json(tmp_path: Path) -> None:
     assert timeouts and all(r["mean_reward"] < 1.0 for r in timeouts)  # the loop scored 0
     if _remote_available():
         pools = [r for r in report["remote"] if r["method"].startswith("sandboxkit")]
-        assert {r["backend"] for r in pools} == {"daytona", "aviato", "latency-only"}
+        assert {r["backend"] for r in pools} == {"daytona", "aviato", "e2b", "latency-only"}
         assert all(r["lower_bound_s"] and r["lower_bound_s"] > 0 for r in pools)
-        assert {m["backend"] for m in report["pool_memory"]} == {"daytona", "aviato"}
+        assert {m["backend"] for m in report["pool_memory"]} == {"daytona", "aviato", "e2b"}
         assert all(m["created"] == m["size"] for m in report["pool_memory"])
     assert report["targets"] == []  # judged on a full run only: a smoke batch is too short
 
