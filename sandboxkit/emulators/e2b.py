@@ -48,13 +48,11 @@ import signal
 import struct
 import sys
 import tempfile
-import threading
 import urllib.parse
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from types import TracebackType
 from typing import Any
 
 from ..backends._facts import E2B_KEY_VAR, E2B_SANDBOX_URL_VAR, E2B_URL_VAR
@@ -64,6 +62,7 @@ from ..protocol import ExecResult, SandboxSpec
 from ..registry import get_backend
 from ..testing.faults import Faults
 from . import ANY_KEY, INSTALL
+from .serving import LoopServed
 
 with installed_for("the e2b emulator", INSTALL):
     from aiohttp import BodyPartReader, web
@@ -215,7 +214,7 @@ class _Sandbox:
         }
 
 
-class E2BEmulator:
+class E2BEmulator(LoopServed):
     """One emulated E2B team.
 
     Start it in the running loop (``async with E2BEmulator() as emu``) or on a thread of its
@@ -246,8 +245,6 @@ class E2BEmulator:
         self._root: str | None = None
         self._local: Any = None
         self._execs = 0
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- what tests look at --------------------------------------------------------------------
 
@@ -295,43 +292,6 @@ class E2BEmulator:
         if self._root is not None:
             shutil.rmtree(self._root, ignore_errors=True)
             self._root = None
-
-    async def __aenter__(self) -> E2BEmulator:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
-
-    def start_in_thread(self) -> E2BEmulator:
-        """Serve from a daemon thread with its own event loop (for synchronous callers)."""
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        self._thread = threading.Thread(target=loop.run_forever, name="e2b-emulator", daemon=True)
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self.start(), loop).result(timeout=120)
-        return self
-
-    def close(self) -> None:
-        """Stop a server started with :meth:`start_in_thread`."""
-        loop, thread = self._loop, self._thread
-        if loop is None or thread is None:
-            return
-        asyncio.run_coroutine_threadsafe(self.aclose(), loop).result(timeout=120)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=30)
-        loop.close()
-        self._loop = self._thread = None
-
-    def __enter__(self) -> E2BEmulator:
-        return self.start_in_thread()
-
-    def __exit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     # -- plumbing ------------------------------------------------------------------------------
 
