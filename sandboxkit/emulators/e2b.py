@@ -597,6 +597,8 @@ class E2BEmulator(LoopServed):
             else:
                 await self._event(stream, {"end": end})
                 await stream.write(envelope({}, _END_STREAM))
+        except ConnectionResetError:
+            pass  # the client went away; the command ran on until its end, as envd's do
         finally:
             self._execs -= 1
             sb.processes.pop(process.pid, None)
