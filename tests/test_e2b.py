@@ -239,6 +239,23 @@ def test_a_sandbox_dying_mid_exec_is_lost_as_the_api_says(
     assert emu.live_sandboxes() == 0
 
 
+def test_a_command_whose_envd_was_killed_is_lost_though_the_sandbox_runs(
+    client: SandboxClient, emu: E2BEmulator
+) -> None:
+    """A program with sudo may kill envd: the sandbox is then lost (charged to the program by
+    the layer above the second time), not a transient error to retry in it."""
+    marker = f"marker-{uuid.uuid4().hex}"
+    sb = client.sandbox()
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(sb.exec, sleeper_argv(marker, 120), timeout=60)
+        assert wait_until(lambda: bool(processes_with(marker)))
+        emu.kill_envd(sb.id)
+        with pytest.raises(SandboxLostError, match="its envd does not answer"):
+            running.result(timeout=60)
+    assert sb.info().status is SandboxStatus.RUNNING  # as the API says
+    sb.stop()
+
+
 def test_the_sandbox_cap_refuses_creation_as_rate_limited(
     client: SandboxClient, emu: E2BEmulator
 ) -> None:

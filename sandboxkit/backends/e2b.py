@@ -32,8 +32,9 @@ How the protocol maps onto E2B:
 - **Errors**: 401/403 -> ``AuthenticationError``, 404 -> ``SandboxNotFoundError``, 429 and
   envd's ``resource_exhausted`` -> ``RateLimitedError`` (with the wait asked for), 5xx and
   connection failures -> ``TransientBackendError``. A command whose stream breaks without an
-  end event (a transport error, envd's ``unavailable``) is ``SandboxLostError`` only when the
-  API then says the sandbox is gone or paused; otherwise ``TransientBackendError``.
+  end event (a transport error, envd's ``unavailable``) is ``SandboxLostError`` when the API
+  then says the sandbox is gone or paused, or envd no longer answers its health check (a
+  program may kill envd: E2B's default user has sudo); otherwise ``TransientBackendError``.
 - **Pause and resume** (E2B's own): :meth:`E2BBackend.pause` and :meth:`E2BBackend.resume`; a
   paused sandbox keeps its files and memory, runs nothing, and lists as ``PENDING``.
 
@@ -111,7 +112,11 @@ with installed_for("the 'e2b' backend", "pip install 'sandboxkit[e2b]'"):
     from e2b.api.client.models import Sandbox as CreatedSandbox
     from e2b.api.client.types import UNSET, Response
     from e2b.api.client_async import get_api_client, get_envd_api
-    from e2b.envd.api import ENVD_API_FILE_DOWNLOAD_HTTP_VERSION, ENVD_API_FILES_ROUTE
+    from e2b.envd.api import (
+        ENVD_API_FILE_DOWNLOAD_HTTP_VERSION,
+        ENVD_API_FILES_ROUTE,
+        ENVD_API_HEALTH_ROUTE,
+    )
     from e2b.envd.client_async import create_rpc_client
     from e2b.envd.process import process_connect, process_pb
     from e2b.envd.utils import authentication_header
@@ -132,6 +137,8 @@ OUTPUT_BYTES = 1024 * 1024
 TIMEOUT_GRACE_SECONDS = 5.0
 KILL_SECONDS = 30.0
 """The limit on the call that kills a cancelled or timed-out command."""
+HEALTH_SECONDS = 5.0
+"""The limit on envd's health check after a call to it broke."""
 STDIN_CHUNK = 1024 * 1024
 """Bytes of stdin per ``SendInput`` call."""
 _SIGNAL_STATUS = re.compile(r"signal: (\w[\w ]*)")
@@ -302,9 +309,12 @@ class E2BBackend:
         return TransientBackendError(message)
 
     async def _lost_or_transient(self, sandbox_id: str, what: str, cause: object) -> SandboxError:
-        """The error for a call to envd that broke: the API is asked whether the sandbox is
-        still running, which only evidence from outside the sandbox can answer."""
-        self._handles.pop(sandbox_id, None)
+        """The error for a call to envd that broke, from evidence outside the sandbox: the API
+        says whether it still runs; if it does, whether envd still answers its health check
+        (a program may kill envd, with the sudo E2B's default user has: that sandbox is lost
+        as one the program killed, which the layer above charges to the program the second
+        time; a network blip leaves envd answering, and is transient)."""
+        handle = self._handles.pop(sandbox_id, None)
         try:
             info = await self.get(sandbox_id)
         except SandboxNotFoundError:
@@ -314,6 +324,18 @@ class E2BBackend:
         if info.status is not SandboxStatus.RUNNING:
             state = info.status.value
             return SandboxLostError(f"sandbox {sandbox_id} is {state} ({what} failed: {cause})")
+        if handle is not None:
+            try:
+                health = await handle.files.get(ENVD_API_HEALTH_ROUTE, timeout=HEALTH_SECONDS)
+                answered = health.status_code < 300
+            except _TRANSPORT_ERRORS:
+                answered = False
+            if not answered:
+                return SandboxLostError(
+                    f"sandbox {sandbox_id} runs but its envd does not answer ({what} failed: "
+                    f"{cause})"
+                )
+            self._handles[sandbox_id] = handle
         return TransientBackendError(f"E2B {what} failed: {cause}")
 
     # -- lifecycle -------------------------------------------------------------------------------

@@ -185,6 +185,7 @@ class _Sandbox:
     end_at: datetime = field(default_factory=_now)
     processes: dict[int, _Process] = field(default_factory=dict)
     next_pid: int = 1000
+    envd_up: bool = True
     timer: asyncio.TimerHandle | None = None
 
     def created(self) -> dict[str, Any]:
@@ -261,6 +262,19 @@ class E2BEmulator(LoopServed):
     def live_sandboxes(self) -> int:
         """Sandboxes running or paused (each holds a local sandbox)."""
         return sum(sb.local_id is not None for sb in list(self._sandboxes.values()))
+
+    def kill_envd(self, sandbox_id: str) -> None:
+        """End a running sandbox's envd, as a program with sudo may: its commands' streams
+        break and every envd call is the edge proxy's 502 "port is not open", while the API
+        still reports the sandbox running."""
+        assert self._loop is not None, "serve with start_in_thread() to call this"
+        sb = self._sandboxes[sandbox_id]
+
+        def down() -> None:
+            sb.envd_up = False
+            self._stop_processes(sb)
+
+        self._loop.call_soon_threadsafe(down)
 
     def state(self, sandbox_id: str) -> str | None:
         """``running`` or ``paused``; None once it is killed (or was never made)."""
@@ -361,6 +375,8 @@ class E2BEmulator(LoopServed):
         sb = self._sandboxes.get(sandbox_id)
         if sb is None or sb.state != "running":
             raise _Reply(502, f"The sandbox {sandbox_id} was not found")
+        if not sb.envd_up:
+            raise _Reply(502, f"The sandbox {sandbox_id} is running but port is not open")
         assert sb.local_id is not None
         return sb
 
