@@ -59,7 +59,7 @@ import uuid
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Literal, TypeVar
 
 from ..config import setting
@@ -383,6 +383,7 @@ class E2BBackend:
         check_env(spec.env)
         request_id = uuid.uuid4().hex
         body = self._body(spec, request_id)
+        started = datetime.now(timezone.utc)
         try:
             response = await self._call(
                 "create",
@@ -398,7 +399,9 @@ class E2BBackend:
             await _shielded(self._discard(request_id))
             raise
         self._handles[created.sandbox_id] = handle
-        return await self.get(created.sandbox_id)
+        # What a get would answer, without its round trip.
+        tags = tuple(dict.fromkeys(spec.tags))
+        return SandboxInfo(created.sandbox_id, SandboxStatus.RUNNING, tags, started)
 
     def _open(self, sandbox: CreatedSandbox | SandboxDetail, workdir: str) -> _Handle:
         """A handle on a sandbox's envd, from what create or get answered (no call)."""
