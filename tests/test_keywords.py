@@ -155,6 +155,7 @@ def test_keyword_limits_override_the_limits_given_with_them(local_root: Path) ->
 PROVIDER_OPTIONS = {
     "daytona": ({"public": False, "auto_stop_interval": 5}, {"auto_stop_intervall": 5}),
     "aviato": ({"annotations": {"team": "rl"}}, {"anotations": {"team": "rl"}}),
+    "e2b": ({"metadata": {"team": "rl"}, "timeout": 600}, {"metdata": {"team": "rl"}}),
 }
 
 
