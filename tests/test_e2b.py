@@ -17,7 +17,14 @@ from pathlib import Path
 
 import pytest
 
+pytest.importorskip("e2b", reason="needs pip install 'sandboxkit[e2b,emulators]'")
+pytest.importorskip("aiohttp", reason="needs pip install 'sandboxkit[e2b,emulators]'")
+
+from e2b import AsyncSandbox
+
 from sandboxkit import SandboxClient, get_backend
+from sandboxkit.backends.e2b import OUTPUT_BYTES, STDIN_CHUNK, E2BBackend, tag_key
+from sandboxkit.emulators.e2b import E2BEmulator
 from sandboxkit.errors import (
     AuthenticationError,
     BackendMisconfiguredError,
@@ -29,13 +36,7 @@ from sandboxkit.errors import (
 from sandboxkit.portal import run_sync
 from sandboxkit.protocol import KILLED_RETURNCODE, SandboxStatus
 from sandboxkit.testing.faults import Faults
-from sandboxkit.testing.remote import emulator_or_skip, processes_with, sleeper_argv, wait_until
-
-e2b_emulator_module = emulator_or_skip("e2b")
-E2BEmulator = e2b_emulator_module.E2BEmulator
-from e2b import AsyncSandbox  # noqa: E402  (after the skip: the SDK may not be installed)
-
-from sandboxkit.backends.e2b import OUTPUT_BYTES, STDIN_CHUNK, E2BBackend, tag_key  # noqa: E402
+from sandboxkit.testing.remote import processes_with, sleeper_argv, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 PY = "python3"
