@@ -23,8 +23,8 @@ How the protocol maps onto E2B:
   exec kills its command the same way, in the background.
 - **Tags** become metadata: a tag ``t`` is the key ``sandboxkit.tag.<sha256(t)[:16]>`` with the
   value ``t``, so ``list(tags=...)`` filters on the server (metadata matches all pairs).
-- **workdir** is created at creation (as root, open to the sandbox's user) and kept in the
-  metadata; relative paths and ``cwd`` are resolved against it here.
+- **workdir** is kept in the metadata and created by the first command or file call (as
+  root, open to the sandbox's user); relative paths and ``cwd`` are resolved against it here.
 - **Leaks**: a sandbox lives ``lifetime_seconds``, else ``timeout_seconds`` (one hour), after
   which E2B kills it (or pauses it: ``lifecycle={"on_timeout": "pause"}``). A create that fails
   after the server may have made the sandbox finds it by a per-request metadata key and kills
@@ -193,6 +193,9 @@ class _Handle:
     rpc: process_connect.ProcessClient
     workdir: str
     envd_version: Version
+    workdir_made: bool = False
+    """Whether this handle's first command or file call made the workdir (once per handle:
+    making it again is harmless)."""
 
 
 @dataclass
@@ -394,7 +397,6 @@ class E2BBackend:
             created = response.parsed
             assert isinstance(created, CreatedSandbox)
             handle = self._open(created, spec.workdir)
-            await self._make_workdir(created.sandbox_id, handle)
         except BaseException:
             await _shielded(self._discard(request_id))
             raise
@@ -421,7 +423,8 @@ class E2BBackend:
 
     async def _make_workdir(self, sandbox_id: str, handle: _Handle) -> None:
         """Create the workdir as root, open to the sandbox's user (templates have no
-        ``/workspace``, and their user may not write to ``/``)."""
+        ``/workspace``, and their user may not write to ``/``): by a handle's first command or
+        file call, as Daytona's backend does, so that creating a sandbox is one call."""
         script = 'mkdir -p "$1" && chmod a+rwx "$1"'
         made = await self._run(
             sandbox_id,
@@ -450,6 +453,9 @@ class E2BBackend:
             metadata = detail.metadata if isinstance(detail.metadata, dict) else {}
             handle = self._open(detail, str(metadata.get(WORKDIR_KEY) or DEFAULT_WORKDIR))
             self._handles[sandbox_id] = handle
+        if not handle.workdir_made:
+            await self._make_workdir(sandbox_id, handle)
+            handle.workdir_made = True
         return handle
 
     async def _detail(self, sandbox_id: str) -> SandboxDetail:
