@@ -23,8 +23,14 @@ How the protocol maps onto E2B:
   exec kills its command the same way, in the background.
 - **Tags** become metadata: a tag ``t`` is the key ``sandboxkit.tag.<sha256(t)[:16]>`` with the
   value ``t``, so ``list(tags=...)`` filters on the server (metadata matches all pairs).
+- **User**: commands and file calls run as ``user`` (``sandboxkit``), an unprivileged user that
+  a sandbox's first call creates as root (its home: the workdir). E2B's templates give their
+  default user passwordless sudo, with which a program could stop envd, restart it, or power
+  the sandbox off, and so turn its own outcome into the provider's failure. ``user=None``
+  runs as the template's default user instead (for a template without ``useradd`` or
+  ``adduser``, or one whose default user is already unprivileged).
 - **workdir** is kept in the metadata and created by the first command or file call (as
-  root, open to the sandbox's user); relative paths and ``cwd`` are resolved against it here.
+  root, open to the user); relative paths and ``cwd`` are resolved against it here.
 - **Leaks**: a sandbox lives ``lifetime_seconds``, else ``timeout_seconds`` (one hour), after
   which E2B kills it (or pauses it: ``lifecycle={"on_timeout": "pause"}``). A create that fails
   after the server may have made the sandbox finds it by a per-request metadata key and kills
@@ -137,6 +143,18 @@ OUTPUT_BYTES = 1024 * 1024
 TIMEOUT_GRACE_SECONDS = 5.0
 KILL_SECONDS = 30.0
 """The limit on the call that kills a cancelled or timed-out command."""
+RUN_AS = "sandboxkit"
+"""The user commands and file calls run as by default: made without sudo by a sandbox's first
+call."""
+SETUP_SCRIPT = """w=$1 u=$2
+if [ -n "$u" ] && [ "$(id -u)" = 0 ] && ! id -u "$u" >/dev/null 2>&1; then
+  useradd -M -d "$w" -s /bin/sh "$u" 2>/dev/null || adduser -D -H -h "$w" "$u" || exit 3
+fi
+mkdir -p "$w" && chmod a+rwx "$w"
+"""
+"""Run as root by a sandbox's first call: the unprivileged user (with the workdir as its
+home), where it is missing, and the workdir, open to it. (Not as root, as the E2B emulator's
+sandboxes run it, users are left alone.)"""
 HEALTH_SECONDS = 5.0
 """The limit on envd's health check after a call to it broke."""
 STDIN_CHUNK = 1024 * 1024
@@ -234,9 +252,12 @@ class E2BBackend:
         timeout_seconds: int = 3600,
         request_timeout: float = 60.0,
         output_bytes: int = OUTPUT_BYTES,
+        user: str | None = RUN_AS,
     ) -> None:
         """``timeout_seconds``: how long a sandbox lives when its spec names no lifetime;
-        ``request_timeout``: the limit on each API call (and on a command's start)."""
+        ``request_timeout``: the limit on each API call (and on a command's start); ``user``:
+        who commands and file calls run as (see the module's docstring; None: the template's
+        default user, which on E2B's templates has passwordless sudo)."""
         key = api_key or setting(E2B_KEY_VAR)
         if not key:
             raise BackendMisconfiguredError(
@@ -255,6 +276,7 @@ class E2BBackend:
         """Whose limits its calls count against (ranks share a budget per account)."""
         self.timeout_seconds = timeout_seconds
         self.output_bytes = output_bytes
+        self.user = user
         self._api = get_api_client(self.config)
         self._handles: dict[str, _Handle] = {}
         self._killing: set[concurrent.futures.Future[None]] = set()
@@ -425,17 +447,17 @@ class E2BBackend:
         """Create the workdir as root, open to the sandbox's user (templates have no
         ``/workspace``, and their user may not write to ``/``): by a handle's first command or
         file call, as Daytona's backend does, so that creating a sandbox is one call."""
-        script = 'mkdir -p "$1" && chmod a+rwx "$1"'
         made = await self._run(
             sandbox_id,
             handle,
-            ["/bin/sh", "-c", script, "sh", handle.workdir],
+            ["/bin/sh", "-c", SETUP_SCRIPT, "sh", handle.workdir, self.user or ""],
             timeout=self.config.request_timeout,
             user="root",
         )
         if not made.ok:
             raise BackendMisconfiguredError(
-                f"cannot create workdir {handle.workdir!r} in the E2B sandbox: {made.stderr}"
+                f"cannot create workdir {handle.workdir!r} or user {self.user!r} in the E2B "
+                f"sandbox (user=None runs as the template's user): {made.stderr.strip()}"
             )
 
     async def _discard(self, request_id: str) -> None:
@@ -573,7 +595,7 @@ class E2BBackend:
         check_env(env or {})
         handle = await self._handle(sandbox_id)
         where = posixpath.join(handle.workdir, cwd or ".")
-        return await self._run(sandbox_id, handle, argv, timeout, stdin, where, env)
+        return await self._run(sandbox_id, handle, argv, timeout, stdin, where, env, self.user)
 
     async def _run(
         self,
@@ -726,18 +748,21 @@ class E2BBackend:
             raise SandboxError(f"{what} in sandbox {sandbox_id}: {detail}")
         raise self._http_error(status, response.headers, what, detail)
 
+    def _file_params(self, path: str) -> dict[str, str]:
+        return {"path": path, "username": self.user} if self.user else {"path": path}
+
     async def write_file(self, sandbox_id: str, path: str, data: bytes) -> None:
         handle = await self._handle(sandbox_id)
         target = posixpath.join(handle.workdir, path)
         upload = handle.files.post(
-            ENVD_API_FILES_ROUTE, params={"path": target}, files={"file": (target, data)}
+            ENVD_API_FILES_ROUTE, params=self._file_params(target), files={"file": (target, data)}
         )
         await self._files(sandbox_id, f"write {path}", upload)
 
     async def read_file(self, sandbox_id: str, path: str) -> bytes:
         handle = await self._handle(sandbox_id)
         target = posixpath.join(handle.workdir, path)
-        download = handle.files.get(ENVD_API_FILES_ROUTE, params={"path": target})
+        download = handle.files.get(ENVD_API_FILES_ROUTE, params=self._file_params(target))
         return (await self._files(sandbox_id, f"read {path}", download)).content
 
 
