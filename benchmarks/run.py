@@ -152,7 +152,7 @@ FULL = Sizes(
     (8, 64),
     64,
     128,
-    ("daytona", "aviato", "modal"),
+    ("daytona", "aviato", "modal", "e2b"),
     (0, 20, 100),
     128,
     16,
@@ -202,7 +202,7 @@ SMOKE = Sizes(
     (2, 2),
     2,
     4,
-    ("daytona", "aviato", "modal"),
+    ("daytona", "aviato", "modal", "e2b"),
     (0,),
     4,
     2,
@@ -631,6 +631,8 @@ def emulated(provider: str, latency_ms: float) -> Iterator[SandboxClient]:
             client = get_backend("daytona", api_key=key, api_url=url, target="local")
         elif provider == "modal":
             client = get_backend("modal", token_id=MODAL_TOKEN_ID, token_secret=key, server_url=url)
+        elif provider == "e2b":  # the emulator serves the API and every sandbox's envd
+            client = get_backend("e2b", api_key=key, api_url=url, sandbox_url=url)
         else:
             client = get_backend("aviato", base_url=url, api_key=key)
         with client:

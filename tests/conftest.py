@@ -35,6 +35,7 @@ pytest_plugins = [
     "sandboxkit.testing.daytona",
     "sandboxkit.testing.aviato",
     "sandboxkit.testing.modal",
+    "sandboxkit.testing.e2b",
     "sandboxkit.testing.ray",
 ]
 
@@ -43,6 +44,7 @@ CONFORMANCE_BACKENDS = [
     "daytona",
     "aviato",
     "modal",
+    "e2b",
     # Each test starts actors (a second or more here), the first a cluster: not the quick loop.
     pytest.param("ray", marks=pytest.mark.slow),
 ]
@@ -50,6 +52,7 @@ EMULATOR_ENVS = {
     "daytona": "daytona_env",
     "aviato": "aviato_env",
     "modal": "modal_env",
+    "e2b": "e2b_env",
     "ray": "ray_env",
 }
 """Backends served by an emulator (for Ray, a local cluster), and the fixture that starts it and

@@ -47,7 +47,7 @@ def run_script(*argv: str) -> subprocess.CompletedProcess[str]:
 
 
 def _remote_available() -> bool:
-    needed = ("daytona", "cwsandbox", "modal", "aiohttp", "grpc")
+    needed = ("daytona", "cwsandbox", "modal", "e2b", "aiohttp", "grpc")
     return all(importlib.util.find_spec(m) for m in needed)
 
 
@@ -75,9 +75,10 @@ def test_smoke_run_writes_the_expected_json(tmp_path: Path) -> None:
     assert timeouts and all(r["mean_reward"] < 1.0 for r in timeouts)  # the loop scored 0
     if _remote_available():
         pools = [r for r in report["remote"] if r["method"].startswith("sandboxkit")]
-        assert {r["backend"] for r in pools} == {"daytona", "aviato", "modal", "latency-only"}
+        backends = {"daytona", "aviato", "modal", "e2b"}
+        assert {r["backend"] for r in pools} == backends | {"latency-only"}
         assert all(r["lower_bound_s"] and r["lower_bound_s"] > 0 for r in pools)
-        assert {m["backend"] for m in report["pool_memory"]} == {"daytona", "aviato", "modal"}
+        assert {m["backend"] for m in report["pool_memory"]} == backends
         assert all(m["created"] == m["size"] for m in report["pool_memory"])
     assert report["targets"] == []  # judged on a full run only: a smoke batch is too short
 

@@ -661,7 +661,7 @@ def test_reap_deletes_what_half_stopped_sandboxes_left(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("emulator", ["daytona_env", "aviato_env", "modal_env"])
+@pytest.mark.parametrize("emulator", ["daytona_env", "aviato_env", "modal_env", "e2b_env"])
 def test_ls_and_reap_on_an_emulator(emulator: str, request: pytest.FixtureRequest) -> None:
     request.getfixturevalue(emulator)
     backend = emulator.removesuffix("_env")

@@ -89,7 +89,7 @@ def test_reward_demo_prints_the_expected_rewards(tmp_path: Path) -> None:
     check_reward_demo(run_example("reward_function.py", cwd=tmp_path))
 
 
-@pytest.mark.parametrize("backend", ["daytona", "aviato", "modal"])
+@pytest.mark.parametrize("backend", ["daytona", "aviato", "modal", "e2b"])
 def test_reward_demo_gives_the_same_rewards_on_emulated_providers(
     backend: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -156,6 +156,7 @@ PROVIDER_OPTIONS = {
     "daytona": ({"public": False, "auto_stop_interval": 5}, {"auto_stop_intervall": 5}),
     "aviato": ({"annotations": {"team": "rl"}}, {"anotations": {"team": "rl"}}),
     "modal": ({"idle_timeout": 300, "block_network": True}, {"idle_timout": 300}),
+    "e2b": ({"metadata": {"team": "rl"}, "timeout": 600}, {"metdata": {"team": "rl"}}),
 }
 
 

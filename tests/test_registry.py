@@ -75,7 +75,9 @@ def test_unknown_name_lists_the_available_ones(clean_env: Path) -> None:
         assert name in message
 
 
-@pytest.mark.parametrize(("name", "sdk", "extra"), [("daytona", "daytona", "daytona")])
+@pytest.mark.parametrize(
+    ("name", "sdk", "extra"), [("daytona", "daytona", "daytona"), ("e2b", "e2b", "e2b")]
+)
 def test_missing_sdk_names_the_extra(
     clean_env: Path, monkeypatch: pytest.MonkeyPatch, name: str, sdk: str, extra: str
 ) -> None:

@@ -26,7 +26,7 @@ from sandboxkit.rewards import (
     stdio_tests_reward,
 )
 from sandboxkit.testing.faults import Faults
-from sandboxkit.testing.remote import REMOTE_BACKENDS, Emulator, client_for, start_emulator
+from sandboxkit.testing.remote import Emulator, client_for, start_emulator
 
 ADD_TESTS = [
     "assert add(1, 2) == 3",
@@ -395,11 +395,12 @@ def test_faults_cost_rewards_not_crashes_or_sandboxes(
     assert stats.pool.replaced >= 1 and stats.pool.retries >= 1, stats.pool
 
 
-@pytest.mark.parametrize("provider", [p for p in REMOTE_BACKENDS if p != "modal"])
+@pytest.mark.parametrize("provider", ["daytona", "aviato"])
 def test_emulators_run_wrapped_python_on_the_warm_template(provider: str) -> None:
-    """The emulators run their backend's wrapped Python directly (Modal's exec needs no
-    wrapper: its emulator runs every command as given), so that the local backend's
-    warm template serves it (the benchmarks' remote rows rest on it)."""
+    """The emulators of backends that wrap commands run their wrapped Python directly, so that
+    the local backend's warm template serves it (the benchmarks' remote rows rest on it). Modal's
+    and E2B's commands are their argv, with no wrapper: the warm template serves them either
+    way."""
     in_process = ["python3", "-c", "import sys; print('json' in sys.modules)"]
     seen = {}
     for direct in (True, False):

@@ -30,3 +30,10 @@ MODAL_KEY_VARS = ("MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET")
 MODAL_URL_VAR = "MODAL_SERVER_URL"
 MODAL_DEFAULT_URL = "https://api.modal.com"
 """The ``modal`` client's own default (``modal.config``'s ``server_url``)."""
+E2B_KEY_VAR = "E2B_API_KEY"
+E2B_URL_VAR = "E2B_API_URL"
+E2B_DEFAULT_URL = "https://api.e2b.app"
+"""The SDK's own default: ``https://api.<E2B_DOMAIN>``, the domain being ``e2b.app``."""
+E2B_SANDBOX_URL_VAR = "E2B_SANDBOX_URL"
+"""Where every sandbox's ``envd`` is reached (the SDK's variable; unset: a host per sandbox
+under the sandbox's domain)."""

@@ -45,7 +45,6 @@ import binascii
 import builtins
 import concurrent.futures
 import contextlib
-import email.utils
 import hashlib
 import logging
 import math
@@ -57,7 +56,7 @@ import uuid
 import warnings
 from collections.abc import AsyncGenerator, Awaitable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, TypeVar
 
 from ..config import setting
@@ -86,6 +85,7 @@ from ..protocol import (
 from ._daytona_wire import MARK, NO_CWD, NO_WORKDIR, STREAMS_SEPARATOR, kill_command, wrap_command
 from ._facts import DAYTONA_DEFAULT_URL, DAYTONA_KEY_VAR, DAYTONA_TARGET_VAR, DAYTONA_URL_VAR
 from ._output import cap_output
+from ._retry_after import retry_after_seconds
 
 with installed_for("the 'daytona' backend", "pip install 'sandboxkit[daytona]'"):
     import aiohttp
@@ -244,19 +244,8 @@ def _retry_after(exc: BaseException) -> float | None:
         if not isinstance(headers, Mapping):
             continue
         value = next((str(v) for k, v in headers.items() if str(k).lower() == "retry-after"), None)
-        if value is None:
-            continue
-        try:
-            return max(0.0, float(value))
-        except ValueError:
-            pass
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=timezone.utc)
-        return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
+        if value is not None:
+            return retry_after_seconds(value)
     return None
 
 

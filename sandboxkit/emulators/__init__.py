@@ -17,6 +17,7 @@ EMULATORS = {
     "daytona": "sandboxkit.emulators.daytona",
     "aviato": "sandboxkit.emulators.aviato",
     "modal": "sandboxkit.emulators.modal",
+    "e2b": "sandboxkit.emulators.e2b",
 }
 """The emulator module of each provider; each has ``serve_forever``."""
 INSTALL = "pip install 'sandboxkit[emulators]'"

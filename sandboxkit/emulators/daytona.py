@@ -39,13 +39,11 @@ import shutil
 import signal
 import sys
 import tempfile
-import threading
 import uuid
 import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from types import TracebackType
 from typing import Any
 from urllib.parse import quote
 
@@ -66,6 +64,7 @@ from ..registry import get_backend
 from ..testing.faults import Faults
 from . import ANY_KEY, INSTALL, PYTHONS
 from .host import remove_from_host
+from .serving import LoopServed
 
 with installed_for("the daytona emulator", INSTALL):
     import socketio  # type: ignore[import-untyped]
@@ -241,7 +240,7 @@ class _Sandbox:
         }
 
 
-class DaytonaEmulator:
+class DaytonaEmulator(LoopServed):
     """One emulated Daytona organization.
 
     Start it in the running loop (``async with DaytonaEmulator() as emu``) or on a thread of
@@ -282,8 +281,6 @@ class DaytonaEmulator:
         self._wrapped: dict[str, asyncio.Future[ExecResult] | None] = {}
         """The backend's wrapped execs in flight, by scratch directory: the command run
         directly, or None for one run the shell way (the kill command finds its FIFO)."""
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- what tests look at --------------------------------------------------------------------
 
@@ -350,45 +347,6 @@ class DaytonaEmulator:
         if self._root is not None:
             shutil.rmtree(self._root, ignore_errors=True)
             self._root = None
-
-    async def __aenter__(self) -> DaytonaEmulator:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
-
-    def start_in_thread(self) -> DaytonaEmulator:
-        """Serve from a daemon thread with its own event loop (for synchronous callers)."""
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        self._thread = threading.Thread(
-            target=loop.run_forever, name="daytona-emulator", daemon=True
-        )
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self.start(), loop).result(timeout=120)
-        return self
-
-    def close(self) -> None:
-        """Stop a server started with :meth:`start_in_thread`."""
-        loop, thread = self._loop, self._thread
-        if loop is None or thread is None:
-            return
-        asyncio.run_coroutine_threadsafe(self.aclose(), loop).result(timeout=120)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=30)
-        loop.close()
-        self._loop = self._thread = None
-
-    def __enter__(self) -> DaytonaEmulator:
-        return self.start_in_thread()
-
-    def __exit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     # -- plumbing ------------------------------------------------------------------------------
 

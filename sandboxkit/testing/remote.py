@@ -1,9 +1,9 @@
-"""One way to reach every remote provider's emulator, for tests and benchmarks that cover them all.
+"""One way to reach any remote provider's emulator, for tests and benchmarks that cover them all.
 
-The emulators differ in how they are reached (Daytona: ``api_url`` + ``target``; Modal: a token
-id and secret and ``server_url``; Aviato:
-``base_url``) and started; this module hides that, so a test parametrized over
-:data:`REMOTE_BACKENDS` reads the same for both:
+The emulators differ in how they are reached (Daytona: ``api_url`` + ``target``; Aviato:
+``base_url``; E2B: ``api_url`` + ``sandbox_url``; Modal: a token id and secret and
+``server_url``) and started; this module hides that, so a
+test parametrized over :data:`REMOTE_BACKENDS` reads the same for each:
 
 - :func:`start_emulator`: a private emulator on a thread of this process (its ``faults`` may be
   changed while it runs, and ``live_sandboxes()`` says what it holds);
@@ -12,7 +12,7 @@ id and secret and ``server_url``; Aviato:
 - :func:`backend_options` / :func:`backend_env`: what a client in this process, or in a child
   process through ``get_backend(provider)``, needs to reach an emulator;
 - pytest fixtures (load with ``pytest_plugins = ["sandboxkit.testing.remote"]``):
-  ``remote_provider``, parametrized over both backends, and ``remote_emulator``, a private
+  ``remote_provider``, parametrized over the backends, and ``remote_emulator``, a private
   emulator of it.
 """
 
@@ -39,6 +39,9 @@ from ..backends._facts import (
     DAYTONA_KEY_VAR,
     DAYTONA_TARGET_VAR,
     DAYTONA_URL_VAR,
+    E2B_KEY_VAR,
+    E2B_SANDBOX_URL_VAR,
+    E2B_URL_VAR,
     MODAL_KEY_VARS,
     MODAL_URL_VAR,
 )
@@ -49,16 +52,28 @@ from ..errors import BackendUnavailableError
 from ..registry import backend_factory, get_backend
 from .faults import Faults
 
-REMOTE_BACKENDS = ("daytona", "aviato", "modal")
+REMOTE_BACKENDS = ("daytona", "aviato", "modal", "e2b")
 API_KEY = "sandboxkit-remote-key"
 DAYTONA_TARGET = "local"
-_URL_VARS = {"daytona": DAYTONA_URL_VAR, "aviato": AVIATO_URL_VAR, "modal": MODAL_URL_VAR}
+_URL_VARS = {
+    "daytona": DAYTONA_URL_VAR,
+    "aviato": AVIATO_URL_VAR,
+    "modal": MODAL_URL_VAR,
+    "e2b": E2B_URL_VAR,
+}
 _SHARED_FIXTURES = {
     "daytona": "daytona_emulator",
     "aviato": "aviato_emulator",
     "modal": "modal_emulator",
+    "e2b": "e2b_emulator",
 }
 """The session fixtures that skip where an emulator cannot run (and set ``NO_PROXY``)."""
+_EMULATOR_CLASSES = {
+    "daytona": "DaytonaEmulator",
+    "aviato": "AviatoEmulator",
+    "modal": "ModalEmulator",
+    "e2b": "E2BEmulator",
+}
 
 
 class Emulator(Protocol):
@@ -77,12 +92,13 @@ def start_emulator(
     provider: str, *, faults: Faults | None = None, direct_python: bool = True
 ) -> Iterator[Emulator]:
     """A private emulator of ``provider`` on a thread here; stopping it stops its sandboxes.
-    ``direct_python``: run the backend's wrapped Python commands without their wrapper."""
+    ``direct_python``: run the backend's wrapped Python commands without their wrapper (E2B's
+    commands are their argv: there is no wrapper to remove)."""
     if provider not in REMOTE_BACKENDS:
         raise ValueError(f"no emulator for {provider!r}; choose from {REMOTE_BACKENDS}")
-    module = emulator_or_skip(provider)
-    emulator_class = getattr(module, f"{provider.capitalize()}Emulator")
-    with emulator_class(api_key=API_KEY, faults=faults, direct_python=direct_python) as emu:
+    emulator_class = getattr(emulator_or_skip(provider), _EMULATOR_CLASSES[provider])
+    options = {} if provider == "e2b" else {"direct_python": direct_python}
+    with emulator_class(api_key=API_KEY, faults=faults, **options) as emu:
         yield emu
 
 
@@ -103,6 +119,8 @@ def backend_options(provider: str, url: str) -> dict[str, str]:
         return {"api_key": API_KEY, "api_url": url, "target": DAYTONA_TARGET}
     if provider == "modal":
         return {"token_id": MODAL_TOKEN_ID, "token_secret": API_KEY, "server_url": url}
+    if provider == "e2b":
+        return {"api_key": API_KEY, "api_url": url, "sandbox_url": url}
     return {"api_key": API_KEY, "base_url": url}
 
 
@@ -113,6 +131,8 @@ def backend_env(provider: str, url: str) -> dict[str, str]:
         return env | {DAYTONA_KEY_VAR: API_KEY, DAYTONA_TARGET_VAR: DAYTONA_TARGET}
     if provider == "modal":
         return env | dict(zip(MODAL_KEY_VARS, (MODAL_TOKEN_ID, API_KEY), strict=True))
+    if provider == "e2b":
+        return env | {E2B_KEY_VAR: API_KEY, E2B_SANDBOX_URL_VAR: url}
     return env | {AVIATO_KEY_VARS[0]: API_KEY}
 
 
