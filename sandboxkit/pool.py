@@ -502,11 +502,14 @@ class SandboxPool:
 
     # -- leases ----------------------------------------------------------------------------
 
+    def _free(self, image: str | None) -> list[_Slot]:
+        """The sandboxes of ``image`` that can take another lease."""
+        return [s for s in self._slots if s.image == image and s.leases < self.per_sandbox]
+
     def _pick(self, image: str | None) -> _Slot | None:
         if self._in_use >= self._budget.limit:
             return None
-        free = [s for s in self._slots if s.image == image and s.leases < self.per_sandbox]
-        return min(free, key=lambda s: s.leases, default=None)
+        return min(self._free(image), key=lambda s: s.leases, default=None)
 
     async def _lease(self, image: str | None) -> _Slot:
         woken = False
@@ -524,8 +527,10 @@ class SandboxPool:
                 error = self._create_errors.pop(image)
                 queue.wake()
                 raise error
-            # Full: room for one more of this image, while its waiters outnumber its creates.
-            if not self._fill(image) and self._creating[image] <= len(queue):
+            # Full: room for one more of this image, while its waiters outnumber its creates
+            # and none of its sandboxes is free (only the concurrency limit holds them back).
+            made = self._fill(image)
+            if not made and self._creating[image] <= len(queue) and not self._free(image):
                 self._make_room(image)
             await queue.wait(first=woken)
             woken = True

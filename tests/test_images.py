@@ -79,6 +79,34 @@ def test_a_pool_reuses_sandboxes_per_image_within_its_size(client: SandboxClient
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("remote_provider", ["aviato"], indirect=True)
+def test_leases_of_many_images_at_once_each_get_their_own(client: SandboxClient) -> None:
+    """Concurrent leases of three images on a pool of two: each runs in its own image, none
+    waits forever, and the pool never keeps more than its size in service."""
+    images = [f"img-{i % 3}" for i in range(18)]
+
+    async def shown(sandbox: Sandbox) -> str:
+        result = await sandbox.aexec(["sh", "-c", f"printf %s ${IMAGE_VARIABLE}"])
+        return result.stdout
+
+    async def batch(pool: SandboxPool) -> list[str]:
+        sizes: list[int] = []
+
+        async def one(image: str) -> str:
+            seen = await pool.arun(shown, image=image)
+            sizes.append(pool.stats.size)
+            return seen
+
+        seen = await asyncio.wait_for(asyncio.gather(*map(one, images)), timeout=300)
+        assert max(sizes) == 2
+        return seen
+
+    with SandboxPool(client, size=2) as pool:
+        assert run_sync(batch(pool)) == images
+        assert pool.stats.size <= 2 and pool.stats.evicted >= 2
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("remote_provider", ["aviato"], indirect=True)  # the batch shows both
 def test_the_environment_resets_into_the_rows_image(client: SandboxClient) -> None:
     """A rollout's tools run in its row's image and its submission is judged in it; the
