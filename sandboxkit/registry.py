@@ -258,17 +258,16 @@ def takes_images(target: BackendLike) -> bool:
     """Whether sandboxes of ``target`` are made from the image they are given: its entry's
     :attr:`~BackendEntry.images` (a client's or a backend's, the entry of its ``name``; one
     that names no entry is taken at its word, as a provider with images)."""
-    entry = _entry_of(target)
-    return entry is None or entry.images
+    choice = _choice_of(target)
+    return not choice.known or choice.entry().images
 
 
-def _entry_of(target: BackendLike) -> BackendEntry | None:
-    """The entry of a name (or the configured backend), or of a client's or backend's own
-    ``name``; None where it names no entry."""
+def _choice_of(target: BackendLike) -> BackendChoice:
+    """What a name (or the configured backend) means, or a client's or backend's own name."""
     given: object = target
-    name = given if given is None or isinstance(given, str) else as_client(target)[0].name
-    choice = resolve_backend(name)
-    return choice.entry() if choice.known else None
+    return resolve_backend(
+        given if given is None or isinstance(given, str) else as_client(target)[0].name
+    )
 
 
 def refuse_images(target: BackendLike, what: str) -> None:
@@ -277,9 +276,9 @@ def refuse_images(target: BackendLike, what: str) -> None:
     instead of the one its task names would get a reward that means nothing."""
     if not takes_images(target):
         raise BackendMisconfiguredError(
-            f"{what}: this backend runs every sandbox in one environment (the local backend: "
-            "this machine's /usr) and cannot make one from an image; use a backend that makes "
-            "sandboxes from images, or name none"
+            f"{what}: the {_choice_of(target).name} backend runs every sandbox in one "
+            "environment (the local backend: this machine's /usr) and cannot make one from an "
+            "image; use a backend that makes sandboxes from images, or name none"
         )
 
 

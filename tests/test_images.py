@@ -111,7 +111,11 @@ def test_leases_of_many_images_at_once_each_get_their_own(client: SandboxClient)
 def test_the_environment_resets_into_the_rows_image(client: SandboxClient) -> None:
     """A rollout's tools run in its row's image and its submission is judged in it; the
     lender reuses a sandbox only for the same image (stopping an idle one of another to make
-    room); a row whose image is not text gets an error from every tool and no reward."""
+    room); a row whose image is not text gets an error from every tool and no reward. A judge
+    reading another column than the rollouts is refused: it would judge in another image."""
+    judge = assert_tests_reward(client, image_column="task_image")
+    with pytest.raises(ValueError, match=r"reads images from 'task_image', the rollouts from None"):
+        sandbox_environment(client, reward=judge)
     environment = sandbox_environment(client, timeout=20, reuse=True, image_column="image")
     row = {"prompt": "p", "test_list": TESTS, "test_setup_code": ""}
     lender = environment.lender()
