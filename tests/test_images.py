@@ -15,9 +15,17 @@ import pytest
 from sandboxkit import Sandbox, SandboxClient, SandboxPool, get_backend
 from sandboxkit.emulators.host import IMAGE_VARIABLE
 from sandboxkit.errors import BackendMisconfiguredError
+from sandboxkit.harness import FunctionTask
 from sandboxkit.integrations.environment import sandbox_environment
 from sandboxkit.portal import run_sync
-from sandboxkit.rewards import assert_tests_reward, exec_reward, row_image
+from sandboxkit.rewards import (
+    assert_tests_reward,
+    exec_reward,
+    function_tests_reward,
+    input_tests_reward,
+    row_image,
+    stdio_tests_reward,
+)
 from sandboxkit.testing.remote import Emulator, client_for
 
 IMAGE_OF = f"import os\n\ndef image():\n    return os.environ.get({IMAGE_VARIABLE!r}, '')\n"
@@ -37,6 +45,16 @@ def client(remote_provider: str, remote_emulator: Emulator) -> Iterator[SandboxC
 def test_a_batch_mixing_images_is_judged_each_row_in_its_own(client: SandboxClient) -> None:
     """Rows of two images, rows naming none (the pool's default image), and rows whose image
     is not text (invalid: no reward, before any completion runs), in one batch."""
+    every_factory = [
+        exec_reward(client, image_column="image"),
+        assert_tests_reward(client, image_column="image"),
+        stdio_tests_reward(client, image_column="image"),
+        input_tests_reward(client, image_column="image"),
+        function_tests_reward(
+            [FunctionTask("def f():\n", "f", ["1"], int)], backend=client, image_column="image"
+        ),
+    ]
+    assert [made.image_column for made in every_factory] == ["image"] * 5
     images = ["img-a", "img-b", 7, None, "", "img-b", ["img-a"]]
     reward = assert_tests_reward(client, image_column="image", pool_size=3, timeout=10)
     try:
