@@ -28,6 +28,8 @@ from sandboxkit.rewards import (
 )
 from sandboxkit.testing.remote import Emulator, client_for
 
+HONOURING = ["daytona", "aviato"]
+"""The emulators that show a sandbox its image (``IMAGE_VARIABLE``)."""
 IMAGE_OF = f"import os\n\ndef image():\n    return os.environ.get({IMAGE_VARIABLE!r}, '')\n"
 """A completion that says which image it runs in."""
 TESTS = ["assert image() == 'img-a'", "assert image().startswith('img-')"]
@@ -42,6 +44,7 @@ def client(remote_provider: str, remote_emulator: Emulator) -> Iterator[SandboxC
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("remote_provider", HONOURING, indirect=True)
 def test_a_batch_mixing_images_is_judged_each_row_in_its_own(client: SandboxClient) -> None:
     """Rows of two images, rows naming none (the pool's default image), and rows whose image
     is not text (invalid: no reward, before any completion runs), in one batch."""
@@ -69,6 +72,7 @@ def test_a_batch_mixing_images_is_judged_each_row_in_its_own(client: SandboxClie
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("remote_provider", HONOURING, indirect=True)
 def test_a_pool_reuses_sandboxes_per_image_within_its_size(client: SandboxClient) -> None:
     """A full pool stops its least recently used idle sandbox of another image to make room,
     and reuses each image's own sandboxes; the pool's ``image`` is what a lease naming none
