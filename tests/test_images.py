@@ -66,7 +66,9 @@ def test_a_batch_mixing_images_is_judged_each_row_in_its_own(client: SandboxClie
         assert scores == [1.0, 0.5, None, 0.0, 0.0, 0.5, None]
         assert reward.last_batch is not None
         assert reward.last_batch.outcomes["invalid_row"] == 2
-        assert reward.pool.stats.size <= 3  # a, b and the default: one bound for all
+        # The first row's image filled the pool: b and the default each made room for theirs.
+        evicted = reward.metrics(reward.last_batch)["assert_tests_reward/sandboxes_evicted"]
+        assert reward.pool.stats.size <= 3 and evicted == reward.pool.stats.evicted >= 2
     finally:
         reward.close()
 
