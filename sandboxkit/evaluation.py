@@ -47,11 +47,13 @@ _PROBLEM_OUTCOMES = {
 
 @dataclass(frozen=True)
 class Plan:
-    """What to do with one completion: run ``code`` under ``harness``, or just ``outcome``."""
+    """What to do with one completion: run ``code`` under ``harness`` (in a sandbox made from
+    ``image``; None: the pool's), or just ``outcome``."""
 
     code: str = ""
     harness: Harness | None = None
     outcome: Outcome | None = None
+    image: str | None = None
 
 
 def plan(
@@ -167,7 +169,7 @@ async def run_plan(pool: SandboxPool, plan: Plan, *, deadline: float | None = No
 
     started = time.monotonic()
     try:
-        result = await pool.arun(attempt, deadline=deadline)
+        result = await pool.arun(attempt, deadline=deadline, image=plan.image)
     except DeadlineExceededError:
         assert deadline is not None
         ran = None if running is None else deadline - running

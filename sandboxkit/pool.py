@@ -79,6 +79,9 @@ class PoolStats:
     concurrency_limit: int = 0
     """Leases, and sandbox creations, allowed in flight now: ``max_concurrency``, lowered
     while the provider rate-limits."""
+    evicted: int = 0
+    """Idle sandboxes of one image stopped to make room for a lease of another (``size``
+    bounds the pool's sandboxes of every image together)."""
 
 
 class _Queue:
@@ -93,6 +96,9 @@ class _Queue:
 
     def __bool__(self) -> bool:
         return bool(self._waiters)
+
+    def __len__(self) -> int:
+        return len(self._waiters)
 
     def clear(self) -> None:
         self._waiters.clear()
@@ -162,6 +168,11 @@ class _Slot:
     sandbox: Sandbox
     checked: float
     """``time.monotonic()`` when the sandbox was last known to be alive."""
+    image: str | None = None
+    """The image it was made from (None: the backend's default)."""
+    released: float = 0.0
+    """``time.monotonic()`` when its last lease ended (or it was made): the least recently
+    used idle sandbox is the one stopped to make room for another image."""
     leases: int = 0
     uses: int = 0
     retired: bool = False
@@ -187,7 +198,11 @@ class SandboxPool:
     - ``session``: the :class:`Session` whose sandboxes these are (default: one of its own,
       created from ``client`` and closed with the pool);
     - ``tags``, ``image``, ``env`` and other keywords go to every sandbox created (one that
-      the backend does not take is a ``TypeError`` here);
+      the backend does not take is a ``TypeError`` here); ``image`` is the default of
+      :meth:`arun`'s, which leases only a sandbox made from the image it names. ``size``
+      bounds the sandboxes of every image together: a lease of an image the pool has no
+      sandbox of, the pool full, stops the least recently used idle sandbox of another image
+      to make room (``stats.evicted``), else waits for one to become idle;
     - ``progress``: show a progress bar while starting (None: when stderr is a terminal);
     - ``coordinate``: share the provider account's budget with the other processes of this
       machine (:mod:`sandboxkit.coordination`): calls in flight, creations, the adaptive limit
@@ -242,12 +257,8 @@ class SandboxPool:
         self.backoff = backoff
         self.health_check_after = health_check_after
         self.progress = progress
-        self._sandbox_options: dict[str, Any] = {
-            "tags": tuple(tags),
-            "image": image,
-            "env": env,
-            **sandbox_options,
-        }
+        self.image = image
+        self._sandbox_options: dict[str, Any] = {"tags": tuple(tags), "env": env, **sandbox_options}
         self._stats = PoolStats()
         self.max_sandboxes = max_sandboxes
         self._shared: SharedBudget | None = None
@@ -266,21 +277,23 @@ class SandboxPool:
         self._slots: list[_Slot] = []
         self._retiring: list[_Slot] = []
         """Slots that take no new leases; stopped when their last lease ends."""
-        self._creating = 0
-        """Sandboxes being made, waiting for a turn included."""
+        self._creating: collections.Counter[str | None] = collections.Counter()
+        """Sandboxes being made, by image, waiting for a turn included."""
         self._create_calls = 0
         """Create calls in flight: at most the budget's limit."""
         self._create_turns = _Queue()
         """Creations waiting for a turn to call the provider."""
-        self._create_error: Exception | None = None
+        self._create_errors: dict[str | None, Exception] = {}
+        """The last creation error of each image, for its next lease that finds none of it."""
         self._in_use = 0
         self._closed = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopping: set[asyncio.Task[None]] = set()
         """Background stops: awaited, not cancelled, by close (a half-done stop leaks)."""
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._waiters = _Queue()
-        """Leases waiting for a sandbox, a lease or an error; each release wakes one."""
+        self._waiters: dict[str | None, _Queue] = collections.defaultdict(_Queue)
+        """Leases waiting for a sandbox, a lease or an error, by image; each release wakes
+        one (see :meth:`_wake`)."""
 
     def __repr__(self) -> str:
         return f"<SandboxPool {self.session.run_tag} {self.stats}>"
@@ -306,7 +319,8 @@ class SandboxPool:
         if home is not loop:
             if home is not None:
                 logger.debug("pool moves to a new event loop; its old one stopped")
-            self._loop, self._creating, self._create_calls, self._in_use = loop, 0, 0, 0
+            self._loop, self._create_calls, self._in_use = loop, 0, 0
+            self._creating.clear()
             self._waiters.clear()
             self._create_turns.clear()
             self._tasks.clear()
@@ -330,15 +344,37 @@ class SandboxPool:
             return min(self.size, self._cap.share())
         return min(self.size, self.max_sandboxes or self.size)
 
-    def _fill(self) -> list[asyncio.Task[None]]:
-        """Start creating what the pool lacks to reach its target."""
+    def _fill(self, image: str | None) -> list[asyncio.Task[None]]:
+        """Start creating, from ``image``, what the pool lacks to reach its target."""
         if self._closed:
             return []
-        missing = self._target() - len(self._slots) - self._creating
-        self._creating += max(0, missing)
-        return [self._spawn(self._add_sandbox()) for _ in range(missing)]
+        missing = self._target() - len(self._slots) - self._creating.total()
+        self._creating[image] += max(0, missing)
+        return [self._spawn(self._add_sandbox(image)) for _ in range(missing)]
 
-    async def _create(self) -> Sandbox:
+    def _make_room(self, image: str | None) -> None:
+        """Stop the least recently used idle sandbox of another image, to create one of
+        ``image`` in its place (the pool being full)."""
+        idle = [s for s in self._slots if s.image != image and s.leases == 0]
+        victim = min(idle, key=lambda s: s.released, default=None)
+        if victim is not None:
+            logger.debug("stopping idle %s to make room for %s", victim.sandbox.id, image)
+            self._retire(victim, why="evicted", refill=image)
+            self._stop_later(victim)
+
+    def _wake(self, image: str | None) -> None:
+        """Wake a waiter of ``image`` (a sandbox of it became free), else one of any other
+        image: it can stop that sandbox, if idle, to make one of its own."""
+        queue = self._waiters.get(image)
+        if queue:
+            queue.wake()
+            return
+        for other in self._waiters.values():
+            if other:
+                other.wake()
+                return
+
+    async def _create(self, image: str | None) -> Sandbox:
         """One create call, in turn: no more in flight than the budget's limit (creating
         hundreds of sandboxes at once is how a pool hammers a rate-limited provider)."""
         woken = False
@@ -352,7 +388,7 @@ class SandboxPool:
             token = await self._shared.acquire("create") if self._shared else None
             try:
                 return await self._counted(
-                    self.session.asandbox(**self._sandbox_options),
+                    self.session.asandbox(**{**self._sandbox_options, "image": image}),
                     token,
                     lambda: self._create_calls,
                 )
@@ -381,30 +417,40 @@ class SandboxPool:
             self._shared.succeeded(token)
         return result
 
-    async def _add_sandbox(self) -> None:
+    async def _add_sandbox(self, image: str | None) -> None:
         seat = None
         try:
             seat = await self._cap.acquire() if self._cap else None
-            sandbox = await retried(self._create, attempts=self.retries + 1, backoff=self.backoff)
+            sandbox = await retried(
+                lambda: self._create(image), attempts=self.retries + 1, backoff=self.backoff
+            )
         except Exception as exc:
             if seat is not None:
                 seat.release()
-            self._create_error = exc
+            self._create_errors[image] = exc
             logger.info("could not create a sandbox: %r", exc)
         except asyncio.CancelledError:
             if seat is not None:
                 seat.release()
             raise
         else:
-            self._slots.append(_Slot(sandbox, checked=time.monotonic(), seat=seat))
+            now = time.monotonic()
+            self._slots.append(_Slot(sandbox, now, image, released=now, seat=seat))
             self._stats.created += 1
             logger.debug("created %s", sandbox.id)
         finally:
-            self._creating -= 1
-            self._waiters.wake()
+            self._creating[image] -= 1
+            self._wake(image)
 
-    def _retire(self, slot: _Slot, *, why: Literal["lost", "worn", "abandoned"]) -> None:
-        """Take a slot out of service and start creating its successor."""
+    def _retire(
+        self,
+        slot: _Slot,
+        *,
+        why: Literal["lost", "worn", "abandoned", "evicted"],
+        refill: str | None = None,
+    ) -> None:
+        """Take a slot out of service and start creating its successor (from its own image,
+        or ``refill`` for an evicted one)."""
         if slot.retired:
             return
         slot.retired = True
@@ -414,9 +460,17 @@ class SandboxPool:
             self._stats.replaced += 1
         elif why == "worn":
             self._stats.recycled += 1
+        elif why == "evicted":
+            self._stats.evicted += 1
         else:
             self._stats.abandoned += 1
-        self._fill()
+        self._fill(refill if why == "evicted" else slot.image)
+
+    def _stop_later(self, slot: _Slot) -> None:
+        """Stop a retired slot in the background (close waits for it)."""
+        stopping = asyncio.ensure_future(self._stop(slot))
+        self._stopping.add(stopping)
+        stopping.add_done_callback(self._stopping.discard)
 
     async def _stop(self, slot: _Slot) -> None:
         try:
@@ -437,40 +491,48 @@ class SandboxPool:
         await self._at_home(self._start)
 
     async def _start(self) -> None:
-        creating = self._fill()
+        creating = self._fill(self.image)
         show = sys.stderr.isatty() if self.progress is None else self.progress
         with tqdm(total=len(creating), desc="sandboxes", unit="sb", disable=not show) as bar:
             for done in asyncio.as_completed(creating):
                 await done
                 bar.update(1)
-        if not self._slots and self._create_error is not None:
-            raise self._create_error
+        if not self._slots and self.image in self._create_errors:
+            raise self._create_errors[self.image]
 
     # -- leases ----------------------------------------------------------------------------
 
-    def _pick(self) -> _Slot | None:
+    def _free(self, image: str | None) -> list[_Slot]:
+        """The sandboxes of ``image`` that can take another lease."""
+        return [s for s in self._slots if s.image == image and s.leases < self.per_sandbox]
+
+    def _pick(self, image: str | None) -> _Slot | None:
         if self._in_use >= self._budget.limit:
             return None
-        free = [s for s in self._slots if s.leases < self.per_sandbox]
-        return min(free, key=lambda s: s.leases, default=None)
+        return min(self._free(image), key=lambda s: s.leases, default=None)
 
-    async def _lease(self) -> _Slot:
+    async def _lease(self, image: str | None) -> _Slot:
         woken = False
+        queue = self._waiters[image]
         while True:
             if self._closed:
-                self._waiters.wake()
+                queue.wake()
                 raise RuntimeError("the pool is closed")
-            # Newcomers queue behind those already waiting.
-            if (woken or not self._waiters) and (slot := self._pick()) is not None:
+            # Newcomers queue behind those already waiting for the same image.
+            if (woken or not queue) and (slot := self._pick(image)) is not None:
                 break
             # Every waiter's wake-up starts a create: waiting for none to be in flight would
             # wait forever when every create fails (a provider that is gone).
-            if not self._slots and self._create_error is not None:
-                error, self._create_error = self._create_error, None
-                self._waiters.wake()
+            if image in self._create_errors and not any(s.image == image for s in self._slots):
+                error = self._create_errors.pop(image)
+                queue.wake()
                 raise error
-            self._fill()
-            await self._waiters.wait(first=woken)
+            # Full: room for one more of this image, while its waiters outnumber its creates
+            # and none of its sandboxes is free (only the concurrency limit holds them back).
+            made = self._fill(image)
+            if not made and self._creating[image] <= len(queue) and not self._free(image):
+                self._make_room(image)
+            await queue.wait(first=woken)
             woken = True
         slot.leases += 1
         slot.uses += 1
@@ -479,23 +541,22 @@ class SandboxPool:
         if slot.uses >= self.max_uses:
             logger.debug("recycling %s after %d uses", slot.sandbox.id, slot.uses)
             self._retire(slot, why="worn")
-        if self._waiters and self._pick() is not None:
-            self._waiters.wake()  # room for more than this lease (a new sandbox, per_sandbox > 1)
+        if queue and self._pick(image) is not None:
+            queue.wake()  # room for more than this lease (a new sandbox, per_sandbox > 1)
         return slot
 
     def _release(self, slot: _Slot) -> None:
         slot.leases -= 1
+        slot.released = time.monotonic()
         self._in_use -= 1
         if slot.retired and slot.leases == 0:
-            stopping = asyncio.ensure_future(self._stop(slot))
-            self._stopping.add(stopping)
-            stopping.add_done_callback(self._stopping.discard)
-        self._waiters.wake()
+            self._stop_later(slot)
+        self._wake(slot.image)
 
-    async def _lease_healthy(self) -> _Slot:
+    async def _lease_healthy(self, image: str | None) -> _Slot:
         """A lease on a sandbox known to be alive, replacing dead ones found on the way."""
         while True:
-            slot = await self._lease()
+            slot = await self._lease(image)
             if time.monotonic() - slot.checked < self.health_check_after:
                 return slot
             try:
@@ -515,9 +576,14 @@ class SandboxPool:
     # -- running evaluations ---------------------------------------------------------------
 
     async def arun(
-        self, fn: Callable[[Sandbox], Awaitable[T]], *, deadline: float | None = None
+        self,
+        fn: Callable[[Sandbox], Awaitable[T]],
+        *,
+        deadline: float | None = None,
+        image: str | None = None,
     ) -> T:
-        """``await fn(sandbox)`` on a leased sandbox, retried as the pool's settings say.
+        """``await fn(sandbox)`` on a leased sandbox, retried as the pool's settings say: one
+        made from ``image`` (None: the pool's ``image``).
 
         Errors ``fn`` raises that say nothing about the infrastructure propagate at once;
         infrastructure errors (``sandboxkit.errors.INFRASTRUCTURE_ERRORS``) propagate once the
@@ -529,13 +595,16 @@ class SandboxPool:
         may run on a while (Daytona kills it with a second exec), so the sandbox it ran in
         takes no more leases: it is stopped when its other leases end, and replaced.
         """
-        return await self._at_home(lambda: self._run(fn, deadline))
+        wanted = self.image if image is None else image
+        return await self._at_home(lambda: self._run(fn, deadline, wanted))
 
-    async def _run(self, fn: Callable[[Sandbox], Awaitable[T]], deadline: float | None) -> T:
+    async def _run(
+        self, fn: Callable[[Sandbox], Awaitable[T]], deadline: float | None, image: str | None
+    ) -> T:
         if deadline is None:
-            return await self._retried(fn)
+            return await self._retried(fn, image)
         try:
-            return await _until(deadline, lambda: self._retried(fn))
+            return await _until(deadline, lambda: self._retried(fn, image))
         except DeadlineExceededError:
             self._stats.expired += 1
             raise
@@ -543,10 +612,10 @@ class SandboxPool:
     def _count_retry(self, state: RetryCallState) -> None:
         self._stats.retries += 1
 
-    async def _retried(self, fn: Callable[[Sandbox], Awaitable[T]]) -> T:
+    async def _retried(self, fn: Callable[[Sandbox], Awaitable[T]], image: str | None) -> T:
         try:
             return await retried(
-                lambda: self._attempt(fn),
+                lambda: self._attempt(fn, image),
                 attempts=self.retries + 1,
                 backoff=self.backoff,
                 on=_RETRIED,
@@ -558,8 +627,8 @@ class SandboxPool:
             logger.info("evaluation failed after %d retries: %r", self.retries, exc)
             raise
 
-    async def _attempt(self, fn: Callable[[Sandbox], Awaitable[T]]) -> T:
-        slot = await self._lease_healthy()
+    async def _attempt(self, fn: Callable[[Sandbox], Awaitable[T]], image: str | None) -> T:
+        slot = await self._lease_healthy(image)
         try:  # a lease waiting for the provider's turn (shared) has not run anything yet
             token = await self._shared.acquire("exec") if self._shared else None
         except BaseException:
@@ -593,7 +662,8 @@ class SandboxPool:
         if self._closed:
             return
         self._closed = True
-        self._waiters.wake()  # each waiter wakes the next on its way out
+        for queue in self._waiters.values():
+            queue.wake()  # each waiter wakes the next on its way out
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()

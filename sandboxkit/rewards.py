@@ -36,7 +36,7 @@ from .keywords import check_keywords, keyword_only, suggest_keywords
 from .outcomes import Outcome, OutcomeKind, Verdict
 from .pool import PoolStats, SandboxPool
 from .portal import run_sync
-from .registry import BackendLike, sandbox_keywords_for
+from .registry import BackendLike, refuse_images, sandbox_keywords_for
 from .sanitize import Completion, block_tags, completion_text, extract_code
 from .tools.rollout import ToolRollout, tool_metrics
 
@@ -59,6 +59,18 @@ class MissingColumnError(ValueError):
     """A call lacks a dataset column the reward function reads: raised at once, since every
     row lacks it (the dataset or the reward's ``*_column`` is wrong), unlike one row whose
     value cannot be read."""
+
+
+def row_image(column: str, value: Any) -> str | None:
+    """The image a dataset row names in its ``column``: None (the default image) where it
+    names none (no value, or blank text). Any other value than text is the row's error,
+    found before any of its completions runs: a row cannot be judged in an environment
+    nobody named, and no completion can change which it is."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"its image ({column!r}) must be text, not {type(value).__name__}")
+    return value.strip() or None
 
 
 def submitted(rollout: ToolRollout) -> Completion:
@@ -144,6 +156,12 @@ class RewardFunction:
     run its whole allowance, else ``None``, as outcome ``DEADLINE`` (it waited for a sandbox).
     Those do not count towards the circuit breaker: the queue, not a failing provider, is their
     cause; ``<name>/deadline_rate`` shows them. Only ``INFRA`` outcomes count there.
+
+    ``image_column`` names the dataset column in which a row may name the image its
+    completions are judged in (see :func:`row_image`; the pool keeps sandboxes per image), so
+    that one run judges tasks in different environments; a row without one gets ``image``
+    (the pool's; None: the backend's default). A backend that cannot make sandboxes from
+    images (the local one) refuses both here, rather than judge in the wrong environment.
     """
 
     def __init__(
@@ -159,10 +177,16 @@ class RewardFunction:
         max_infra_share: float | None = 0.5,
         min_batch_for_breaker: int = 4,
         batch_timeout: float | None = None,
+        image_column: str | None = None,
         **pool_options: Any,
     ) -> None:
         if batch_timeout is not None and not batch_timeout > 0:
             raise ValueError(f"batch_timeout must be > 0 seconds or None, got {batch_timeout}")
+        if image_column is not None:
+            refuse_images(backend, f"{name}(image_column={image_column!r})")
+        if pool_options.get("image") is not None:
+            refuse_images(backend, f"{name}(image={pool_options['image']!r})")
+        self.image_column = image_column
         self.__name__ = name
         self.planner = planner
         self.mapping = mapping
@@ -231,6 +255,7 @@ class RewardFunction:
         came from (see :data:`Planner`). Only a missing column raises."""
         try:
             judging = self.planner(i, prompt, columns)
+            image = self._row_image(i, columns)
         except MissingColumnError:
             raise
         except Exception as exc:
@@ -238,9 +263,15 @@ class RewardFunction:
             logger.warning("%s: cannot judge %s; no reward", self.__name__, said)
             return Plan(outcome=Outcome(OutcomeKind.INVALID_ROW, detail=said))
         try:
-            return judging(completion)
+            return replace(judging(completion), image=image)
         except Exception as exc:
             return Plan(outcome=failed(f"{self.__name__}: completion {i} cannot be read", exc))
+
+    def _row_image(self, i: int, columns: Mapping[str, Any]) -> str | None:
+        """The image row ``i`` names in the ``image_column`` (None: the pool's)."""
+        if self.image_column is None or self.image_column not in columns:
+            return None
+        return row_image(self.image_column, columns[self.image_column][i])
 
     async def acall(
         self, prompts: Sequence[Any], completions: Sequence[Completion], **kwargs: Any
@@ -322,6 +353,7 @@ class RewardFunction:
         if stats.pool is not None:
             values[f"{prefix}/pool_size"] = float(stats.pool.size)
             values[f"{prefix}/sandboxes_created"] = float(stats.pool.created)
+            values[f"{prefix}/sandboxes_evicted"] = float(stats.pool.evicted)
             values[f"{prefix}/retries"] = float(stats.pool.retries)
             values[f"{prefix}/rate_limited"] = float(stats.pool.rate_limited)
             values[f"{prefix}/concurrency_limit"] = float(stats.pool.concurrency_limit)

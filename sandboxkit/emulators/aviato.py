@@ -42,6 +42,7 @@ from ..errors import BackendMisconfiguredError, SandboxError, SandboxNotFoundErr
 from ..protocol import DEFAULT_WORKDIR, KILLED_RETURNCODE, Backend, ExecResult, SandboxSpec
 from ..testing.faults import Faults
 from . import ANY_KEY, INSTALL, PYTHONS
+from .host import image_env
 from .threaded import ThreadedEmulator, local_backend, serve_until_signalled
 
 with installed_for("the aviato emulator", INSTALL):
@@ -237,7 +238,7 @@ class AviatoServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "a container is required")
         main = next((c for c in containers if c.primary), containers[0])
         spec = SandboxSpec(
-            env=dict(main.environment_variables),
+            env=image_env(main.environment_variables, main.image),
             tags=tuple(request.sandbox.spec.tags),
             workdir=main.working_dir or DEFAULT_WORKDIR,
         )

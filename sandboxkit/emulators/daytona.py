@@ -63,7 +63,7 @@ from ..protocol import DEFAULT_WORKDIR, KILLED_RETURNCODE, ExecResult, SandboxSp
 from ..registry import get_backend
 from ..testing.faults import Faults
 from . import ANY_KEY, INSTALL, PYTHONS
-from .host import remove_from_host
+from .host import image_env, remove_from_host
 from .serving import LoopServed
 
 with installed_for("the daytona emulator", INSTALL):
@@ -188,6 +188,18 @@ class _Reply(Exception):
         super().__init__(message)
         body = {"statusCode": status, "message": message, "code": code, "source": source}
         self.response = web.json_response(body, status=status, headers=headers)
+
+
+def _image(body: Mapping[str, Any]) -> str | None:
+    """The image a create asks for: the base of the Dockerfile the SDK builds for an image
+    (``FROM <image>``), else the snapshot named."""
+    build = body.get("buildInfo") or {}
+    for line in str(build.get("dockerfileContent") or "").splitlines():
+        words = line.split()
+        if len(words) >= 2 and words[0].upper() == "FROM":
+            return words[1]
+    snapshot = body.get("snapshot")
+    return str(snapshot) if snapshot else None
 
 
 def _now() -> str:
@@ -457,7 +469,7 @@ class DaytonaEmulator(LoopServed):
         sb = _Sandbox(sandbox_id, body.get("name") or sandbox_id, labels, env, body)
         self._sandboxes[sandbox_id] = sb  # counted against the cap while it is made
         try:
-            info = await self._local.backend.create(SandboxSpec(env=env))
+            info = await self._local.backend.create(SandboxSpec(env=image_env(env, _image(body))))
         except BaseException:
             del self._sandboxes[sandbox_id]
             raise

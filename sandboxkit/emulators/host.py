@@ -3,10 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 
 from ..backends.subprocess import SubprocessBackend, sandbox_parts
 from ..errors import SandboxError
 from ..local import files
+
+IMAGE_VARIABLE = "SANDBOXKIT_EMULATED_IMAGE"
+"""Where an emulated sandbox's programs find the image (or snapshot) it was made from: every
+emulated sandbox runs on this machine's local backend, so this variable is what tells one
+image's sandboxes from another's (what a real provider's image would, by its contents)."""
+
+
+def image_env(env: Mapping[str, str], image: str | None) -> dict[str, str]:
+    """``env`` for the local sandbox of an emulated one made from ``image``, which names it
+    in :data:`IMAGE_VARIABLE` (none for the provider's default)."""
+    return {**env, IMAGE_VARIABLE: image} if image else dict(env)
 
 
 async def remove_from_host(backend: SubprocessBackend, sandbox_id: str, path: str) -> None:

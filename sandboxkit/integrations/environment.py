@@ -15,8 +15,8 @@ from typing import Any, ClassVar
 
 from ..client import Sandbox
 from ..portal import run_sync
-from ..registry import BackendLike
-from ..rewards import RewardFunction, assert_tests_reward, submitted
+from ..registry import BackendLike, refuse_images
+from ..rewards import RewardFunction, assert_tests_reward, row_image, submitted
 from ..tools import Rollout, SandboxLender, ToolCall
 
 TOOLS = ("run_python", "run_shell", "write_file", "read_file", "submit")
@@ -30,6 +30,8 @@ def _text_arguments(tool: Callable[..., str]) -> Callable[..., str]:
 
     @functools.wraps(tool)
     def checked(self: SandboxEnvironment, *args: Any, **kwargs: Any) -> str:
+        if self._row_error is not None:  # the row's, not the model's: no sandbox to run in
+            return f"error: {self._row_error}"
         for name, value in [*zip(names, args, strict=False), *kwargs.items()]:
             if not isinstance(value, str):
                 return f"error: {name} must be a string, not {type(value).__name__}"
@@ -77,6 +79,10 @@ class SandboxEnvironment:
     """Wipe and reuse rollout sandboxes (None: where the backend allows, see the lender)."""
     sandbox_options: ClassVar[Mapping[str, Any]] = {}
     """Keywords for every rollout sandbox (``tags``, ``image``, ``env``, ...)."""
+    image_column: ClassVar[str | None] = None
+    """The row's column that names the image its rollout and judge run in (see
+    :func:`~sandboxkit.rewards.row_image`; None, or a row naming none: ``image``). A row
+    whose image is not text gets an error from every tool and no reward (``invalid_row``)."""
 
     _shared_by_class: ClassVar[dict[type, _Shared]] = {}
     _shared_lock: ClassVar[threading.Lock] = threading.Lock()
@@ -84,6 +90,8 @@ class SandboxEnvironment:
     def __init__(self) -> None:
         self._rollout: Rollout | None = None
         self._row: dict[str, Any] = {}
+        self._image: str | None = None
+        self._row_error: str | None = None
 
     @classmethod
     def _shared(cls) -> _Shared:
@@ -93,7 +101,11 @@ class SandboxEnvironment:
             shared = cls._shared_by_class.get(cls)
             if shared is None:
                 lender = SandboxLender(cls.backend, reuse=cls.reuse, **dict(cls.sandbox_options))
-                reward = cls.reward or assert_tests_reward(cls.backend)
+                reward = cls.reward or assert_tests_reward(
+                    cls.backend,
+                    image_column=cls.image_column,
+                    image=cls.sandbox_options.get("image"),
+                )
                 _ = reward.pool
                 shared = cls._shared_by_class[cls] = _Shared(lender, reward)
             return shared
@@ -118,7 +130,10 @@ class SandboxEnvironment:
             self._rollout = None  # closed under it (close_all): start afresh
         if self._rollout is None:
             self._rollout = Rollout(
-                self._shared().lender, timeout=self.timeout, max_output=self.max_output
+                self._shared().lender,
+                timeout=self.timeout,
+                max_output=self.max_output,
+                image=self._image,
             )
         return self._rollout
 
@@ -147,6 +162,12 @@ class SandboxEnvironment:
             rollout, self._rollout = self._rollout, None
             run_sync(_released(rollout))
         self._row = row
+        self._image, self._row_error = None, None
+        if self.image_column is not None:
+            try:
+                self._image = row_image(self.image_column, row.get(self.image_column))
+            except TypeError as exc:
+                self._row_error = f"this task cannot be run: {exc}"
         return None
 
     @_text_arguments
@@ -238,6 +259,7 @@ def sandbox_environment(
     reward: RewardFunction | None = None,
     reuse: bool | None = None,
     name: str = "SandboxEnvironment",
+    image_column: str | None = None,
     **sandbox_options: Any,
 ) -> type[SandboxEnvironment]:
     """A :class:`SandboxEnvironment` class with these settings, for ``environment_factory``.
@@ -245,12 +267,21 @@ def sandbox_environment(
     ``tools``: which of ``run_python``, ``run_shell``, ``write_file``, ``read_file`` and
     ``submit`` the model gets; ``reward``: what judges a submission (any sandboxkit reward
     function, e.g. ``stdio_tests_reward()`` for contest rows); ``name``: the class's, under
-    which TRL logs its reward; other keywords go to every rollout sandbox.
+    which TRL logs its reward; ``image_column``: the row's column that names the image of its
+    rollout's sandbox and of its judge's (a given ``reward`` reads the same column); other
+    keywords go to every rollout sandbox.
     """
     offered = tuple(tools)
     unknown = sorted(set(offered) - set(TOOLS))
     if unknown:
         raise ValueError(f"unknown tools {unknown}; the tools are {', '.join(TOOLS)}")
+    if image_column is not None:
+        refuse_images(backend, f"sandbox_environment(image_column={image_column!r})")
+    if reward is not None and reward.image_column != image_column:
+        raise ValueError(
+            f"the reward reads images from {reward.image_column!r}, the rollouts from "
+            f"{image_column!r}: a submission would be judged in another image than it ran in"
+        )
     attributes: dict[str, Any] = {
         "backend": backend,
         "timeout": timeout,
@@ -258,6 +289,7 @@ def sandbox_environment(
         "reward": reward,
         "reuse": reuse,
         "sandbox_options": dict(sandbox_options),
+        "image_column": image_column,
         **{tool: None for tool in TOOLS if tool not in offered},
     }
     return type(name, (SandboxEnvironment,), attributes)

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +66,8 @@ class LenderStats:
     made to replace one), with no create to wait for."""
     replaced: int = 0
     """Returned sandboxes stopped rather than reused (backend, wipe failure or wear)."""
+    evicted: int = 0
+    """Idle sandboxes of one image stopped to make room for a holder of another."""
 
 
 def leaves_no_processes(sandbox_backend: object) -> bool:
@@ -88,7 +90,10 @@ class SandboxLender:
     ``reuse``: wipe and reuse returned sandboxes (None: where the backend allows it);
     ``max_uses``: holders a sandbox serves before it is replaced; ``session``: whose
     sandboxes these are (default: one of its own, closed with the lender); other keywords
-    (``tags``, ``image``, ``env``, ...) go to every sandbox created.
+    (``tags``, ``env``, ...) go to every sandbox created; ``image`` is the default of
+    :meth:`alease`'s. An idle sandbox serves only a holder of its own image; a lease that
+    must create one stops the longest idle sandbox of another image, if any, so that the
+    lender keeps no more sandboxes than its busiest moment needed, whichever images.
 
     Safe to use from several threads and event loops: a lease or return touches shared state
     only under a lock, never across an ``await``.
@@ -120,102 +125,131 @@ class SandboxLender:
         self.max_uses = max_uses
         self.retries = retries
         self.backoff = backoff
+        self.image = image
         self._options: dict[str, Any] = {
             "tags": ("sandboxkit-lent", *tags),
-            "image": image,
             "env": env,
             **sandbox_options,
         }
         self.stats = LenderStats()
         self._lock = threading.Lock()
-        self._idle: list[Sandbox] = []
+        self._idle: list[tuple[str | None, Sandbox]] = []
+        """Idle sandboxes and their images, the longest idle first."""
         self._uses: dict[str, int] = {}
+        self._images: dict[str, str | None] = {}
+        """The image of each sandbox lent or idle."""
         self._background: set[asyncio.Future[None]] = set()
-        self._returning: set[asyncio.Future[None]] = set()
-        """Returns in flight (wipes), which a lease waits for rather than create."""
+        self._returning: dict[asyncio.Future[None], str | None] = {}
+        """Returns in flight (wipes), and their images: a lease of the same image waits for
+        them rather than create."""
         self.closed = False
 
     def __repr__(self) -> str:
         return f"<SandboxLender {self.session.run_tag} idle={len(self._idle)} {self.stats}>"
 
-    async def alease(self) -> Sandbox:
-        """A sandbox for this holder alone: an idle one, else one being wiped (a wipe takes
-        far less than a create), else a new one."""
+    async def alease(self, image: str | None = None) -> Sandbox:
+        """A sandbox for this holder alone, made from ``image`` (None: the lender's): an idle
+        one, else one being wiped (a wipe takes far less than a create), else a new one."""
+        wanted = self.image if image is None else image
         while True:
             with self._lock:
                 if self.closed:
                     raise RuntimeError("the lender is closed")
-                if self._idle:
+                mine = [n for n, (made, _) in enumerate(self._idle) if made == wanted]
+                if mine:
                     self.stats.leases += 1
                     self.stats.reused += 1
-                    return self._idle.pop()
+                    return self._idle.pop(mine[-1])[1]
                 loop = asyncio.get_running_loop()
-                returning = [t for t in self._returning if t.get_loop() is loop]
+                returning = [
+                    t
+                    for t, made in self._returning.items()
+                    if made == wanted and t.get_loop() is loop
+                ]
+                other = self._idle.pop(0)[1] if not returning and self._idle else None
+                self.stats.evicted += other is not None
+            if other is not None:  # room for the one made now
+                self._spawn(self._retired(other))
             if not returning:
                 break
             await asyncio.wait(returning, return_when=asyncio.FIRST_COMPLETED)
+        sandbox = await self._make(wanted, attempts=self.retries + 1)
+        with self._lock:
+            self.stats.leases += 1
+        return sandbox
+
+    async def _make(self, image: str | None, *, attempts: int) -> Sandbox:
+        """A new sandbox from ``image``, counted."""
         sandbox = await retried(
-            lambda: self.session.asandbox(**self._options),
-            attempts=self.retries + 1,
+            lambda: self.session.asandbox(**self._options, image=image),
+            attempts=attempts,
             backoff=self.backoff,
             logger=logger,
         )
         with self._lock:
-            self.stats.leases += 1
             self.stats.created += 1
             self._uses[sandbox.id] = 0
+            self._images[sandbox.id] = image
         return sandbox
 
     async def areturn(self, sandbox: Sandbox) -> None:
         """Take a sandbox back: wiped and made idle, or stopped and replaced."""
         with self._lock:
             uses = self._uses[sandbox.id] = self._uses.get(sandbox.id, 0) + 1
+        image = self._images.get(sandbox.id, self.image)
         if self.reuse and uses < self.max_uses and not self.closed and await self._wiped(sandbox):
             with self._lock:
                 if not self.closed:
-                    self._idle.append(sandbox)
+                    self._idle.append((image, sandbox))
                     return
         with self._lock:
             self.stats.replaced += 1
-            self._uses.pop(sandbox.id, None)
-        await self._stop(sandbox)
+        await self._retired(sandbox)
         if not self.closed:
-            self._spare()
+            self._spare(image)
+
+    async def _retired(self, sandbox: Sandbox) -> None:
+        """Stop a sandbox that is lent no more."""
+        with self._lock:
+            self._uses.pop(sandbox.id, None)
+            self._images.pop(sandbox.id, None)
+        await self._stop(sandbox)
 
     def give_back(self, sandbox: Sandbox) -> asyncio.Future[None]:
         """:meth:`areturn` in the background, on the running loop: a rollout's ``reset`` need
         not wait for the wipe (:meth:`aclose` waits for what is still in flight), and a
         caller that awaits it and gives up does not stop a wipe half-way (the sandbox would
         be neither lent again nor stopped until the lender closed)."""
-        task = asyncio.ensure_future(self.areturn(sandbox))
-        self._background.add(task)
-        self._returning.add(task)
-        task.add_done_callback(self._background.discard)
-        task.add_done_callback(self._returning.discard)
+        task = self._spawn(self.areturn(sandbox))
+        self._returning[task] = self._images.get(sandbox.id, self.image)
+        task.add_done_callback(lambda done: self._returning.pop(done, None))
         return task
 
-    def _spare(self) -> None:
-        """Create an idle sandbox in the background, for the next holder."""
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Future[None]:
+        """Run ``work`` in the background, on the running loop (:meth:`asettle` waits)."""
+        task = asyncio.ensure_future(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    def _spare(self, image: str | None) -> None:
+        """Create an idle sandbox from ``image`` in the background, for the next holder."""
 
         async def make() -> None:
             try:
-                sandbox = await self.session.asandbox(**self._options)
+                sandbox = await self._make(image, attempts=1)
             except Exception as exc:  # the next lease creates one itself
                 logger.info("could not create a spare sandbox: %r", exc)
                 return
             await _prime(sandbox)
             with self._lock:
-                self.stats.created += 1
-                self._uses[sandbox.id] = 0
                 closed = self.closed
                 if not closed:
-                    self._idle.append(sandbox)
+                    self._idle.append((image, sandbox))
             if closed:
                 await self._stop(sandbox)
 
-        task = asyncio.ensure_future(make())
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self._spawn(make())
 
     async def _wiped(self, sandbox: Sandbox) -> bool:
         """Renew the sandbox (then start what its execs need) or, where the backend cannot,

@@ -87,7 +87,8 @@ def _utf8(text: str) -> str:
 
 
 class Rollout:
-    """One rollout's tools; ``timeout`` seconds and ``max_output`` characters per call."""
+    """One rollout's tools; ``timeout`` seconds and ``max_output`` characters per call, in a
+    sandbox made from ``image`` (None: the lender's)."""
 
     def __init__(
         self,
@@ -97,8 +98,10 @@ class Rollout:
         max_output: int = 4000,
         max_file_bytes: int = 1 << 20,
         python: str = "python3",
+        image: str | None = None,
     ) -> None:
         self.lender = lender
+        self.image = image
         self.timeout = timeout
         self.max_output = max_output
         self.max_file_bytes = max_file_bytes
@@ -131,7 +134,7 @@ class Rollout:
         try:
             async with self._leasing:
                 if self._sandbox is None:
-                    self._sandbox = await self.lender.alease()
+                    self._sandbox = await self.lender.alease(self.image)
             yield self._sandbox
         finally:
             self._busy -= 1
