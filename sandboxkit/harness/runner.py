@@ -413,6 +413,46 @@ def read_frame(fd: int, limit: int = MAX_FRAME, clock: Clock | None = None) -> A
     return json.loads(read_exact(fd, size, clock))
 
 
+class Frames:
+    """``<length>\\n<JSON>`` frames from one descriptor, read in chunks: a frame costs one
+    read rather than one per header byte, and what follows it stays in this reader, as it
+    would have stayed in the descriptor, for the next. For a socket that only its two ends
+    hold (T's to a test's process, and that process's own end), and for stdin once nothing
+    is left to fork that must not hold what follows. With a ``clock`` (frames from a
+    candidate's process, on a non-blocking socket), reads wait on it: a frame begun and never
+    finished runs into the test's time limit."""
+
+    CHUNK = 1 << 16
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buffer = bytearray()
+
+    def read(self, limit: int = MAX_FRAME, clock: Clock | None = None) -> Any:
+        buffer = self.buffer
+        newline = buffer.find(b"\n", 0, 13)
+        while newline < 0:
+            if len(buffer) > 12:
+                raise EOFError
+            self.fill(self.CHUNK, clock)
+            newline = buffer.find(b"\n", 0, 13)
+        size = int(buffer[:newline])
+        if not 0 <= size <= limit:
+            raise CodecError("frame too large")
+        end = newline + 1 + size
+        while len(buffer) < end:
+            self.fill(min(max(end - len(buffer), self.CHUNK), 1 << 20), clock)
+        data = bytes(buffer[newline + 1 : end])
+        del buffer[:end]
+        return json.loads(data)
+
+    def fill(self, n: int, clock: Clock | None) -> None:
+        chunk = read_some(self.fd, n, clock)
+        if not chunk:
+            raise EOFError
+        self.buffer += chunk
+
+
 def frame(obj: JSON) -> bytes:
     data = json.dumps(obj).encode()
     if len(data) > MAX_FRAME:
@@ -500,7 +540,7 @@ class Channel:
         stderr: socket.socket | None = None,
     ) -> None:
         self.sock = sock
-        self.fd = sock.fileno()
+        self.frames = Frames(sock.fileno())
         self.clock = clock
         self.exit_sock = exit_sock
         """Where the zygote sends the exit status of a whole program's process."""
@@ -515,11 +555,16 @@ class Channel:
         (the candidate raised, a ban, a timeout, an answer T could not read, its end)."""
 
     def request(self, message: dict[str, Any]) -> Any:
-        self.clean = False
         message = dict(message)
         for key in ("args", "kwargs"):
             if key in message:
                 message[key] = encode(message[key])
+        return self.exchange(message)[0]
+
+    def exchange(self, message: dict[str, Any]) -> tuple[Any, JSON]:
+        """Send ``message`` (its arguments encoded already); the value answered, and its
+        encoding as the candidate's process sent it (which decodes to that value)."""
+        self.clean = False
         # Sent within the test's backstop: a process that stops reading its requests (its
         # answer forged by a thread while the call still runs) cannot hold the judge.
         self.sock.settimeout(max(self.clock.backstop - time.monotonic(), 0.001))
@@ -528,7 +573,7 @@ class Channel:
         except TimeoutError:
             raise TimeUp("wall", self.clock.past_backstop()) from None
         try:
-            answer = read_frame(self.fd, clock=self.clock)
+            answer = self.frames.read(clock=self.clock)
         except TimeUp:
             raise
         except (EOFError, OSError, ValueError):
@@ -538,9 +583,10 @@ class Channel:
         if "banned" in answer:
             self.banned = banned_detail(answer["banned"])
             raise Banned(self.banned)
-        value = decode(answer["ok"], channel=self)
+        data = answer["ok"]
+        value = decode(data, channel=self)
         self.clean = True
-        return value
+        return value, data
 
 
 def banned_detail(what: Any) -> str:
@@ -585,10 +631,10 @@ def raised(exc: BaseException) -> Record:
 def serve(sock: socket.socket, namespace: dict[str, Any]) -> None:
     """C: answer calls (and reads of the module's names) until T closes the socket."""
     refs: list[Any] = []
-    fd = sock.fileno()
+    frames = Frames(sock.fileno())
     while True:
         try:
-            request = read_frame(fd)
+            request = frames.read()
         except (EOFError, OSError, ValueError):
             os._exit(0)
         try:
@@ -1504,12 +1550,17 @@ def seal(key: bytes, line: str) -> str:
 
 
 class Reporter:
-    """T's records on stdout, each sealed with the exec's key and short (``limit``)."""
+    """T's records on stdout, each sealed with the exec's key and short (``limit``). They are
+    written in batches, at most ``HOLD`` seconds apart while tests end, and at the end: a
+    write per test would wake the sandbox's reader once per test."""
+
+    HOLD = 0.1
 
     def __init__(self, key: bytes) -> None:
         self.key = key
         self.limit = MAX_RECORD
         """Bytes of a record's JSON at most (:func:`record_limit` once the tests are known)."""
+        self.flushed = time.monotonic()
 
     def emit(self, record: Record, keep: tuple[str, ...] = ()) -> None:
         """Write ``record``, its text fields shortened to fit ``limit`` (those in
@@ -1521,7 +1572,10 @@ class Reporter:
                 record[name] = record[name][: len(record[name]) // 2]
                 line = json.dumps(record)
         sys.stdout.write(f"{seal(self.key, line)} {line}\n")
-        sys.stdout.flush()
+        now = time.monotonic()
+        if now - self.flushed >= self.HOLD or "done" in record:
+            sys.stdout.flush()
+            self.flushed = now
 
 
 def value_digest(data: JSON) -> str:
@@ -1775,7 +1829,7 @@ def await_load(channel: Channel, pid: int) -> None:
     test = channel.clock
     loading = Clock(pid, 2 * test.limit, 2 * test.wall)
     try:
-        said = read_frame(channel.fd, MAX_NAMES, loading)
+        said = channel.frames.read(MAX_NAMES, loading)
     except TimeUp as exc:
         raise LoadFailed(f"TimeoutError: loading the code {exc}", timeout=True) from None
     except (EOFError, OSError, ValueError):
@@ -1898,10 +1952,12 @@ def run_calls(job: Record, t_end: socket.socket, report: Reporter) -> None:
         def call(
             box: list[Channel], name: str = name, args: JSON = args, whole: bool = bool(marks)
         ) -> Record:
-            data = encode(box[0].request({"call": name, "args": decode(args)}))
+            value, data = box[0].exchange({"call": name, "args": args})
+            inline = min(INLINE_VALUE, max(2 * DIGEST_BYTES, report.limit - 100))
+            if len(json.dumps(data)) <= inline:
+                return {"status": "returned", "value": data}  # decodes as ``value`` does
+            data = encode(value)
             size = len(json.dumps(data))
-            if size <= min(INLINE_VALUE, max(2 * DIGEST_BYTES, report.limit - 100)):
-                return {"status": "returned", "value": data}
             if whole and size <= budget[0]:
                 budget[0] -= size
                 return {"status": "returned", "value": data}
@@ -2158,9 +2214,10 @@ test, not per job."""
 
 
 def read_job(fd: int) -> Record:
-    """The job, its tests read one frame each."""
-    job: Record = read_frame(fd)
-    job[ITEMS[job["kind"]]] = [read_frame(fd) for _ in range(int(job["count"]))]
+    """The job, its tests read one frame each (in chunks: the zygote is forked already)."""
+    frames = Frames(fd)
+    job: Record = frames.read()
+    job[ITEMS[job["kind"]]] = [frames.read() for _ in range(int(job["count"]))]
     return job
 
 
