@@ -37,6 +37,10 @@ PROBE = (
     "        spin()\n"
     "    if how == 'thread':\n"
     "        threading.Thread(target=spin, daemon=True).start()\n"
+    "    if how == 'burn':\n"
+    "        start = time.process_time()\n"
+    "        while time.process_time() - start < 0.6:\n"
+    "            pass\n"
     "    if how == 'wait':\n"
     "        while time.process_time() < 1.5:\n"
     "            time.sleep(0.01)\n"
@@ -84,6 +88,43 @@ def test_a_failed_call_loses_no_other_test_and_leaves_the_next_nothing(
     harness = FunctionTests("probe", args, [None] * TESTS, timeout=1)
     expected = [(status, None) if i == FAILS else ("returned", probed(i)) for i in range(TESTS)]
     assert records(sandbox, harness, PROBE) == expected
+
+
+AHEAD = 43
+"""Quick calls enough for the runner to send them to the candidate's process in batches, with
+no round trip between (doubling from one call to ``runner.MAX_AHEAD``): calls 15 to 30 are
+one batch, 31 to 42 the next."""
+
+
+@pytest.mark.parametrize("failure", ["raises", "runs out of time"])
+def test_a_call_failing_among_calls_sent_ahead_leaves_the_next_nothing(
+    sandbox: Sandbox, failure: str
+) -> None:
+    """Call 20, in the middle of a batch, changes the module's state and then does not return:
+    the calls sent with it are answered again, by a fresh process that has seen only them."""
+    how, status = FAILURES[failure]
+    args = [(i, how) if i == 20 else (i,) for i in range(AHEAD)]
+    harness = FunctionTests("probe", args, [None] * AHEAD, timeout=1)
+    expected = [
+        ("returned", list(range(i + 1) if i < 20 else range(21, i + 1))) for i in range(AHEAD)
+    ]
+    expected[20] = (status, None)
+    assert records(sandbox, harness, PROBE) == expected
+
+
+def test_a_call_sent_ahead_is_taken_only_if_its_batch_kept_its_cpu_limit(sandbox: Sandbox) -> None:
+    """Calls 40 and 41 use 0.6 s of CPU each under a 1 s limit, sent in one batch: 40's answer
+    is taken, but 41's came after the batch had used 1.2 s, part of which could be its own,
+    so it is run again, alone, in a fresh process (which has seen only it); none runs out
+    of time, and call 42 is answered by that process."""
+    args = [(i, "burn") if i in (40, 41) else (i,) for i in range(AHEAD)]
+    harness = FunctionTests("probe", args, [None] * AHEAD, timeout=1)
+    expected = [("returned", list(range(i + 1))) for i in range(41)]
+    assert records(sandbox, harness, PROBE) == [
+        *expected,
+        ("returned", [41]),
+        ("returned", [41, 42]),
+    ]
 
 
 @pytest.mark.parametrize("failure", FAILURES)

@@ -20,7 +20,10 @@ candidate never runs in the process that judges it.
   calls over a private socket, test after test, until a test in which it does not answer
   every request with a value; then T ends it and the next test gets a fresh C (a fork per
   test would be most of a call-heavy row's cost, and buys nothing while C only returns
-  values: :func:`run_loaded`). A program runs in a fresh C per test, with that socket as its
+  values: :func:`run_loaded`). Function calls go to C in batches while they are quick, with
+  no round trip between (:meth:`Channel.send_ahead`): an answer is taken only where the
+  batch up to it kept one test's CPU limit, and what C answered after a failure is dropped.
+  A program runs in a fresh C per test, with that socket as its
   stdin and stdout. All of a test's candidate work is C's and its threads', load-time threads
   included: the test's clock is C's CPU time from where the previous test's clock stopped
   (the end of its load, which has an allowance of its own, for a fresh C). What C says is
@@ -492,10 +495,11 @@ class Clock:
         self.backstop = self.started + self.wall
         self.check_at = self.started + limit / CPUS
 
-    def following(self) -> Clock:
+    def following(self, used: float | None = None) -> Clock:
         """The next test's clock on the same process: based at the CPU time it has used by
-        now, so that no cycle between two tests (a thread's) escapes both clocks."""
-        return Clock(self.pid, self.limit, self.wall, base=self.used())
+        now (``used``, where just read), so that no cycle between two tests (a thread's)
+        escapes both clocks."""
+        return Clock(self.pid, self.limit, self.wall, base=self.used() if used is None else used)
 
     def past_backstop(self) -> str:
         return f"still running after {self.wall:g}s of wall-clock time"
@@ -529,6 +533,18 @@ class Clock:
 CPUS = len(os.sched_getaffinity(0))
 
 
+class Unsure(Exception):
+    """A call answered ahead (:meth:`Channel.send_ahead`) whose CPU time T cannot bound by its
+    limit: it is run again, alone, in a fresh process."""
+
+
+MAX_AHEAD = 32
+"""Calls sent to a process at once, at most (:meth:`Channel.send_ahead`)."""
+AHEAD_BYTES = 16 * 1024
+"""Bytes of calls sent ahead at once, at most: far below a socket's buffer, so that sending
+them never waits on the candidate's process."""
+
+
 class Channel:
     """T's end of the socket to one candidate child."""
 
@@ -553,31 +569,76 @@ class Channel:
         self.clean = True
         """Whether every request so far got a value back: false from the first that did not
         (the candidate raised, a ban, a timeout, an answer T could not read, its end)."""
+        self.ahead = 0
+        """Requests sent ahead (:meth:`send_ahead`) and not answered yet."""
+        self.leading = False
+        """Whether the next answer is the first of those sent ahead."""
+        self.batch = 1
+        """How many requests the next :meth:`send_ahead` sends."""
+        self.since = (0.0, 0.0)
+        """The process's CPU time and T's wall clock when the last requests were sent, while
+        the process had answered every request before them."""
+        self.reading: float | None = None
+        """The process's CPU time read just after the last answer (the next clock's base)."""
 
     def request(self, message: dict[str, Any]) -> Any:
         message = dict(message)
         for key in ("args", "kwargs"):
             if key in message:
                 message[key] = encode(message[key])
-        return self.exchange(message)[0]
+        return self.exchange(frame(message))[0]
 
-    def exchange(self, message: dict[str, Any]) -> tuple[Any, JSON]:
-        """Send ``message`` (its arguments encoded already); the value answered, and its
-        encoding as the candidate's process sent it (which decodes to that value)."""
-        self.clean = False
+    def send(self, data: bytes) -> None:
         # Sent within the test's backstop: a process that stops reading its requests (its
         # answer forged by a thread while the call still runs) cannot hold the judge.
         self.sock.settimeout(max(self.clock.backstop - time.monotonic(), 0.001))
         try:
-            self.sock.sendall(frame(message))
+            self.sock.sendall(data)
         except TimeoutError:
             raise TimeUp("wall", self.clock.past_backstop()) from None
+
+    def send_ahead(self, requests: list[bytes]) -> None:
+        """Send the frames of the next tests' requests at once, while the process has
+        answered every request before them: it answers them one after another with no round
+        trip between. The first of them is timed as any test; each later one from its
+        predecessor's answer (:class:`Clock`), and its answer is taken only if this whole
+        batch, up to it, stayed within one test's CPU limit and backstop: each test in it did
+        (else :class:`Unsure`)."""
+        self.send(b"".join(requests))
+        self.since = (self.clock.base, self.clock.started)
+        self.ahead, self.leading = len(requests), True
+
+    def settled(self) -> None:
+        """After a test that got a value for each of its requests: the next test's clock, and
+        the next batch's size (doubled while batches take a small part of the limit)."""
+        self.clock = self.clock.following(self.reading)
+        self.reading = None
+        if not self.ahead:
+            quick = self.clock.base - self.since[0] <= self.clock.limit / (4 * MAX_AHEAD)
+            self.batch = min(2 * self.batch, MAX_AHEAD) if quick else 1
+
+    def exchange(self, request: bytes | None) -> tuple[Any, JSON]:
+        """Send ``request`` (a frame; None: the next of those sent ahead); the value
+        answered, and its encoding as the candidate's process sent it (which decodes to
+        that value)."""
+        self.clean = False
+        trailing = request is None and not self.leading
+        if request is None:
+            self.ahead, self.leading = self.ahead - 1, False
+        else:
+            self.send(request)
+            self.since = (self.clock.base, self.clock.started)
         try:
             answer = self.frames.read(clock=self.clock)
         except TimeUp:
             raise
         except (EOFError, OSError, ValueError):
             raise RemoteError("the candidate's process ended during a call") from None
+        if trailing:  # answered with no round trip since its batch was sent
+            self.reading = self.clock.used()
+            late = time.monotonic() - self.since[1] > self.clock.wall
+            if late or self.reading - self.since[0] > self.clock.limit:
+                raise Unsure
         if "raise" in answer:
             raise remote_exception(answer, self)
         if "banned" in answer:
@@ -1947,12 +2008,33 @@ def run_calls(job: Record, t_end: socket.socket, report: Reporter) -> None:
     compares its result with a tolerance) sends it whole while ``RETURN_BUDGET`` lasts."""
     calls: list[Callable[[list[Channel]], Record]] = []
     budget = [RETURN_BUDGET]
-    for name, args, *marks in job["calls"]:
+    requests = [{"call": name, "args": args} for name, args, *_ in job["calls"]]
 
-        def call(
-            box: list[Channel], name: str = name, args: JSON = args, whole: bool = bool(marks)
-        ) -> Record:
-            value, data = box[0].exchange({"call": name, "args": args})
+    def ahead(index: int, count: int) -> list[bytes]:
+        """The frames of calls ``index`` on, up to ``count`` of them and ``AHEAD_BYTES``
+        (one that cannot be framed fails in its own test)."""
+        out: list[bytes] = []
+        size = 0
+        for at in range(index, min(index + count, len(requests))):
+            try:
+                data = frame(requests[at])
+            except CodecError:
+                break
+            size += len(data)
+            if out and size > AHEAD_BYTES:
+                break
+            out.append(data)
+        return out
+
+    for index, (_, _, *marks) in enumerate(job["calls"]):
+
+        def call(box: list[Channel], index: int = index, whole: bool = bool(marks)) -> Record:
+            channel = box[0]
+            if not channel.ahead and channel.batch > 1:
+                sent = ahead(index, channel.batch)
+                if sent:
+                    channel.send_ahead(sent)
+            value, data = channel.exchange(None if channel.ahead else frame(requests[index]))
             inline = min(INLINE_VALUE, max(2 * DIGEST_BYTES, report.limit - 100))
             if len(json.dumps(data)) <= inline:
                 return {"status": "returned", "value": data}  # decodes as ``value`` does
@@ -1990,13 +2072,20 @@ def run_loaded(
     its process's CPU time from where the previous test's clock stopped (for a fresh
     process, the end of its load), so every cycle of its threads counts toward a test.
 
+    Calls (``run_calls``) are sent ahead in batches (:meth:`Channel.send_ahead`): a test
+    whose answer came with no round trip since its batch was sent, and cannot be shown to
+    have kept its CPU limit, is run again, alone, in a fresh process.
+
     A load that fails in the first test's process is the code's load error (no test runs);
     in a later one, that test's failure. With ``stop_at_first_failure`` (all-or-nothing
     scoring), no test runs after one that did not pass (or return)."""
     box: list[Channel] = []
+    index = 0
     try:
-        for index, test in enumerate(tests):
-            found = judge(test, t_end, timeout, loads=True, box=box)
+        while index < len(tests):
+            found = judge(tests[index], t_end, timeout, loads=True, box=box)
+            if found["status"] == "unsure":
+                continue  # again, alone, in a fresh process: its first test is timed exactly
             if found["status"] == "load_error":
                 if index == 0:
                     report.emit({"load_error": found["detail"], "timeout": found["timeout"]})
@@ -2006,6 +2095,7 @@ def run_loaded(
             report.emit({"test": index, **found})
             if stop_at_first_failure and found["status"] not in PASSES:
                 return
+            index += 1
     finally:
         if box:
             end_child(box[0])
@@ -2040,6 +2130,8 @@ def judge(
         return record
     except LoadFailed as exc:
         return {"status": "load_error", "detail": str(exc), "timeout": exc.timeout}
+    except Unsure:
+        return {"status": "unsure"}
     except TimeUp as exc:
         return {"status": "timeout", "limit": exc.limit, "detail": str(exc)}
     except Banned as exc:
@@ -2052,7 +2144,7 @@ def judge(
         return {"status": "failed", "detail": exception_line(exc)}
     finally:
         if loaded and box[0].clean and not box[0].banned:
-            box[0].clock = box[0].clock.following()
+            box[0].settled()
         elif box:
             end_child(box.pop())
 
