@@ -153,6 +153,19 @@ OUTER_IDS = (os.geteuid(), os.getegid())
 COMPILED: dict[str, types.CodeType] = {}
 """Public ``-c`` programs (the test runner) the host named at start, compiled before any
 command ran: only what every sandbox may read is kept between execs."""
+PUBLIC: list[str] = []
+"""The public programs' texts, in the host's order: its requests name them by
+:func:`public_handle`."""
+HANDLE = "\0public program "
+
+
+def public_handle(index: int) -> str:
+    """What stands in a request's argv for the ``index``-th public program's text (resolved
+    in the command's own process: ``read_job``). No real argument holds a NUL, so no command
+    of the host's means it otherwise, and it names only what every command may run."""
+    return f"{HANDLE}{index}"
+
+
 SERVER_PID_NS: list[int] = []
 """The fd of the server's own pid namespace, once it is the server."""
 INIT: list[str] = []
@@ -362,6 +375,8 @@ def read_job(fd: int) -> dict[str, Any]:
     execs inherit. What follows in the pipe is the command's stdin."""
     (size,) = struct.unpack("<I", read_exactly(fd, 4))
     job: dict[str, Any] = json.loads(read_exactly(fd, size))
+    handles = {public_handle(i): text for i, text in enumerate(PUBLIC)}
+    job["argv"] = [handles.get(arg, arg) for arg in job["argv"]]
     return job
 
 
@@ -916,6 +931,7 @@ def main() -> None:
         warm_up()
         for source in json.loads(sys.argv[3]):
             COMPILED[source] = compile_program(source, "<string>")
+            PUBLIC.append(source)
     ready = {"ready": reason is None, "reason": reason or ""}
     ready |= {"site_path": SITE_PATH, "learnt": known is None, "init": bool(INIT)}
     sock.send(json.dumps(ready).encode())
