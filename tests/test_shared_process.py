@@ -77,6 +77,26 @@ def probed(i: int) -> list[int]:
     return list(range(i + 1)) if i < FAILS else list(range(FAILS + 1, i + 1))
 
 
+def test_the_records_of_many_calls_come_in_few_sealed_lines_and_all_count(
+    sandbox: Sandbox,
+) -> None:
+    """600 calls, one wrong in the middle of a line's records: the runner seals lines of many
+    records, not one line per call, and the host reads every record out of them."""
+    code = "def twice(x):\n    return 2 * x + (x == 300)\n"
+    harness = FunctionTests("twice", [(i,) for i in range(600)], [2 * i for i in range(600)])
+    request = harness.request(code)
+    result = sandbox.exec(request.argv, stdin=request.stdin, timeout=request.timeout)
+    found = read_records(result, request)
+    assert found.done and sorted(found.tests) == list(range(600)), result.stderr
+    assert 3 <= len(result.stdout.splitlines()) <= 600 // 10
+    outcome = harness.judge(result, request)
+    assert (outcome.kind, outcome.passed, outcome.detail) == (
+        OutcomeKind.FAILED,
+        599,
+        "test 300: wrong result",
+    )
+
+
 @pytest.mark.parametrize("failure", FAILURES)
 def test_a_failed_call_loses_no_other_test_and_leaves_the_next_nothing(
     sandbox: Sandbox, failure: str

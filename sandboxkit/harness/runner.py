@@ -74,7 +74,7 @@ from _blake2 import blake2b  # hashlib's own, without hashlib's imports in every
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing's imports would slow every run; annotations are never evaluated
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
     from typing import Any, TypeAlias
 
     JSON: TypeAlias = Any
@@ -205,9 +205,9 @@ def encode(value: Any, refs: list[Any] | None = None, depth: int = 0) -> JSON:
         if standard is not None:
             return standard
     if isinstance(value, list):
-        return [encode(v, refs, depth + 1) for v in list.__iter__(value)]
+        return _items(list.__iter__(value), refs, depth + 1)
     if isinstance(value, tuple):
-        items = [encode(v, refs, depth + 1) for v in tuple.__iter__(value)]
+        items = _items(tuple.__iter__(value), refs, depth + 1)
         fields = getattr(t, "_fields", None) if t is not tuple else None
         if type(fields) is tuple and all(type(f) is str for f in fields):
             return {"$nt": [t.__name__, list(fields), items]}  # a namedtuple
@@ -250,6 +250,26 @@ def encode(value: Any, refs: list[Any] | None = None, depth: int = 0) -> JSON:
     return {"$ref": len(refs) - 1}
 
 
+def _items(values: Iterator[Any], refs: list[Any] | None, depth: int) -> list[JSON]:
+    """A list's or tuple's items encoded, those of exactly a plain type that crosses as itself
+    (a string, a finite float, an int that crosses as a number) taken as they are (no call
+    per number of a long list)."""
+    shallow = depth <= MAX_DEPTH  # else each item fails in encode
+    return [
+        v
+        if shallow
+        and (
+            (t := type(v)) is str
+            or t is bool
+            or v is None
+            or (t is int and -_WIDE < v < _WIDE)
+            or (t is float and v - v == 0.0)
+        )
+        else encode(v, refs, depth)
+        for v in values
+    ]
+
+
 def _encode_standard(value: Any, t: type, refs: list[Any] | None, depth: int) -> JSON:
     """A value of exactly one of the ``_STANDARD`` types, else None. A ``defaultdict``'s
     factory crosses when it is a builtin (``int``, ``list``), else as None (equality ignores
@@ -273,8 +293,9 @@ def _encode_standard(value: Any, t: type, refs: list[Any] | None, depth: int) ->
     return {"$dd": [{"$bi": factory.__name__} if builtin else None, {"$d": pairs}]}
 
 
+_PLAIN = frozenset((type(None), bool, int, str, float))
+"""JSON's types that decode as themselves."""
 _TAGS: dict[str, Callable[[Any, Callable[[Any], Any]], Any]] = {
-    "$t": lambda v, d: tuple(d(x) for x in v),
     "$s": lambda v, d: {d(x) for x in v},
     "$fs": lambda v, d: frozenset(d(x) for x in v),
     "$d": lambda v, d: {d(k): d(x) for k, x in v},
@@ -353,12 +374,14 @@ def decode(data: JSON, channel: Channel | None = None, refs: list[Any] | None = 
 
     def d(x: JSON) -> Any:
         t = type(x)
-        if x is None or t is bool or t is int or t is str or t is float:
+        if t in _PLAIN:
             return x
-        if t is list:
-            return [d(v) for v in x]
+        if t is list:  # plain items taken as they are: no call per number of a long list
+            return [v if type(v) in _PLAIN else d(v) for v in x]
         if t is dict and len(x) == 1:
             ((tag, v),) = x.items()
+            if tag == "$t":
+                return tuple(d(v) if type(v) is list else v)
             if tag == "$ref":
                 if refs is not None:
                     return refs[v]
@@ -432,6 +455,10 @@ class Frames:
         self.buffer = bytearray()
 
     def read(self, limit: int = MAX_FRAME, clock: Clock | None = None) -> Any:
+        return json.loads(self.raw(limit, clock)[1])
+
+    def raw(self, limit: int = MAX_FRAME, clock: Clock | None = None) -> tuple[bytes, bytes]:
+        """The next frame as it came (its header and JSON text), and its JSON text."""
         buffer = self.buffer
         newline = buffer.find(b"\n", 0, 13)
         while newline < 0:
@@ -445,9 +472,9 @@ class Frames:
         end = newline + 1 + size
         while len(buffer) < end:
             self.fill(min(max(end - len(buffer), self.CHUNK), 1 << 20), clock)
-        data = bytes(buffer[newline + 1 : end])
+        whole = bytes(buffer[:end])
         del buffer[:end]
-        return json.loads(data)
+        return whole, whole[newline + 1 :]
 
     def fill(self, n: int, clock: Clock | None) -> None:
         chunk = read_some(self.fd, n, clock)
@@ -568,7 +595,9 @@ class Channel:
         """What the candidate's process reached that its task bans, once it said so."""
         self.clean = True
         """Whether every request so far got a value back: false from the first that did not
-        (the candidate raised, a ban, a timeout, an answer T could not read, its end)."""
+        (the candidate raised, a ban, a timeout, an answer T could not read, its end). A
+        call's short answer is not read here but by the host, which judges one that is no
+        value a wrong result, as any other."""
         self.ahead = 0
         """Requests sent ahead (:meth:`send_ahead`) and not answered yet."""
         self.leading = False
@@ -586,7 +615,14 @@ class Channel:
         for key in ("args", "kwargs"):
             if key in message:
                 message[key] = encode(message[key])
-        return self.exchange(frame(message))[0]
+        return self.value(self.exchange(frame(message)))
+
+    def value(self, data: JSON) -> Any:
+        """An answer's value; a process whose answer is no value is not clean."""
+        self.clean = False
+        value = decode(data, channel=self)
+        self.clean = True
+        return value
 
     def send(self, data: bytes) -> None:
         # Sent within the test's backstop: a process that stops reading its requests (its
@@ -617,10 +653,10 @@ class Channel:
             quick = self.clock.base - self.since[0] <= self.clock.limit / (4 * MAX_AHEAD)
             self.batch = min(2 * self.batch, MAX_AHEAD) if quick else 1
 
-    def exchange(self, request: bytes | None) -> tuple[Any, JSON]:
+    def exchange(self, request: bytes | None) -> JSON:
         """Send ``request`` (a frame; None: the next of those sent ahead); the value
-        answered, and its encoding as the candidate's process sent it (which decodes to
-        that value)."""
+        answered, encoded as the candidate's process sent it (not yet decoded: whoever
+        decodes it learns whether it is a value)."""
         self.clean = False
         trailing = request is None and not self.leading
         if request is None:
@@ -645,9 +681,8 @@ class Channel:
             self.banned = banned_detail(answer["banned"])
             raise Banned(self.banned)
         data = answer["ok"]
-        value = decode(data, channel=self)
         self.clean = True
-        return value, data
+        return data
 
 
 def banned_detail(what: Any) -> str:
@@ -711,7 +746,7 @@ def serve(sock: socket.socket, namespace: dict[str, Any]) -> None:
                 target = request["call"]
                 func = namespace[target] if type(target) is str else refs[target]
                 args = decode(request.get("args", {"$t": []}), refs=refs)
-                kwargs = decode(request.get("kwargs", {"$d": []}), refs=refs)
+                kwargs = decode(request["kwargs"], refs=refs) if "kwargs" in request else {}
                 result = func(*args, **kwargs)
             answer = {"ok": encode(result, refs)}
         except BaseException as exc:  # the candidate's own exception, SystemExit included
@@ -1611,30 +1646,39 @@ def seal(key: bytes, line: str) -> str:
 
 
 class Reporter:
-    """T's records on stdout, each sealed with the exec's key and short (``limit``). They are
-    written in batches, at most ``HOLD`` seconds apart while tests end, and at the end: a
-    write per test would wake the sandbox's reader once per test."""
+    """T's records on stdout, each short (``limit``). They are written in lines of many
+    records, each line sealed with the exec's key, at most ``HOLD`` seconds apart while tests
+    end, and at the end: a line (a seal, a write) per test would cost a call-heavy row more
+    than its calls, and wake the sandbox's reader once per test."""
 
     HOLD = 0.1
+    LINE = 256
+    """Records in one line at most."""
 
     def __init__(self, key: bytes) -> None:
         self.key = key
         self.limit = MAX_RECORD
         """Bytes of a record's JSON at most (:func:`record_limit` once the tests are known)."""
         self.flushed = time.monotonic()
+        self.held: list[Record] = []
 
     def emit(self, record: Record, keep: tuple[str, ...] = ()) -> None:
         """Write ``record``, its text fields shortened to fit ``limit`` (those in
         ``keep``, whose size the caller bounds, do not count)."""
-        line = json.dumps(record)
-        kept = sum(len(json.dumps(record[k])) for k in keep if k in record)
-        for name in ("stderr", "detail", "load_error"):
-            while len(line) - kept > self.limit and record.get(name):
-                record[name] = record[name][: len(record[name]) // 2]
-                line = json.dumps(record)
-        sys.stdout.write(f"{seal(self.key, line)} {line}\n")
+        texts = [name for name in ("stderr", "detail", "load_error") if record.get(name)]
+        if texts:  # a record without them is short: its parts' sizes are bounded where made
+            line = json.dumps(record)
+            kept = sum(len(json.dumps(record[k])) for k in keep if k in record)
+            for name in texts:
+                while len(line) - kept > self.limit and record.get(name):
+                    record[name] = record[name][: len(record[name]) // 2]
+                    line = json.dumps(record)
+        self.held.append(record)
         now = time.monotonic()
-        if now - self.flushed >= self.HOLD or "done" in record:
+        if now - self.flushed >= self.HOLD or "done" in record or len(self.held) >= self.LINE:
+            line = json.dumps({"records": self.held})
+            self.held = []
+            sys.stdout.write(f"{seal(self.key, line)} {line}\n")
             sys.stdout.flush()
             self.flushed = now
 
@@ -2008,37 +2052,31 @@ def run_calls(job: Record, t_end: socket.socket, report: Reporter) -> None:
     compares its result with a tolerance) sends it whole while ``RETURN_BUDGET`` lasts."""
     calls: list[Callable[[list[Channel]], Record]] = []
     budget = [RETURN_BUDGET]
-    requests = [{"call": name, "args": args} for name, args, *_ in job["calls"]]
+    requests: list[bytes] = job["calls"]  # frames, as the host made them: sent as they are
+    wholes = set(job.get("whole", ()))
 
     def ahead(index: int, count: int) -> list[bytes]:
-        """The frames of calls ``index`` on, up to ``count`` of them and ``AHEAD_BYTES``
-        (one that cannot be framed fails in its own test)."""
+        """The frames of calls ``index`` on, up to ``count`` of them and ``AHEAD_BYTES``."""
         out: list[bytes] = []
         size = 0
         for at in range(index, min(index + count, len(requests))):
-            try:
-                data = frame(requests[at])
-            except CodecError:
-                break
-            size += len(data)
+            size += len(requests[at])
             if out and size > AHEAD_BYTES:
                 break
-            out.append(data)
+            out.append(requests[at])
         return out
 
-    for index, (_, _, *marks) in enumerate(job["calls"]):
+    for index in range(len(requests)):
 
-        def call(box: list[Channel], index: int = index, whole: bool = bool(marks)) -> Record:
+        def call(box: list[Channel], index: int = index, whole: bool = index in wholes) -> Record:
             channel = box[0]
             if not channel.ahead and channel.batch > 1:
-                sent = ahead(index, channel.batch)
-                if sent:
-                    channel.send_ahead(sent)
-            value, data = channel.exchange(None if channel.ahead else frame(requests[index]))
+                channel.send_ahead(ahead(index, channel.batch))
+            data = channel.exchange(None if channel.ahead else requests[index])
             inline = min(INLINE_VALUE, max(2 * DIGEST_BYTES, report.limit - 100))
-            if len(json.dumps(data)) <= inline:
-                return {"status": "returned", "value": data}  # decodes as ``value`` does
-            data = encode(value)
+            if len(json.dumps(data)) <= inline:  # the host decodes it (a wrong result if not)
+                return {"status": "returned", "value": data}
+            data = encode(channel.value(data))
             size = len(json.dumps(data))
             if whole and size <= budget[0]:
                 budget[0] -= size
@@ -2306,10 +2344,16 @@ test, not per job."""
 
 
 def read_job(fd: int) -> Record:
-    """The job, its tests read one frame each (in chunks: the zygote is forked already)."""
+    """The job, its tests read one frame each (in chunks: the zygote is forked already). A
+    call's frame is the request the candidate's process gets, kept as it came (T forwards it
+    unread)."""
     frames = Frames(fd)
     job: Record = frames.read()
-    job[ITEMS[job["kind"]]] = [frames.read() for _ in range(int(job["count"]))]
+    count = range(int(job["count"]))
+    if job["kind"] == "calls":
+        job["calls"] = [frames.raw()[0] for _ in count]
+    else:
+        job[ITEMS[job["kind"]]] = [frames.read() for _ in count]
     return job
 
 
