@@ -970,6 +970,7 @@ def enforce_bans(bans: Record, report: int) -> None:
     stop = ban_stop(report)
     stubs = {key: ban_stub(what, stop) for key, (_, what) in originals.items()}
     patched: set[str] = set()
+    gc.unfreeze()  # what a warm template froze is invisible to gc's walks: every holder counts
     for holder in gc.get_referrers(*(value for value, _ in originals.values())):
         if type(holder) is dict and holder is not originals:
             for key, value in list(holder.items()):

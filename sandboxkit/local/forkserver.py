@@ -62,6 +62,7 @@ import builtins
 import contextlib
 import ctypes
 import fcntl
+import gc
 import io
 import json
 import mmap
@@ -932,6 +933,12 @@ def main() -> None:
         for source in json.loads(sys.argv[3]):
             COMPILED[source] = compile_program(source, "<string>")
             PUBLIC.append(source)
+        # What the template holds now lives as long as it: the cyclic collector of every
+        # command forked from it leaves it alone, rather than write to each object's header
+        # (copying every page of the template's heap into each exec) to find no garbage. (A
+        # frozen object is invisible to gc's walks: the runner's bans unfreeze first.)
+        gc.collect()
+        gc.freeze()
     ready = {"ready": reason is None, "reason": reason or ""}
     ready |= {"site_path": SITE_PATH, "learnt": known is None, "init": bool(INIT)}
     sock.send(json.dumps(ready).encode())
