@@ -412,11 +412,14 @@ def test_records_that_are_not_the_runners_never_count(sandbox: Sandbox) -> None:
     request = harness.request(EVENS_WRONG)
     result = sandbox.exec(request.argv, stdin=request.stdin, timeout=request.timeout)
     forged = "".join(f'{{"test": {i}, "status": "passed"}}\n' for i in range(5))
+    passing = [{"test": i, "status": "passed"} for i in range(5)]
+    lines = [json.dumps({"records": [*passing, {"done": True}]}), json.dumps(passing[0])]
     replayed = "".join(
-        line.partition(" ")[0] + ' {"test": 0, "status": "passed"}\n'
+        f"{line.partition(' ')[0]} {forgery}\n"
         for line in result.stdout.splitlines()
+        for forgery in lines
     )
-    for extra in (forged, replayed, forged + '{"done": true}\n'):
+    for extra in (forged, replayed, forged + '{"done": true}\n', f"{lines[0]}\n"):
         tampered = ExecResult(0, stdout_bytes=(result.stdout + extra).encode())
         assert harness.judge(tampered, request).passed == 0
     other = harness.request(EVENS_WRONG)  # the same records under another exec's key

@@ -37,6 +37,10 @@ PROBE = (
     "        spin()\n"
     "    if how == 'thread':\n"
     "        threading.Thread(target=spin, daemon=True).start()\n"
+    "    if how == 'burn':\n"
+    "        start = time.process_time()\n"
+    "        while time.process_time() - start < 0.6:\n"
+    "            pass\n"
     "    if how == 'wait':\n"
     "        while time.process_time() < 1.5:\n"
     "            time.sleep(0.01)\n"
@@ -73,6 +77,26 @@ def probed(i: int) -> list[int]:
     return list(range(i + 1)) if i < FAILS else list(range(FAILS + 1, i + 1))
 
 
+def test_the_records_of_many_calls_come_in_few_sealed_lines_and_all_count(
+    sandbox: Sandbox,
+) -> None:
+    """600 calls, one wrong in the middle of a line's records: the runner seals lines of many
+    records, not one line per call, and the host reads every record out of them."""
+    code = "def twice(x):\n    return 2 * x + (x == 300)\n"
+    harness = FunctionTests("twice", [(i,) for i in range(600)], [2 * i for i in range(600)])
+    request = harness.request(code)
+    result = sandbox.exec(request.argv, stdin=request.stdin, timeout=request.timeout)
+    found = read_records(result, request)
+    assert found.done and sorted(found.tests) == list(range(600)), result.stderr
+    assert 3 <= len(result.stdout.splitlines()) <= 600 // 10
+    outcome = harness.judge(result, request)
+    assert (outcome.kind, outcome.passed, outcome.detail) == (
+        OutcomeKind.FAILED,
+        599,
+        "test 300: wrong result",
+    )
+
+
 @pytest.mark.parametrize("failure", FAILURES)
 def test_a_failed_call_loses_no_other_test_and_leaves_the_next_nothing(
     sandbox: Sandbox, failure: str
@@ -84,6 +108,43 @@ def test_a_failed_call_loses_no_other_test_and_leaves_the_next_nothing(
     harness = FunctionTests("probe", args, [None] * TESTS, timeout=1)
     expected = [(status, None) if i == FAILS else ("returned", probed(i)) for i in range(TESTS)]
     assert records(sandbox, harness, PROBE) == expected
+
+
+AHEAD = 43
+"""Quick calls enough for the runner to send them to the candidate's process in batches, with
+no round trip between (doubling from one call to ``runner.MAX_AHEAD``): calls 15 to 30 are
+one batch, 31 to 42 the next."""
+
+
+@pytest.mark.parametrize("failure", ["raises", "runs out of time"])
+def test_a_call_failing_among_calls_sent_ahead_leaves_the_next_nothing(
+    sandbox: Sandbox, failure: str
+) -> None:
+    """Call 20, in the middle of a batch, changes the module's state and then does not return:
+    the calls sent with it are answered again, by a fresh process that has seen only them."""
+    how, status = FAILURES[failure]
+    args = [(i, how) if i == 20 else (i,) for i in range(AHEAD)]
+    harness = FunctionTests("probe", args, [None] * AHEAD, timeout=1)
+    expected = [
+        ("returned", list(range(i + 1) if i < 20 else range(21, i + 1))) for i in range(AHEAD)
+    ]
+    expected[20] = (status, None)
+    assert records(sandbox, harness, PROBE) == expected
+
+
+def test_a_call_sent_ahead_is_taken_only_if_its_batch_kept_its_cpu_limit(sandbox: Sandbox) -> None:
+    """Calls 40 and 41 use 0.6 s of CPU each under a 1 s limit, sent in one batch: 40's answer
+    is taken, but 41's came after the batch had used 1.2 s, part of which could be its own,
+    so it is run again, alone, in a fresh process (which has seen only it); none runs out
+    of time, and call 42 is answered by that process."""
+    args = [(i, "burn") if i in (40, 41) else (i,) for i in range(AHEAD)]
+    harness = FunctionTests("probe", args, [None] * AHEAD, timeout=1)
+    expected = [("returned", list(range(i + 1))) for i in range(41)]
+    assert records(sandbox, harness, PROBE) == [
+        *expected,
+        ("returned", [41]),
+        ("returned", [41, 42]),
+    ]
 
 
 @pytest.mark.parametrize("failure", FAILURES)

@@ -133,3 +133,21 @@ def test_a_result_past_the_frame_limit_says_so(sandbox: Sandbox) -> None:
     outcome = judge(sandbox, FunctionTests("make", [()], ["x" * 70_000_000], timeout=20), code)
     assert outcome.kind is OutcomeKind.FAILED, outcome
     assert "over the limit of 67108864" in outcome.detail, outcome
+
+
+def test_a_forged_encoding_that_is_no_value_fails_its_calls(sandbox: Sandbox) -> None:
+    """The candidate's process replaces the runner's encoder there: its short answers, which
+    the judge passes to the host unread, and its long ones, which the judge decodes, are no
+    value; each fails its own call (the host cannot decode it), and the process that sent a
+    long one is replaced. Never an error of the run, and never a pass."""
+    forge = (
+        "import sys\n"
+        "def echo(x):\n"
+        "    if x == 2:\n"
+        "        sys.modules['__main__'].encode = lambda v, *a: {'$nope': [v] * v}\n"
+        "    return x\n"
+    )
+    harness = FunctionTests("echo", [(1,), (2,), (3,), (400,), (5,)], [1, 2, 3, 400, 5])
+    outcome = judge(sandbox, harness, forge)
+    assert (outcome.kind, outcome.passed) == (OutcomeKind.FAILED, 2), outcome
+    assert outcome.detail == "bad value: not a value: {'$nope': [2, 2]}", outcome

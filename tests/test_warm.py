@@ -309,6 +309,19 @@ def test_a_script_too_large_for_the_server_runs_in_a_fresh_interpreter(
     assert (warm.returncode, warm.stdout) == (0, f"{in_process}\n"), warm.stderr
 
 
+def test_a_public_programs_text_reaches_the_command_as_itself(
+    clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
+) -> None:
+    """The host sends the test runner's text to a template as a short handle, which the
+    command's own process resolves: an argument that is that text (not the program run)
+    arrives whole, as in a fresh interpreter."""
+    from sandboxkit.harness.records import RUNNER_SOURCE
+
+    digest = "import hashlib, sys; print(hashlib.sha256(sys.argv[1].encode()).hexdigest())"
+    warm = same(clients, ["python3", "-c", digest, RUNNER_SOURCE])
+    assert warm.stdout == hashlib.sha256(RUNNER_SOURCE.encode()).hexdigest() + "\n"
+
+
 def test_stdin_and_output_larger_than_a_pipe(
     clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
 ) -> None:

@@ -228,12 +228,12 @@ class FunctionTests:
     bans: Bans = ((), (), ())
     """As :attr:`AssertTests.bans`."""
     stop_at_first_failure: bool = False
-    """For all-or-nothing scoring: no call runs after one that did not return a value (the
-    runner never sees the expected values, so a wrong value does not stop it); those left
-    out count as failed."""
+    """For all-or-nothing scoring: no call is judged after one that did not return a value
+    (the runner never sees the expected values, so a wrong value does not stop it; calls sent
+    to the process with it are dropped with it); those left out count as failed."""
 
     def request(self, code: str) -> RunRequest:
-        calls = [[self.func_name, runner.encode(tuple(a))] for a in self.args]
+        calls = [{"call": self.func_name, "args": runner.encode(tuple(a))} for a in self.args]
         job: dict[str, Any] = {"kind": "calls", "timeout": self.timeout, "calls": calls}
         if self.stop_at_first_failure:
             job["stop_at_first_failure"] = True

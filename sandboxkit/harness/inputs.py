@@ -134,14 +134,17 @@ class InputTests:
     stop_at_first_failure: bool = False
 
     def request(self, code: str) -> RunRequest:
-        calls: list[list[Any]] = []
+        calls: list[dict[str, Any]] = []
+        whole: list[int] = []
         atol = self.atol
-        for args, expected in zip(self.inputs, self.expected, strict=True):
-            call = [self.entry_point, runner.encode(tuple(args))]
+        for i, (args, expected) in enumerate(zip(self.inputs, self.expected, strict=True)):
+            calls.append({"call": self.entry_point, "args": runner.encode(tuple(args))})
             atol = tolerance(expected, atol)
-            # whole: maybe compared with a tolerance, so the digest of a long result won't do
-            calls.append([*call, True] if atol else call)
+            if atol:  # maybe compared with a tolerance, so the digest of a long result won't do
+                whole.append(i)
         job = {"kind": "calls", "timeout": self.timeout, "calls": calls, "loose": True}
+        if whole:
+            job["whole"] = whole
         if self.stop_at_first_failure:
             job["stop_at_first_failure"] = True
         return runner_request({"code": code, "setup": ""}, job)

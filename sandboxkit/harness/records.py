@@ -112,8 +112,8 @@ class Records:
 
 
 def read_records(result: ExecResult, request: RunRequest) -> Records:
-    """The runner's records: lines sealed with the request's key (whatever else reached the
-    stream is ignored)."""
+    """The runner's records: lines of them, each sealed with the request's key (whatever else
+    reached the stream is ignored)."""
     found = Records()
     lines = result.stdout.splitlines()
     for i, sealed in enumerate(lines):
@@ -122,11 +122,17 @@ def read_records(result: ExecResult, request: RunRequest) -> Records:
             found.foreign = found.foreign or not (result.truncated and i == len(lines) - 1)
             continue
         try:
-            record = json.loads(line)
-        except ValueError:
+            held = json.loads(line)["records"]
+        except (ValueError, TypeError, KeyError):
             continue
-        if not isinstance(record, dict):
-            continue
+        for record in held if isinstance(held, list) else ():
+            take_record(found, record)
+    return found
+
+
+def take_record(found: Records, record: Any) -> None:
+    """One of the runner's records, into ``found``."""
+    if isinstance(record, dict):
         if "load_error" in record:
             found.load_error = str(record["load_error"])
             found.load_timeout = bool(record.get("timeout"))
@@ -136,7 +142,6 @@ def read_records(result: ExecResult, request: RunRequest) -> Records:
             found.tests[record["test"]] = record
         elif record.get("done") is True:
             found.done = True
-    return found
 
 
 def spent(result: ExecResult, request: RunRequest) -> str | None:

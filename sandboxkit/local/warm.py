@@ -32,6 +32,9 @@ SOURCE = Path(forkserver.__file__).read_text()
 PUBLIC_PROGRAMS = json.dumps([RUNNER_SOURCE])
 """``-c`` programs every sandbox may read, which templates compile once at start: the test
 runner would otherwise compile in every exec. No other program's text is kept."""
+HANDLES = {RUNNER_SOURCE: forkserver.public_handle(0)}
+"""What an exec's argv carries in place of a public program's text (a short handle, which the
+exec's own process resolves: ``forkserver.read_job``), not its ~100 KB in every request."""
 MAX_REQUEST = forkserver.MAX_REQUEST
 """Largest request (argv, env and stdin) sent as one packet; larger execs take the cold path."""
 SPAWN_INIT = True
@@ -194,7 +197,8 @@ class WarmTemplate:
         timeout: float | None,
         stdin: bytes | None,
     ) -> ExecResult:
-        job = json.dumps({"argv": list(argv), "cwd": cwd, "env": env}).encode()
+        named = [HANDLES.get(arg, arg) for arg in argv]
+        job = json.dumps({"argv": named, "cwd": cwd, "env": env}).encode()
         body = b"".join((struct.pack("<I", len(job)), job, stdin or b""))
         kept = [judge.CAPABILITIES[name] for name in judge.capabilities(argv, self.isolation)]
         header = {"limits": self.rlimits, "cap": self.output_cap, "timeout": timeout}
