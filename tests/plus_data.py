@@ -80,7 +80,7 @@ def plus_inputs(problem: dict[str, Any], base: list[list[Any]], count: int) -> l
         return []
     random.seed(problem["task_id"])
     generator = TypedMutGen(copy.deepcopy(base), problem["entry_point"], program)
-    generator.timeout = 20  # a bound, not a budget: the inputs must not depend on load
+    generator.timeout = 3  # a bound: HumanEval/39, /55 and /63 (fib kinds) reach it
     with contextlib.redirect_stdout(io.StringIO()):
         made = generator.generate(count * 2)
     keep = [list(args) for args in made if _usable(program, problem["entry_point"], list(args))]
