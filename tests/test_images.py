@@ -186,6 +186,13 @@ def test_the_local_backend_refuses_an_image_rather_than_ignore_it(
         pool.run(lambda sandbox: sandbox.aexec(["true"]), image="img-a")
     with get_backend("subprocess", root=local.backend.root) as same:  # type: ignore[attr-defined]
         assert exec_reward(same).image_column is None  # no image: the host's, as ever
+        before = same.list()
+        bare = rf"^image 'img-a': the subprocess backend .*{refused}"
+        with pytest.raises(BackendMisconfiguredError, match=bare):
+            same.sandbox(image="img-a")  # a bare client, no session
+        with pytest.raises(BackendMisconfiguredError, match=bare):
+            SandboxClient(same.backend).sandbox(image="img-a", tags=["x"])
+        assert same.list() == before  # refused before anything was made
 
 
 def test_a_rows_image_is_its_text_or_none() -> None:
