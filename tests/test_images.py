@@ -1,6 +1,7 @@
 """A row may name its image: one run judges tasks in different environments. Shown on the
-Daytona and Aviato emulators through their real SDKs (an emulated sandbox names the image it
-was made from in ``SANDBOXKIT_EMULATED_IMAGE``, as a real image would show by its contents):
+Daytona, Aviato, Modal and E2B emulators through their real SDKs (an emulated sandbox names the
+image it was made from in ``SANDBOXKIT_EMULATED_IMAGE``, as a real image would show by its
+contents):
 each row judged in its own image, pools and lenders reusing sandboxes per image within one
 size bound, a row whose image is no text ``invalid_row``, and the local backend, which has no
 images, refusing one rather than judge on this machine's ``/usr``."""
@@ -28,7 +29,7 @@ from sandboxkit.rewards import (
 )
 from sandboxkit.testing.remote import Emulator, client_for
 
-HONOURING = ["daytona", "aviato"]
+HONOURING = ["daytona", "aviato", "modal", "e2b"]
 """The emulators that show a sandbox its image (``IMAGE_VARIABLE``)."""
 IMAGE_OF = f"import os\n\ndef image():\n    return os.environ.get({IMAGE_VARIABLE!r}, '')\n"
 """A completion that says which image it runs in."""
