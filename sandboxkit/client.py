@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable,
 from types import TracebackType
 from typing import Any, TypeVar
 
+from .errors import BackendMisconfiguredError
 from .keywords import check_keywords, suggest_keywords
 from .portal import blocking
 from .protocol import Backend, ExecResult, SandboxInfo, SandboxSpec, SandboxStatus, check_env
@@ -25,6 +26,26 @@ def sandbox_keywords(backend: object) -> frozenset[str] | None:
     if provider is None:
         return None
     return frozenset({"image", "env", "tags", *_SPEC_FIELDS, *provider})
+
+
+def makes_images(backend: object) -> bool:
+    """Whether sandboxes of ``backend`` (a backend or its class) are made from the image they
+    are given: False where it says ``images = False``; one that does not say is taken at its
+    word, as a provider with images."""
+    return bool(getattr(backend, "images", True))
+
+
+def refuse_images(backend: object, name: str, what: str) -> None:
+    """Raise :class:`BackendMisconfiguredError` for ``what`` (an image, an image column) if
+    ``backend`` (named ``name``) cannot make sandboxes from images: a program judged in the
+    host's environment instead of the one its task names would get a reward that means
+    nothing."""
+    if not makes_images(backend):
+        raise BackendMisconfiguredError(
+            f"{what}: the {name} backend runs every sandbox in one environment (the local "
+            "backend: this machine's /usr) and cannot make one from an image; use a backend "
+            "that makes sandboxes from images, or name none"
+        )
 
 
 def _as_bytes(data: bytes | str | None) -> bytes | None:
@@ -176,7 +197,9 @@ class SandboxClient:
         """Create a sandbox: ``await client.asandbox()``, or ``async with client.asandbox() as
         sb:`` to have it stopped at the end of the block. ``workdir``, ``cpu``, ``memory_mb``,
         ``disk_mb`` and ``lifetime_seconds`` fill the spec; any other keyword goes to the
-        provider as is (one the backend says it does not read is a ``TypeError``)."""
+        provider as is (one the backend says it does not read is a ``TypeError``). An
+        ``image`` the backend cannot make a sandbox from (:func:`makes_images`) is a
+        ``BackendMisconfiguredError``, never ignored."""
         return Opening(self._create(image, env, tags, options), Sandbox.astop)
 
     async def _create(
@@ -186,6 +209,8 @@ class SandboxClient:
         tags: Iterable[str],
         options: dict[str, Any],
     ) -> Sandbox:
+        if image is not None:
+            refuse_images(self.backend, self.name, f"image {image!r}")
         accepted = sandbox_keywords(self.backend)
         if accepted is not None:
             check_keywords("sandbox()", options, accepted)

@@ -116,6 +116,9 @@ class Backend(Protocol):
     - Optionally, ``sandbox_options`` (a ``frozenset`` of names, on the class) says which
       ``SandboxSpec.options`` the backend reads; then any other is a ``TypeError`` where it is
       passed (a sandbox, a pool, a reward function), not an option silently ignored.
+    - Optionally, ``images = False`` (on the class) says its sandboxes all run in one
+      environment whatever ``SandboxSpec.image`` names; then an image is a
+      ``BackendMisconfiguredError`` where it is passed, not an image silently ignored.
     """
 
     name: str

@@ -33,8 +33,9 @@ from .backends._facts import (
     RAY_DEFAULT_ADDRESS,
 )
 from .client import SandboxClient, sandbox_keywords
+from .client import refuse_images as client_refuse_images
 from .config import BACKEND_VAR, DEFAULT_BACKEND, setting
-from .errors import BackendMisconfiguredError, UnknownBackendError, installed_for
+from .errors import UnknownBackendError, installed_for
 from .keywords import accepted_keywords, check_keywords
 from .protocol import Backend
 
@@ -91,10 +92,6 @@ class BackendEntry:
     """``module:function`` that ``doctor`` calls as ``function(url, timeout)`` (a :data:`Probe`)
     to check the endpoint before any authenticated call; imported only then.
     :data:`HTTP_PROBE` and :data:`GRPC_PROBE` are provided."""
-    images: bool = True
-    """Whether its sandboxes are made from ``image=``. False for a backend whose sandboxes
-    all run in one environment (the local backend: this machine's ``/usr``; Ray: its
-    workers'): a session then refuses an image rather than run a program elsewhere."""
 
     @property
     def install(self) -> str:
@@ -115,7 +112,7 @@ class BackendEntry:
 
 
 BUILTIN_BACKENDS: dict[str, BackendEntry] = {
-    "subprocess": BackendEntry("sandboxkit.backends.subprocess:SubprocessBackend", images=False),
+    "subprocess": BackendEntry("sandboxkit.backends.subprocess:SubprocessBackend"),
     "daytona": BackendEntry(
         "sandboxkit.backends.daytona:DaytonaBackend",
         extra="daytona",
@@ -160,7 +157,6 @@ BUILTIN_BACKENDS: dict[str, BackendEntry] = {
         url_var=RAY_ADDRESS_VAR,
         default_url=RAY_DEFAULT_ADDRESS,
         probe="sandboxkit.backends.ray:probe_ray",
-        images=False,
     ),
 }
 ALIASES = {"local": "subprocess", "cwsandbox": "aviato"}
@@ -282,32 +278,16 @@ def sandbox_keywords_for(target: BackendLike) -> frozenset[str] | None:
     return sandbox_keywords(as_client(target)[0].backend)
 
 
-def takes_images(target: BackendLike) -> bool:
-    """Whether sandboxes of ``target`` are made from the image they are given: its entry's
-    :attr:`~BackendEntry.images` (a client's or a backend's, the entry of its ``name``; one
-    that names no entry is taken at its word, as a provider with images)."""
-    choice = _choice_of(target)
-    return not choice.known or choice.entry().images
-
-
-def _choice_of(target: BackendLike) -> BackendChoice:
-    """What a name (or the configured backend) means, or a client's or backend's own name."""
-    given: object = target
-    return resolve_backend(
-        given if given is None or isinstance(given, str) else as_client(target)[0].name
-    )
-
-
 def refuse_images(target: BackendLike, what: str) -> None:
-    """Raise :class:`BackendMisconfiguredError` for ``what`` (an image, an image column) if
-    ``target`` cannot make sandboxes from images: a program judged in the host's environment
-    instead of the one its task names would get a reward that means nothing."""
-    if not takes_images(target):
-        raise BackendMisconfiguredError(
-            f"{what}: the {_choice_of(target).name} backend runs every sandbox in one "
-            "environment (the local backend: this machine's /usr) and cannot make one from an "
-            "image; use a backend that makes sandboxes from images, or name none"
-        )
+    """:func:`sandboxkit.client.refuse_images` for ``target`` (for a name, its class is
+    imported, not instantiated): before a reward or an environment is made, not at its first
+    sandbox."""
+    if target is None or isinstance(target, str):
+        name, factory = backend_factory(target)
+        client_refuse_images(factory, name, what)
+    else:
+        client = as_client(target)[0]
+        client_refuse_images(client.backend, client.name, what)
 
 
 def get_backend(name: str | None = None, **options: Any) -> SandboxClient:

@@ -30,7 +30,7 @@ from .coordination import launcher_run_id
 from .keywords import suggest_keywords
 from .portal import blocking, run_sync
 from .protocol import SandboxInfo, SandboxStatus
-from .registry import BackendLike, as_client, refuse_images
+from .registry import BackendLike, as_client
 from .retry import retrying
 
 logger = logging.getLogger("sandboxkit.session")
@@ -112,16 +112,12 @@ class Session:
         awaited, or with ``async with`` to have the session stop it at the end of the block.
 
         The create is shielded: if the caller is cancelled while it is in flight, the sandbox
-        it eventually returns is stopped instead of leaking. An ``image`` that the backend
-        cannot make a sandbox from (:func:`~sandboxkit.registry.takes_images`: the local
-        backend's run on this machine's ``/usr``) is a ``BackendMisconfiguredError``.
+        it eventually returns is stopped instead of leaking.
         """
         return Opening(self._create(tags, options), self.astop_sandbox)
 
     async def _create(self, tags: Iterable[str], options: dict[str, Any]) -> Sandbox:
         self._check_open()
-        if options.get("image") is not None:
-            refuse_images(self.client, f"image {options['image']!r}")
         task = asyncio.ensure_future(self.client.asandbox(tags=(*self.tags, *tags), **options))
         self._creating.add(task)
         task.add_done_callback(self._create_done)

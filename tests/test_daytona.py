@@ -411,7 +411,7 @@ def test_latency_is_added(emulator: DaytonaEmulator) -> None:
 
 def test_emulator_close_stops_its_sandboxes(daytona_emulator: DaytonaEmulator) -> None:
     emu = DaytonaEmulator(api_key=EMULATOR_API_KEY).start_in_thread()
-    root = Path(emu._root or "")
+    root = Path(emu.root or "")
     with client_for(emu) as client:
         for _ in range(2):
             client.sandbox()

@@ -1,6 +1,7 @@
 """A row may name its image: one run judges tasks in different environments. Shown on the
-Daytona and Aviato emulators through their real SDKs (an emulated sandbox names the image it
-was made from in ``SANDBOXKIT_EMULATED_IMAGE``, as a real image would show by its contents):
+Daytona, Aviato, Modal and E2B emulators through their real SDKs (an emulated sandbox names the
+image it was made from in ``SANDBOXKIT_EMULATED_IMAGE``, as a real image would show by its
+contents):
 each row judged in its own image, pools and lenders reusing sandboxes per image within one
 size bound, a row whose image is no text ``invalid_row``, and the local backend, which has no
 images, refusing one rather than judge on this machine's ``/usr``."""
@@ -28,7 +29,7 @@ from sandboxkit.rewards import (
 )
 from sandboxkit.testing.remote import Emulator, client_for
 
-HONOURING = ["daytona", "aviato"]
+HONOURING = ["daytona", "aviato", "modal", "e2b"]
 """The emulators that show a sandbox its image (``IMAGE_VARIABLE``)."""
 IMAGE_OF = f"import os\n\ndef image():\n    return os.environ.get({IMAGE_VARIABLE!r}, '')\n"
 """A completion that says which image it runs in."""
@@ -186,6 +187,13 @@ def test_the_local_backend_refuses_an_image_rather_than_ignore_it(
         pool.run(lambda sandbox: sandbox.aexec(["true"]), image="img-a")
     with get_backend("subprocess", root=local.backend.root) as same:  # type: ignore[attr-defined]
         assert exec_reward(same).image_column is None  # no image: the host's, as ever
+        before = same.list()
+        bare = rf"^image 'img-a': the subprocess backend .*{refused}"
+        with pytest.raises(BackendMisconfiguredError, match=bare):
+            same.sandbox(image="img-a")  # a bare client, no session
+        with pytest.raises(BackendMisconfiguredError, match=bare):
+            SandboxClient(same.backend).sandbox(image="img-a", tags=["x"])
+        assert same.list() == before  # refused before anything was made
 
 
 def test_a_rows_image_is_its_text_or_none() -> None:

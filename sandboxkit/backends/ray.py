@@ -195,6 +195,8 @@ class RayBackend:
     name = "ray"
     sandbox_options: frozenset[str] = frozenset()
     """Provider options a sandbox takes: none (``cpu`` and ``memory_mb`` place it)."""
+    images = False
+    """Its sandboxes run in its workers' environment, whatever image is named."""
 
     def __init__(
         self,

@@ -99,6 +99,8 @@ class SubprocessBackend:
     name = "subprocess"
     sandbox_options: frozenset[str] = frozenset()
     """Provider options a sandbox takes: none (its spec says all there is)."""
+    images = False
+    """Its sandboxes run on this machine's ``/usr``, whatever image is named."""
 
     def __init__(
         self,

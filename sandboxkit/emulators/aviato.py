@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import posixpath
-import shutil
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
@@ -43,7 +42,7 @@ from ..protocol import DEFAULT_WORKDIR, KILLED_RETURNCODE, Backend, ExecResult, 
 from ..testing.faults import Faults
 from . import ANY_KEY, INSTALL, PYTHONS
 from .host import image_env
-from .threaded import ThreadedEmulator, local_backend, serve_until_signalled
+from .serving import Served, serve_until_signalled
 
 with installed_for("the aviato emulator", INSTALL):
     import grpc
@@ -461,53 +460,13 @@ class AviatoServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
         await _abort(context, code, str(exc), reason=reason, metadata={"filepath": path})
 
 
-class _Server:
-    """One emulator: a gRPC server, its servicer and the local root behind it."""
+class AviatoEmulator(Served):
+    """One emulated Aviato (CoreWeave Sandbox) service: a gRPC server and its servicer.
 
-    def __init__(
-        self, *, api_key: str | None, faults: Faults | None, page_size: int, direct_python: bool
-    ) -> None:
-        self.root, local = local_backend("sandboxkit-aviato-")
-        self.servicer = AviatoServicer(
-            local,
-            api_key=api_key,
-            faults=faults,
-            page_size=page_size,
-            direct_python=direct_python,
-        )
-        self.server: grpc.aio.Server | None = None
-        self.url = ""
-
-    async def start(self, host: str, port: int) -> str:
-        self.server = grpc.aio.server(
-            options=[
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ]
-        )
-        pb_grpc.add_SandboxServiceServicer_to_server(self.servicer, self.server)
-        bound = self.server.add_insecure_port(f"{host}:{port}")
-        if bound == 0:
-            raise OSError(f"cannot listen on {host}:{port}")
-        await self.server.start()
-        self.url = f"http://{host}:{bound}"
-        return self.url
-
-    async def stop(self) -> None:
-        if self.server is not None:
-            await self.server.stop(grace=1.0)
-        await self.servicer.close()
-        await asyncio.to_thread(shutil.rmtree, self.root, True)
-
-
-class AviatoEmulator(ThreadedEmulator[_Server]):
-    """An emulator on its own thread and event loop, for tests and benchmarks.
-
-    Use as a context manager (or ``start()``/``stop()``); point the client at ``url`` with
-    ``api_key``. ``faults`` may be changed while it runs.
+    Serve it as :class:`~sandboxkit.emulators.serving.Served` says (``with`` for a thread of
+    its own); point the client at ``url`` with ``api_key``. ``faults`` may be changed while it
+    runs.
     """
-
-    thread_name = "sandboxkit-aviato-emulator"
 
     def __init__(
         self,
@@ -519,33 +478,59 @@ class AviatoEmulator(ThreadedEmulator[_Server]):
         page_size: int = PAGE_SIZE,
         direct_python: bool = True,
     ) -> None:
-        super().__init__(host=host, port=port)
-        self.api_key = api_key
-        self.faults = faults or Faults()
+        super().__init__(host=host, port=port, api_key=api_key, faults=faults)
         self.page_size = page_size
         self.direct_python = direct_python
+        self._servicer: AviatoServicer | None = None
+        self._server: grpc.aio.Server | None = None
 
-    def _make_server(self) -> _Server:
-        return _Server(
+    @property
+    def servicer(self) -> AviatoServicer:
+        assert self._servicer is not None, "the emulator is not running"
+        return self._servicer
+
+    async def start(self) -> None:
+        self._servicer = AviatoServicer(
+            self._open_local("sandboxkit-aviato-").backend,
             api_key=self.api_key,
             faults=self.faults,
             page_size=self.page_size,
             direct_python=self.direct_python,
         )
+        self._server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ]
+        )
+        pb_grpc.add_SandboxServiceServicer_to_server(self._servicer, self._server)
+        bound = self._server.add_insecure_port(f"{self.host}:{self.port}")
+        if bound == 0:
+            raise OSError(f"cannot listen on {self.host}:{self.port}")
+        await self._server.start()
+        self.port = bound
+
+    async def aclose(self) -> None:
+        if self._server is not None:
+            await self._server.stop(grace=1.0)
+            self._server = None
+        if self._servicer is not None:
+            await self._servicer.close()
+        await self._close_local()
 
     def live_sandboxes(self) -> int:
         """Sandboxes created and not yet deleted (or lost)."""
-        return self.server.servicer.live_count()
+        return self.servicer.live_count()
 
     def describe(self, sandbox_id: str) -> pb.Sandbox:
         """A copy of what the API reports for a sandbox, deleted ones included."""
         copy = pb.Sandbox()
-        copy.CopyFrom(self.server.servicer.sandboxes[sandbox_id].proto)
+        copy.CopyFrom(self.servicer.sandboxes[sandbox_id].proto)
         return copy
 
     def sandbox_ids(self) -> list[str]:
         """Every sandbox the emulator has made, deleted ones included."""
-        return list(self.server.servicer.sandboxes)
+        return list(self.servicer.sandboxes)
 
 
 def serve_forever(
@@ -559,8 +544,6 @@ def serve_forever(
     the key a client must send (``api_key``, or ``any`` when every key is accepted)."""
 
     return serve_until_signalled(
-        lambda: _Server(api_key=api_key, faults=faults, page_size=PAGE_SIZE, direct_python=True),
-        host,
-        port,
-        lambda url: f"{AVIATO_URL_VAR}={url}\n{AVIATO_KEY_VARS[0]}={api_key or ANY_KEY}",
+        AviatoEmulator(host=host, port=port, api_key=api_key, faults=faults),
+        lambda emu: f"{AVIATO_URL_VAR}={emu.url}\n{AVIATO_KEY_VARS[0]}={api_key or ANY_KEY}",
     )

@@ -35,10 +35,6 @@ import json
 import posixpath
 import re
 import shlex
-import shutil
-import signal
-import sys
-import tempfile
 import uuid
 import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -58,13 +54,12 @@ from ..backends._daytona_wire import (
 )
 from ..backends._facts import DAYTONA_KEY_VAR, DAYTONA_URL_VAR
 from ..errors import SandboxError, SandboxNotFoundError, installed_for
-from ..local.isolation import IsolationReport, Tier
+from ..local.isolation import Tier
 from ..protocol import DEFAULT_WORKDIR, KILLED_RETURNCODE, ExecResult, SandboxSpec
-from ..registry import get_backend
 from ..testing.faults import Faults
 from . import ANY_KEY, INSTALL, PYTHONS
-from .host import image_env, remove_from_host
-from .serving import LoopServed
+from .host import base_image, image_env, remove_from_host
+from .serving import OUTPUT_BYTES, Served, serve_until_signalled
 
 with installed_for("the daytona emulator", INSTALL):
     import socketio  # type: ignore[import-untyped]
@@ -76,8 +71,6 @@ PROXY_SOURCE = "DAYTONA_PROXY"
 EXEC_DEFAULT_TIMEOUT = 10
 """Seconds, when an exec request names none (the daemon's documented default)."""
 INTERPRETER_DEFAULT_TIMEOUT = 600
-RESULT_CAP = 16 * 1024 * 1024
-"""Output kept per stream of an emulated command; above the backends' own caps."""
 INTERPRETER_TIMEOUT_CLOSE = 4008
 _LIVE_STATES = ("creating", "started")
 _ERROR_MARK = "\x00sandboxkit-interpreter-error\x00"
@@ -194,12 +187,9 @@ def _image(body: Mapping[str, Any]) -> str | None:
     """The image a create asks for: the base of the Dockerfile the SDK builds for an image
     (``FROM <image>``), else the snapshot named."""
     build = body.get("buildInfo") or {}
-    for line in str(build.get("dockerfileContent") or "").splitlines():
-        words = line.split()
-        if len(words) >= 2 and words[0].upper() == "FROM":
-            return words[1]
     snapshot = body.get("snapshot")
-    return str(snapshot) if snapshot else None
+    dockerfile = str(build.get("dockerfileContent") or "").splitlines()
+    return base_image(dockerfile) or (str(snapshot) if snapshot else None)
 
 
 def _now() -> str:
@@ -252,7 +242,7 @@ class _Sandbox:
         }
 
 
-class DaytonaEmulator(LoopServed):
+class DaytonaEmulator(Served):
     """One emulated Daytona organization.
 
     Start it in the running loop (``async with DaytonaEmulator() as emu``) or on a thread of
@@ -275,17 +265,11 @@ class DaytonaEmulator(LoopServed):
         ``page_size``: the largest page ``GET /sandbox`` answers; ``direct_python``: run the
         backend's wrapped Python commands directly where the local backend has warm templates
         (see the module's docstring)."""
-        self.api_key = api_key
-        self.faults = faults or Faults()
-        self.host = host
-        self.port = port
+        super().__init__(host=host, port=port, api_key=api_key, faults=faults)
         self.page_size = page_size
         self.organization_id = organization_id
         self._sandboxes: dict[str, _Sandbox] = {}
-        self._runner: web.AppRunner | None = None
         self._sio: Any = None
-        self._root: str | None = None
-        self._local: Any = None
         self._background: set[asyncio.Task[Any]] = set()
         self._execs = 0
         """Commands running now (``max_concurrent_execs`` refuses more)."""
@@ -304,12 +288,6 @@ class DaytonaEmulator(LoopServed):
     def toolbox_url(self) -> str:
         return f"http://{self.host}:{self.port}/toolbox"
 
-    @property
-    def isolation(self) -> IsolationReport:
-        """How the local sandboxes behind the emulated ones are confined."""
-        report: IsolationReport = self._local.backend.isolation
-        return report
-
     def live_sandboxes(self) -> int:
         """Sandboxes being created or running (each holds a local sandbox)."""
         return sum(sb.state in _LIVE_STATES for sb in list(self._sandboxes.values()))
@@ -317,9 +295,8 @@ class DaytonaEmulator(LoopServed):
     # -- lifecycle -----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        self._root = tempfile.mkdtemp(prefix="daytona-emulator-")
-        self._local = get_backend("subprocess", root=self._root, output_bytes=RESULT_CAP)
-        self.direct_python = self.direct_python and self._local.backend.warm
+        self._open_local("daytona-emulator-")
+        self.direct_python = self.direct_python and self.local.warm
         if self.isolation.tier is not Tier.NAMESPACES:
             warnings.warn(
                 "the Daytona emulator runs shell commands that name /workspace and /tmp, which "
@@ -334,11 +311,7 @@ class DaytonaEmulator(LoopServed):
         # Engine.IO pings from background tasks it never cancels: keep them to cancel on close.
         self._sio.eio.start_background_task = self._background_task
         self._sio.attach(app, socketio_path="api/socket.io")
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
-        await site.start()
-        self.port = self._runner.addresses[0][1]
+        await self._listen_http(app)
 
     async def aclose(self) -> None:
         if self._sio is not None:
@@ -346,19 +319,10 @@ class DaytonaEmulator(LoopServed):
         for task in list(self._background):
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
-        # Sandboxes first: that ends the commands still running for requests in flight, so
-        # their handlers answer before the server shuts down rather than being destroyed.
         for sb in list(self._sandboxes.values()):
             await self._release(sb)
         self._sandboxes.clear()
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-        if self._local is not None:
-            await self._local.aclose()
-        if self._root is not None:
-            shutil.rmtree(self._root, ignore_errors=True)
-            self._root = None
+        await self._close_local()
 
     # -- plumbing ------------------------------------------------------------------------------
 
@@ -446,7 +410,7 @@ class DaytonaEmulator(LoopServed):
     async def _release(self, sb: _Sandbox) -> None:
         local_id, sb.local_id = sb.local_id, None
         if local_id is not None:
-            await self._local.backend.stop(local_id)
+            await self.local.stop(local_id)
 
     def _rate_limited(self, message: str, *, code: str) -> _Reply:
         """A 429, with the ``Retry-After`` the faults ask for."""
@@ -469,12 +433,12 @@ class DaytonaEmulator(LoopServed):
         sb = _Sandbox(sandbox_id, body.get("name") or sandbox_id, labels, env, body)
         self._sandboxes[sandbox_id] = sb  # counted against the cap while it is made
         try:
-            info = await self._local.backend.create(SandboxSpec(env=image_env(env, _image(body))))
+            info = await self.local.create(SandboxSpec(env=image_env(env, _image(body))))
         except BaseException:
             del self._sandboxes[sandbox_id]
             raise
         if sandbox_id not in self._sandboxes:  # deleted while being made
-            await self._local.backend.stop(info.id)
+            await self.local.stop(info.id)
             raise _Reply(404, f"sandbox {sandbox_id} was deleted", code="NOT_FOUND")
         sb.local_id, sb.state = info.id, "started"
         return web.json_response(self._dto(sb))
@@ -538,9 +502,7 @@ class DaytonaEmulator(LoopServed):
         try:
             assert sb.local_id is not None
             run = asyncio.ensure_future(
-                self._local.backend.exec(
-                    sb.local_id, argv, timeout=timeout, stdin=stdin, cwd=cwd, env=env
-                )
+                self.local.exec(sb.local_id, argv, timeout=timeout, stdin=stdin, cwd=cwd, env=env)
             )
             if self.faults.dies():
                 await asyncio.wait({run}, timeout=0.05)
@@ -641,7 +603,7 @@ class DaytonaEmulator(LoopServed):
             PYTHONS.fullmatch(wrapped.argv[0])
             and wrapped.timeout is not None
             and (timeout is None or wrapped.timeout <= timeout)
-            and wrapped.cap < RESULT_CAP
+            and wrapped.cap < OUTPUT_BYTES
             and ".." not in wrapped.cwd.split("/")
             and (cwd + "/").startswith(posixpath.normpath(wrapped.workdir) + "/")
         )
@@ -651,7 +613,7 @@ class DaytonaEmulator(LoopServed):
         stdin = wrapped.inline_stdin  # the wrapper writes it to a file, then reads that
         if wrapped.has_stdin and stdin is None:
             try:
-                stdin = await self._local.backend.read_file(sb.local_id, f"{wrapped.scratch}/stdin")
+                stdin = await self.local.read_file(sb.local_id, f"{wrapped.scratch}/stdin")
             except (OSError, SandboxError):
                 return None
             await self._remove_scratch(sb.local_id, wrapped.scratch)
@@ -688,10 +650,10 @@ class DaytonaEmulator(LoopServed):
         which costs nothing like a command, or with ``rm -rf`` if something else is in it."""
         try:
             for path in (f"{scratch}/stdin", scratch):
-                await remove_from_host(self._local.backend, local_id, path)
+                await remove_from_host(self.local, local_id, path)
         except (OSError, SandboxError):
             with contextlib.suppress(OSError, SandboxError):
-                await self._local.backend.exec(local_id, ["rm", "-rf", scratch], timeout=60)
+                await self.local.exec(local_id, ["rm", "-rf", scratch], timeout=60)
 
     async def _kill_direct(self, scratch: str) -> bool:
         """Kill the directly run command of the wrapped exec with this scratch directory,
@@ -745,7 +707,7 @@ class DaytonaEmulator(LoopServed):
             if not path:
                 raise _Reply(400, f"file {index} has no path", code="BAD_REQUEST")
             try:
-                await self._local.backend.write_file(sb.local_id, path, data)
+                await self.local.write_file(sb.local_id, path, data)
             except (SandboxError, OSError) as exc:
                 raise _Reply(
                     400, str(exc), code="INVALID_FILE_PATH", source=DAEMON_SOURCE
@@ -759,7 +721,7 @@ class DaytonaEmulator(LoopServed):
         assert sb.local_id is not None
         for path in body.get("paths") or []:
             try:
-                data = await self._local.backend.read_file(sb.local_id, path)
+                data = await self.local.read_file(sb.local_id, path)
                 name, content_type = "file", "application/octet-stream"
             except (FileNotFoundError, IsADirectoryError, SandboxError) as exc:
                 missing = isinstance(exc, FileNotFoundError)
@@ -814,17 +776,7 @@ def serve_forever(
     must send (``DAYTONA_API_KEY=...``: ``api_key``, or ``any`` when every key is accepted).
     """
 
-    async def main() -> int:
-        stopping = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, stopping.set)
-        async with DaytonaEmulator(host=host, port=port, api_key=api_key, faults=faults) as emu:
-            print(
-                f"{DAYTONA_URL_VAR}={emu.url}\n{DAYTONA_KEY_VAR}={api_key or ANY_KEY}", flush=True
-            )
-            await stopping.wait()
-        print("daytona emulator stopped", file=sys.stderr, flush=True)
-        return 0
-
-    return asyncio.run(main())
+    emulator = DaytonaEmulator(host=host, port=port, api_key=api_key, faults=faults)
+    return serve_until_signalled(
+        emulator, lambda emu: f"{DAYTONA_URL_VAR}={emu.url}\n{DAYTONA_KEY_VAR}={api_key or ANY_KEY}"
+    )

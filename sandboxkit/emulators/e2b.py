@@ -43,11 +43,7 @@ import asyncio
 import base64
 import json
 import posixpath
-import shutil
-import signal
 import struct
-import sys
-import tempfile
 import urllib.parse
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -57,12 +53,11 @@ from typing import Any
 
 from ..backends._facts import E2B_KEY_VAR, E2B_SANDBOX_URL_VAR, E2B_URL_VAR
 from ..errors import SandboxError, SandboxNotFoundError, installed_for
-from ..local.isolation import IsolationReport
 from ..protocol import ExecResult, SandboxSpec
-from ..registry import get_backend
 from ..testing.faults import Faults
 from . import ANY_KEY, INSTALL
-from .serving import LoopServed
+from .host import image_env
+from .serving import Served, serve_until_signalled
 
 with installed_for("the e2b emulator", INSTALL):
     from aiohttp import BodyPartReader, web
@@ -73,8 +68,6 @@ octet-stream uploads)."""
 SANDBOX_HEADER = "E2b-Sandbox-Id"
 DEFAULT_TIMEOUT = 300
 """Seconds a sandbox lives when its create names no timeout (E2B's default)."""
-RESULT_CAP = 16 * 1024 * 1024
-"""Output kept per stream of an emulated command; above the backends' own caps."""
 CHUNK_BYTES = 32 * 1024
 PAGE_SIZE = 100
 _END_STREAM = 0x02
@@ -215,7 +208,7 @@ class _Sandbox:
         }
 
 
-class E2BEmulator(LoopServed):
+class E2BEmulator(Served):
     """One emulated E2B team.
 
     Start it in the running loop (``async with E2BEmulator() as emu``) or on a thread of its
@@ -234,30 +227,14 @@ class E2BEmulator(LoopServed):
     ) -> None:
         """``api_key``: require ``X-API-KEY: <api_key>`` (None accepts any); ``page_size``: the
         largest page ``GET /v2/sandboxes`` answers."""
-        self.api_key = api_key
-        self.faults = faults or Faults()
-        self.host = host
-        self.port = port
+        super().__init__(host=host, port=port, api_key=api_key, faults=faults)
         self.page_size = page_size
         self._sandboxes: dict[str, _Sandbox] = {}
         self._by_key: dict[str, str] = {}
         """Sandboxes by the ``Idempotency-Key`` of the create that made them."""
-        self._runner: web.AppRunner | None = None
-        self._root: str | None = None
-        self._local: Any = None
         self._execs = 0
 
     # -- what tests look at --------------------------------------------------------------------
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    @property
-    def isolation(self) -> IsolationReport:
-        """How the local sandboxes behind the emulated ones are confined."""
-        report: IsolationReport = self._local.backend.isolation
-        return report
 
     def live_sandboxes(self) -> int:
         """Sandboxes running or paused (each holds a local sandbox)."""
@@ -284,28 +261,15 @@ class E2BEmulator(LoopServed):
     # -- lifecycle -----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        self._root = tempfile.mkdtemp(prefix="e2b-emulator-")
-        self._local = get_backend("subprocess", root=self._root, output_bytes=RESULT_CAP)
+        self._open_local("e2b-emulator-")
         app = web.Application(middlewares=[self._middleware], client_max_size=1 << 30)
         self._routes(app)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
-        await site.start()
-        self.port = self._runner.addresses[0][1]
+        await self._listen_http(app)
 
     async def aclose(self) -> None:
-        # Sandboxes first: that ends the commands still running for requests in flight.
         for sb in list(self._sandboxes.values()):
             await self._kill(sb)
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-        if self._local is not None:
-            await self._local.aclose()
-        if self._root is not None:
-            shutil.rmtree(self._root, ignore_errors=True)
-            self._root = None
+        await self._close_local()
 
     # -- plumbing ------------------------------------------------------------------------------
 
@@ -391,7 +355,7 @@ class E2BEmulator(LoopServed):
                 process.run.cancel()
             process.closed.set()
         if local_id is not None:
-            await self._local.backend.stop(local_id)
+            await self.local.stop(local_id)
 
     def _arm(self, sb: _Sandbox, seconds: float) -> None:
         """End the sandbox ``seconds`` from now: killed, or paused with ``autoPause``."""
@@ -434,12 +398,12 @@ class E2BEmulator(LoopServed):
         sb = _Sandbox(uuid.uuid4().hex[:20], template, metadata, env, bool(body.get("autoPause")))
         self._sandboxes[sb.id] = sb  # counted against the cap while it is made
         try:
-            info = await self._local.backend.create(SandboxSpec(env=env))
+            info = await self.local.create(SandboxSpec(env=image_env(env, template)))
         except BaseException:
             self._sandboxes.pop(sb.id, None)
             raise
         if sb.id not in self._sandboxes:  # killed while being made
-            await self._local.backend.stop(info.id)
+            await self.local.stop(info.id)
             raise _Reply(404, f"sandbox {sb.id} was killed")
         sb.local_id = info.id
         self._arm(sb, float(body.get("timeout") or DEFAULT_TIMEOUT))
@@ -509,8 +473,9 @@ class E2BEmulator(LoopServed):
     async def _read(self, request: web.Request) -> web.Response:
         sb = self._envd(request)
         path = request.query.get("path", "")
+        assert sb.local_id is not None
         try:
-            data = await self._local.backend.read_file(sb.local_id, path)
+            data = await self.local.read_file(sb.local_id, path)
         except FileNotFoundError as exc:
             raise _Reply(404, f"path not found: {exc}") from None
         except (OSError, SandboxError) as exc:
@@ -529,11 +494,12 @@ class E2BEmulator(LoopServed):
             while (part := await reader.next()) is not None:
                 assert isinstance(part, BodyPartReader)
                 uploads.append((default_path or part.filename, bytes(await part.read())))
+        assert sb.local_id is not None
         for path, data in uploads:
             if not path:
                 raise _Reply(400, "a file has no path")
             try:
-                await self._local.backend.write_file(sb.local_id, path, data)
+                await self.local.write_file(sb.local_id, path, data)
             except (OSError, SandboxError) as exc:
                 raise _Reply(400, str(exc)) from None
             written.append({"name": posixpath.basename(path), "type": "file", "path": path})
@@ -637,7 +603,7 @@ class E2BEmulator(LoopServed):
         cwd = config.get("cwd") or None
         env = {str(k): str(v) for k, v in (config.get("envs") or {}).items()}
         process.run = asyncio.ensure_future(
-            self._local.backend.exec(
+            self.local.exec(
                 sb.local_id, argv, timeout=timeout, stdin=bytes(process.stdin), cwd=cwd, env=env
             )
         )
@@ -689,19 +655,11 @@ def serve_forever(
     when every key is accepted).
     """
 
-    async def main() -> int:
-        stopping = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, stopping.set)
-        async with E2BEmulator(host=host, port=port, api_key=api_key, faults=faults) as emu:
-            print(
-                f"{E2B_URL_VAR}={emu.url}\n{E2B_SANDBOX_URL_VAR}={emu.url}\n"
-                f"{E2B_KEY_VAR}={api_key or ANY_KEY}",
-                flush=True,
-            )
-            await stopping.wait()
-        print("e2b emulator stopped", file=sys.stderr, flush=True)
-        return 0
-
-    return asyncio.run(main())
+    emulator = E2BEmulator(host=host, port=port, api_key=api_key, faults=faults)
+    return serve_until_signalled(
+        emulator,
+        lambda emu: (
+            f"{E2B_URL_VAR}={emu.url}\n{E2B_SANDBOX_URL_VAR}={emu.url}\n"
+            f"{E2B_KEY_VAR}={api_key or ANY_KEY}"
+        ),
+    )

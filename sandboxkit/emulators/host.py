@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from ..backends.subprocess import SubprocessBackend, sandbox_parts
 from ..errors import SandboxError
@@ -19,6 +19,16 @@ def image_env(env: Mapping[str, str], image: str | None) -> dict[str, str]:
     """``env`` for the local sandbox of an emulated one made from ``image``, which names it
     in :data:`IMAGE_VARIABLE` (none for the provider's default)."""
     return {**env, IMAGE_VARIABLE: image} if image else dict(env)
+
+
+def base_image(dockerfile: Iterable[str]) -> str | None:
+    """The image a Dockerfile's lines build on (its first ``FROM``): what an SDK that builds
+    a sandbox's image from a Dockerfile (Daytona's, Modal's ``from_registry``) names."""
+    for line in dockerfile:
+        words = line.split()
+        if len(words) >= 2 and words[0].upper() == "FROM":
+            return words[1]
+    return None
 
 
 async def remove_from_host(backend: SubprocessBackend, sandbox_id: str, path: str) -> None:

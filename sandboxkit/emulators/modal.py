@@ -56,7 +56,6 @@ import itertools
 import json
 import logging
 import secrets
-import shutil
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -74,7 +73,8 @@ from ..errors import (
 from ..protocol import DEFAULT_WORKDIR, Backend, ExecResult, SandboxSpec
 from ..testing.faults import Faults
 from . import ANY_KEY, INSTALL, MODAL_TOKEN_ID
-from .threaded import ThreadedEmulator, local_backend, serve_until_signalled
+from .host import base_image, image_env
+from .serving import Served, serve_until_signalled
 
 with installed_for("the modal emulator", INSTALL):
     import grpclib
@@ -211,6 +211,8 @@ class ModalServicer:
         self._by_task: dict[str, _Emulated] = {}
         self._apps: dict[str, str] = {}
         self._secrets: dict[str, dict[str, str]] = {}
+        self._images: dict[str, str | None] = {}
+        """The image each image id was defined from (its Dockerfile's base)."""
         self._jwt_key = secrets.token_bytes(32)
         self._reserved = 0
         self._running = 0
@@ -341,9 +343,11 @@ class ModalServicer:
     async def ImageGetOrCreate(self, stream: Any) -> None:
         request = await self._control(stream)
         digest = hashlib.sha256(request.image.SerializeToString(deterministic=True)).hexdigest()
+        image_id = f"im-{digest[:22]}"
+        self._images[image_id] = base_image(request.image.dockerfile_commands)
         await stream.send_message(
             api_pb2.ImageGetOrCreateResponse(
-                image_id=f"im-{digest[:22]}",
+                image_id=image_id,
                 result=_RESULT(status=_RESULT.GENERIC_STATUS_SUCCESS),
                 metadata=api_pb2.ImageMetadata(
                     python_version_info="3.11", image_builder_version=IMAGE_BUILDER_VERSION
@@ -365,7 +369,8 @@ class ModalServicer:
             self._rate_limited(f"sandbox quota of {self.faults.max_sandboxes} reached")
         definition = request.definition
         workdir = definition.workdir or DEFAULT_WORKDIR
-        spec = SandboxSpec(env=env, workdir=workdir)
+        image = self._images.get(definition.image_id)
+        spec = SandboxSpec(env=image_env(env, image), workdir=workdir)
         self._reserved += 1
         try:
             local = await self.local.create(spec)
@@ -699,46 +704,15 @@ class ModalServicer:
         )
 
 
-class _Server:
-    """One emulator: a grpclib server, its servicer and the local root behind it."""
+class ModalEmulator(Served):
+    """One emulated Modal workspace: a grpclib server and its servicer.
 
-    def __init__(self, *, api_key: str | None, faults: Faults | None, page_size: int) -> None:
-        self.root, local = local_backend("sandboxkit-modal-")
-        self.servicer = ModalServicer(local, api_key=api_key, faults=faults, page_size=page_size)
-        self.server: grpclib.server.Server | None = None
-
-    async def start(self, host: str, port: int) -> str:
-        services = [
-            _Service(api_grpc.ModalClientBase, self.servicer),
-            _Service(task_command_router_grpc.TaskCommandRouterBase, self.servicer),
-        ]
-        self.server = grpclib.server.Server(services, status_details_codec=custom_detail_codec)
-        await self.server.start(host, port)
-        listening = cast(asyncio.Server | None, self.server._server)
-        sockets = listening.sockets if listening is not None else ()
-        bound = sockets[0].getsockname()[1] if sockets else port
-        self.servicer.url = f"http://{host}:{bound}"
-        return self.servicer.url
-
-    async def stop(self) -> None:
-        await self.servicer.close()
-        if self.server is not None:
-            self.server.close()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.server.wait_closed(), 5)
-        await asyncio.to_thread(shutil.rmtree, self.root, True)
-
-
-class ModalEmulator(ThreadedEmulator[_Server]):
-    """An emulator on its own thread and event loop, for tests and benchmarks.
-
-    Point the client at ``url`` with token id :data:`TOKEN_ID` and secret ``api_key``.
-    ``faults`` may be changed while it runs. ``direct_python`` is accepted for symmetry with
-    the other emulators: Modal's exec takes a working directory and variables itself, so
-    commands always run as given.
+    Serve it as :class:`~sandboxkit.emulators.serving.Served` says (``with`` for a thread of
+    its own); point the client at ``url`` with token id :data:`TOKEN_ID` and secret
+    ``api_key``. ``faults`` may be changed while it runs. ``direct_python`` is accepted for
+    symmetry with the other emulators: Modal's exec takes a working directory and variables
+    itself, so commands always run as given.
     """
-
-    thread_name = "sandboxkit-modal-emulator"
 
     def __init__(
         self,
@@ -750,17 +724,44 @@ class ModalEmulator(ThreadedEmulator[_Server]):
         page_size: int = PAGE_SIZE,
         direct_python: bool = True,
     ) -> None:
-        super().__init__(host=host, port=port)
-        self.api_key = api_key
-        self.faults = faults or Faults()
+        super().__init__(host=host, port=port, api_key=api_key, faults=faults)
         self.page_size = page_size
-
-    def _make_server(self) -> _Server:
-        return _Server(api_key=self.api_key, faults=self.faults, page_size=self.page_size)
+        self._servicer: ModalServicer | None = None
+        self._server: grpclib.server.Server | None = None
 
     @property
     def servicer(self) -> ModalServicer:
-        return self.server.servicer
+        assert self._servicer is not None, "the emulator is not running"
+        return self._servicer
+
+    async def start(self) -> None:
+        self._servicer = ModalServicer(
+            self._open_local("sandboxkit-modal-").backend,
+            api_key=self.api_key,
+            faults=self.faults,
+            page_size=self.page_size,
+        )
+        services = [
+            _Service(api_grpc.ModalClientBase, self._servicer),
+            _Service(task_command_router_grpc.TaskCommandRouterBase, self._servicer),
+        ]
+        self._server = grpclib.server.Server(services, status_details_codec=custom_detail_codec)
+        await self._server.start(self.host, self.port)
+        listening = cast(asyncio.Server | None, self._server._server)
+        sockets = listening.sockets if listening is not None else ()
+        if sockets:
+            self.port = sockets[0].getsockname()[1]
+        self._servicer.url = self.url
+
+    async def aclose(self) -> None:
+        if self._servicer is not None:
+            await self._servicer.close()
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._server.wait_closed(), 5)
+            self._server = None
+        await self._close_local()
 
     def live_sandboxes(self) -> int:
         """Sandboxes created and not yet ended."""
@@ -794,11 +795,9 @@ def serve_forever(
     the token id and secret a client must send (the secret ``any`` when every one is
     accepted)."""
     return serve_until_signalled(
-        lambda: _Server(api_key=api_key, faults=faults, page_size=PAGE_SIZE),
-        host,
-        port,
-        lambda url: (
-            f"{MODAL_URL_VAR}={url}\n{MODAL_KEY_VARS[0]}={TOKEN_ID}\n"
+        ModalEmulator(host=host, port=port, api_key=api_key, faults=faults),
+        lambda emu: (
+            f"{MODAL_URL_VAR}={emu.url}\n{MODAL_KEY_VARS[0]}={TOKEN_ID}\n"
             f"{MODAL_KEY_VARS[1]}={api_key or ANY_KEY}"
         ),
     )
