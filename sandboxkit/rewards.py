@@ -37,7 +37,7 @@ from .outcomes import Outcome, OutcomeKind, Verdict
 from .pool import PoolStats, SandboxPool
 from .portal import run_sync
 from .registry import BackendLike, refuse_images, sandbox_keywords_for
-from .sanitize import Completion, block_tags, completion_text, extract_code
+from .sanitize import Completion, block_tags, completion_text, extract_code, parse_python
 from .tools.rollout import ToolRollout, tool_metrics
 
 Judging = Callable[[Completion], Plan]
@@ -509,7 +509,7 @@ def reference_program(prompt: str, reference: str, entry_point: str) -> str:
     """The reference as a program: itself where it defines ``entry_point`` (MBPP+'s
     solutions), else the prompt it continues followed by it (HumanEval+'s bodies)."""
     with contextlib.suppress(SyntaxError, ValueError):
-        tree = ast.parse(reference)
+        tree = parse_python(reference)
         defined = (n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef))
         if entry_point in defined:
             return reference

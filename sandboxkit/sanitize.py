@@ -18,6 +18,7 @@ import keyword
 import re
 import sys
 import textwrap
+import threading
 import tokenize
 import unicodedata
 from collections.abc import Collection, Iterator, Mapping, Sequence
@@ -414,12 +415,24 @@ def _body(prompt: str, text: str, max_chars: int | None = None) -> tuple[str, Pr
     return body, _escape(prompt + body, chosen.at, len(prompt))
 
 
+_PARSING = threading.Lock()
+
+
+def parse_python(source: str) -> ast.Module:
+    """``ast.parse``, one thread at a time: CPython 3.11 and 3.12 count the AST constructor's
+    depth in state the interpreter's threads share, so two threads parsing at once can fail
+    with ``SystemError: AST constructor recursion depth mismatch`` (python/cpython#106905); a
+    reward planning completions in one thread while another parses must not lose them."""
+    with _PARSING:
+        return ast.parse(source)
+
+
 def _escape(code: str, at: tuple[int, int], start: int) -> Problem | None:
     """Why the program ``code`` has code of the model's (from offset ``start``) outside the
     function whose ``def`` is ``at``, as the compiler reads it; None when it has none, or
     when it does not compile (the syntax check says so)."""
     try:
-        tree = ast.parse(code)
+        tree = parse_python(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     line = code.count("\n", 0, start) + 1
@@ -492,7 +505,7 @@ def _parse(code: str) -> ast.Module | Problem:
         line = code[: code.index("\0")].count("\n") + 1
         return Problem(ProblemKind.NUL_BYTES, f"line {line}: the code contains NUL bytes", line)
     try:
-        return ast.parse(code)
+        return parse_python(code)
     except SyntaxError as exc:
         where = f"line {exc.lineno}: " if exc.lineno else ""
         return Problem(ProblemKind.SYNTAX_ERROR, f"{where}{exc.msg}", exc.lineno)

@@ -746,17 +746,19 @@ def test_a_stuck_server_still_answers_within_the_timeout_and_a_second(
         server = _server_pid(template.spawned.proc.pid)
         results: list[sandboxkit.ExecResult] = []
         run = threading.Thread(
-            target=lambda: results.append(sb.exec(["sh", "-c", "sleep 30"], timeout=2))
+            target=lambda: results.append(sb.exec(["sh", "-c", "sleep 90"], timeout=6))
         )
         started = time.monotonic()
         run.start()
-        assert wait_until(lambda: processes_with("sleep 30"), timeout=30)
+        assert wait_until(lambda: processes_with("sleep 90"), timeout=30)
         os.kill(server, signal.SIGSTOP)
-        run.join(60)
+        run.join(80)
         elapsed = time.monotonic() - started
         (result,) = results
         assert result.timed_out and result.returncode == 137
-        assert elapsed < 2 + 1.5, elapsed  # timeout + 1 s, and 0.5 s for a loaded machine
+        # Answered by the backstop (timeout + 1 s), not by the end of the sleep or of a 60 s
+        # wait: the bound leaves a loaded machine its slack, no exact timing.
+        assert elapsed < 6 + 20, elapsed
         assert template.broken
         assert sb.exec(["echo", "next"], timeout=60).stdout == "next\n"
 
