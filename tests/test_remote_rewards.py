@@ -100,6 +100,13 @@ class Case:
         return {name: value for name, (_, value) in self.answers.items()}
 
 
+ADD_IO = {"input_output": {"inputs": ["1 2\n", "20 22\n"], "outputs": ["3\n", "42\n"]}}
+STDIO_PROGRAMS = {
+    "right": ("a, b = map(int, input().split())\nprint(a + b)", 1.0),
+    "wrong on the second": ("a, b = map(int, input().split())\nprint(3)", 0.5),
+    "crashing": ("raise SystemExit(input())", 0.0),
+}
+
 CASES = {
     "exec_reward": Case(lambda **kw: exec_reward(timeout=3, **kw), EXEC_PROGRAMS),
     "assert_tests_reward": Case(
@@ -109,6 +116,9 @@ CASES = {
     ),
     "function_tests_reward": Case(
         lambda **kw: function_tests_reward([SORT], timeout=2, **kw), SORT_BODIES, SORT.prompt
+    ),
+    "stdio_tests_reward": Case(
+        lambda **kw: stdio_tests_reward(timeout=2, **kw), STDIO_PROGRAMS, columns=ADD_IO
     ),
 }
 
@@ -220,7 +230,14 @@ def wrapped_emulator(remote_provider: str) -> Iterator[Emulator]:
         yield emu
 
 
+WRAPPING = ["daytona", "aviato"]
+"""The backends that run commands in an exec wrapper of their own (the contest judge's C++
+and Python through it are what these tests add; Modal's and E2B's commands are their argv,
+whose rewards ``test_same_rewards_as_the_local_backend`` covers, stdio tests included)."""
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("remote_provider", WRAPPING)
 def test_contest_rewards_and_verdicts_are_the_local_ones(
     remote_provider: str,
     wrapped_emulator: Emulator,
@@ -233,6 +250,7 @@ def test_contest_rewards_and_verdicts_are_the_local_ones(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("remote_provider", WRAPPING)
 def test_a_remote_sandbox_precompiles_the_cpp_header_once(
     remote_provider: str, remote_emulator: Emulator, problemset: ModuleType
 ) -> None:
@@ -395,7 +413,7 @@ def test_faults_cost_rewards_not_crashes_or_sandboxes(
     assert stats.pool.replaced >= 1 and stats.pool.retries >= 1, stats.pool
 
 
-@pytest.mark.parametrize("provider", ["daytona", "aviato"])
+@pytest.mark.parametrize("provider", WRAPPING)
 def test_emulators_run_wrapped_python_on_the_warm_template(provider: str) -> None:
     """The emulators of backends that wrap commands run their wrapped Python directly, so that
     the local backend's warm template serves it (the benchmarks' remote rows rest on it). Modal's
