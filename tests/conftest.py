@@ -35,6 +35,7 @@ pytest_plugins = [
     "sandboxkit.testing.daytona",
     "sandboxkit.testing.aviato",
     "sandboxkit.testing.ray",
+    "sandboxkit.testing.docker",
 ]
 
 CONFORMANCE_BACKENDS = [
@@ -43,8 +44,14 @@ CONFORMANCE_BACKENDS = [
     "aviato",
     # Each test starts actors (a second or more here), the first a cluster: not the quick loop.
     pytest.param("ray", marks=pytest.mark.slow),
+    "docker",
 ]
-EMULATOR_ENVS = {"daytona": "daytona_env", "aviato": "aviato_env", "ray": "ray_env"}
+EMULATOR_ENVS = {
+    "daytona": "daytona_env",
+    "aviato": "aviato_env",
+    "ray": "ray_env",
+    "docker": "docker_env",
+}
 """Backends served by an emulator (for Ray, a local cluster), and the fixture that starts it and
 points the env at it."""
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

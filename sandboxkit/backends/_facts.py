@@ -24,3 +24,7 @@ RAY_ADDRESS_VAR = "RAY_ADDRESS"
 RAY_DEFAULT_ADDRESS = "auto"
 """What Ray finds without an address: a cluster running on this machine (then, for ``create``,
 a local one started on demand)."""
+
+DOCKER_HOST_VAR = "DOCKER_HOST"
+"""The Engine to use (the Docker SDK's own variable)."""
+DOCKER_DEFAULT_HOST = "unix:///var/run/docker.sock"

@@ -1,0 +1,666 @@
+"""Sandboxes as containers on a Docker Engine: the user's own images, on their own machine.
+
+One container per sandbox, from the spec's ``image`` (default :data:`DEFAULT_IMAGE`, which
+``scripts/docker-setup`` builds offline), hardened as careful Docker users run untrusted code:
+no network, every capability dropped, ``no-new-privileges``, the Engine's default seccomp
+profile, a read-only root filesystem, uid 65534, limits on memory (no swap), CPUs, processes,
+open files, file size and CPU seconds. The workdir and ``/tmp`` are tmpfs volumes of
+``disk_mb`` each (the local volume driver's, so files move through the Engine's archive API
+on every storage driver); ``runtime=`` passes an OCI runtime through (``runsc``: gVisor).
+
+Its pid 1 is a tiny static program (``forkserver.INIT_X86_64``'s kind) bind-mounted from this
+machine: it holds nothing, reaps orphans, cannot be signalled or traced from the container
+(an init gets only the signals it handles: none), and exits at ``lifetime_seconds``, when the
+Engine removes the container (``--rm``). So the Engine must run on this machine (a unix
+socket), which the bind mount and the host-side kill of a timed-out exec both need.
+
+Every container carries sandboxkit's labels (its id, tags, start time, workdir), so ``list``
+and ``reap`` in any process find what a killed run left. Images are never pulled implicitly:
+:meth:`DockerBackend.pull` (``sandboxkit docker pull``) does it, with progress; an image the
+Engine lacks is a :class:`~sandboxkit.errors.BackendMisconfiguredError` naming it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import functools
+import io
+import json
+import os
+import posixpath
+import select
+import signal
+import socket
+import struct
+import tarfile
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ..errors import (
+    BackendError,
+    BackendMisconfiguredError,
+    SandboxError,
+    SandboxFileError,
+    SandboxFileNotFoundError,
+    SandboxIsADirectoryError,
+    SandboxNotFoundError,
+    TransientBackendError,
+    installed_for,
+)
+from ..hostdirs import private_directory
+from ..local.forkserver import init_executable
+from ..local.limits import Limits, MiB
+from ..protocol import (
+    KILLED_RETURNCODE,
+    ExecResult,
+    SandboxInfo,
+    SandboxSpec,
+    SandboxStatus,
+    check_env,
+)
+
+with installed_for("the 'docker' backend", "pip install 'sandboxkit[docker]'"):
+    import docker
+    from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+    from docker.types import DriverConfig, Mount, Ulimit
+
+DEFAULT_IMAGE = "sandboxkit-python:bookworm"
+"""Debian bookworm's minbase with python3, which ``scripts/docker-setup`` builds offline
+(``mmdebstrap --variant=minbase --include=python3 bookworm`` + ``docker import``)."""
+USER = "65534:65534"
+"""Who runs every command: ``nobody``, whatever the image names (a numeric uid needs no
+passwd entry)."""
+LABEL = "sandboxkit.sandbox"
+"""Every sandbox's container carries it: ``{"id", "tags", "started_at", "workdir"}`` as JSON."""
+CREATOR_LABEL = "sandboxkit.creator"
+"""``host:pid`` of the process that made the container (what a test session cleans up)."""
+INIT_PATH = "/.sandboxkit-init"
+_T = TypeVar("_T")
+_STOP_SIGNALS = (signal.SIGKILL,)
+
+
+def init_code(lifetime: float | None) -> bytes:
+    """Pid 1: undumpable, SIGCHLD ignored (the kernel reaps what is orphaned to it), then a
+    sleep of ``lifetime`` seconds and an exit, or a pause forever. x86-64 Linux."""
+    code = bytes.fromhex(
+        "bf04000000"  # mov edi, 4 (PR_SET_DUMPABLE)
+        "31f6"  # xor esi, esi
+        "b89d000000"  # mov eax, 157 (prctl)
+        "0f05"  # syscall
+        "bf11000000"  # mov edi, 17 (SIGCHLD)
+        "488d3528000000"  # lea rsi, [rip + 40]: the action, at 66
+        "31d2"  # xor edx, edx
+        "41ba08000000"  # mov r10d, 8 (the size of a sigset)
+        "b80d000000"  # mov eax, 13 (rt_sigaction)
+        "0f05"  # syscall
+    )
+    if lifetime is None:
+        code += bytes.fromhex("b8220000000f05ebf7")  # loop: pause(); jmp loop
+    else:
+        code += bytes.fromhex(
+            "488d3d32000000"  # lea rdi, [rip + 50]: the timespec, at 98
+            "31f6"  # xor esi, esi
+            "b823000000"  # mov eax, 35 (nanosleep)
+            "0f05"  # syscall
+            "31ff"  # xor edi, edi
+            "b8e7000000"  # mov eax, 231 (exit_group)
+            "0f05"  # syscall
+        )
+    code = code.ljust(66, b"\0")
+    seconds = int(lifetime or 0)
+    nanos = int(((lifetime or 0) - seconds) * 1e9)
+    action = struct.pack("<QQQQ", 1, 0, 0, 0)  # SIG_IGN, no flags, no restorer, empty mask
+    return code + action + struct.pack("<qq", seconds, nanos)
+
+
+def _init_file(lifetime: float | None) -> str:
+    """The host file of the pid 1 for ``lifetime`` (one per lifetime, written once)."""
+    data = init_executable(init_code(lifetime))
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    directory = private_directory(base / "sandboxkit" / "docker-init", "the docker init's home")
+    path = directory / f"init-{lifetime if lifetime is not None else 'forever'}"
+    if not path.exists() or path.read_bytes() != data:
+        part = path.with_name(f"{path.name}.{uuid.uuid4().hex}")
+        part.write_bytes(data)
+        part.chmod(0o555)
+        os.replace(part, path)
+    return str(path)
+
+
+def _label(sandbox_id: str, tags: Sequence[str], started: datetime, workdir: str) -> str:
+    return json.dumps(
+        {
+            "id": sandbox_id,
+            "tags": list(tags),
+            "started_at": started.isoformat(),
+            "workdir": workdir,
+        }
+    )
+
+
+_STATES = {
+    "created": SandboxStatus.PENDING,
+    "restarting": SandboxStatus.PENDING,
+    "running": SandboxStatus.RUNNING,
+    "paused": SandboxStatus.RUNNING,
+}
+
+
+def _info(container: Mapping[str, Any]) -> SandboxInfo | None:
+    """A container's sandbox, from its labels (None: not one of sandboxkit's, or mangled)."""
+    try:
+        data = json.loads(container["Labels"][LABEL])
+        status = _STATES.get(container.get("State", ""), SandboxStatus.STOPPED)
+        started = datetime.fromisoformat(data["started_at"])
+        return SandboxInfo(str(data["id"]), status, tuple(data["tags"]), started)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _tmpfs_volume(target: str, limits: Limits) -> Mount:
+    """A tmpfs of ``disk_mb`` (and ``disk_inodes``) that uid 65534 owns, as a volume of the
+    local driver: the Engine's archive API (files in and out) reaches volumes on a read-only
+    root filesystem, not ``--tmpfs`` mounts. Anonymous: removed with its container."""
+    options = f"size={limits.disk_mb}m,nr_inodes={limits.disk_inodes},uid=65534,gid=65534,mode=0755"
+    driver = DriverConfig("local", {"type": "tmpfs", "device": "tmpfs", "o": options})
+    return Mount(target, None, type="volume", driver_config=driver)
+
+
+def _not_found(sandbox_id: str) -> SandboxNotFoundError:
+    return SandboxNotFoundError(f"no sandbox {sandbox_id!r} (stopped, or never created)")
+
+
+def _api_error(exc: DockerException, what: str) -> BackendError:
+    """An Engine failure as sandboxkit's: 5xx and dropped connections may pass, the rest is
+    the configuration's."""
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    if status is None or status >= 500:
+        return TransientBackendError(f"{what}: {exc}")
+    return BackendMisconfiguredError(f"{what}: {exc}")
+
+
+class DockerBackend:
+    """Sandboxes as hardened containers on the Docker Engine of this machine."""
+
+    name = "docker"
+    sandbox_options: frozenset[str] = frozenset({"runtime"})
+    """``runtime``: the OCI runtime of the sandbox's container (``runsc``), else the Engine's
+    default."""
+
+    def __init__(
+        self,
+        *,
+        base_url: str | None = None,
+        image: str = DEFAULT_IMAGE,
+        runtime: str | None = None,
+        timeout: float = 120.0,
+        **limits: Any,
+    ) -> None:
+        """``base_url`` of the Engine (else ``DOCKER_HOST``, else its unix socket);
+        ``image`` for specs that name none; ``runtime`` for sandboxes whose options name
+        none; ``timeout`` of each Engine call; ``limits``: fields of
+        :class:`~sandboxkit.local.limits.Limits` (else ``SANDBOXKIT_LIMIT_*``, else its
+        defaults), which a spec's ``cpu``, ``memory_mb`` and ``disk_mb`` override."""
+        self.base_url = base_url
+        self.image = image
+        self.runtime = runtime
+        self.timeout = timeout
+        self.limits = Limits.from_env(**limits)
+        self._client: docker.DockerClient | None = None
+        self._threads = ThreadPoolExecutor(64, thread_name_prefix="sandboxkit-docker")
+
+    # -- the Engine ----------------------------------------------------------------------------
+
+    @property
+    def api(self) -> docker.APIClient:
+        if self._client is None:
+            try:
+                if self.base_url:
+                    client = docker.DockerClient(base_url=self.base_url, timeout=int(self.timeout))
+                else:
+                    client = docker.from_env(timeout=int(self.timeout))
+            except DockerException as exc:
+                raise TransientBackendError(f"no Docker Engine answers: {exc}") from exc
+            self._client = client
+        api: docker.APIClient = self._client.api
+        return api
+
+    async def _run(self, work: Callable[[], _T], what: str) -> _T:
+        """``work`` (blocking Engine calls) in a thread; its SDK errors as sandboxkit's."""
+
+        def guarded() -> _T:
+            try:
+                return work()
+            except SandboxError:
+                raise
+            except DockerException as exc:
+                raise _api_error(exc, what) from exc
+            except OSError as exc:  # the socket: no Engine, or it went away
+                raise TransientBackendError(f"{what}: the Docker Engine: {exc}") from exc
+
+        return await asyncio.get_running_loop().run_in_executor(self._threads, guarded)
+
+    def _container(self, sandbox_id: str) -> dict[str, Any]:
+        """The running container of ``sandbox_id`` (inspected); raises not found otherwise."""
+        try:
+            found: dict[str, Any] = self.api.inspect_container(sandbox_id)
+        except NotFound:
+            raise _not_found(sandbox_id) from None
+        if LABEL not in (found["Config"].get("Labels") or {}):
+            raise _not_found(sandbox_id)
+        if not found["State"].get("Running"):
+            raise _not_found(sandbox_id)
+        return found
+
+    # -- images --------------------------------------------------------------------------------
+
+    def pull(self, image: str, progress: Callable[[str], None] = print) -> None:
+        """Pull ``image`` from its registry, saying each layer's progress to ``progress``:
+        sandboxes never pull by themselves."""
+        repository, _, tag = (
+            image.rpartition(":") if ":" in image.split("/")[-1] else (image, "", "")
+        )
+        try:
+            for event in self.api.pull(repository, tag or "latest", stream=True, decode=True):
+                if "error" in event:
+                    raise BackendMisconfiguredError(f"pulling {image}: {event['error']}")
+                line = " ".join(str(event[k]) for k in ("id", "status", "progress") if event.get(k))
+                progress(line)
+        except DockerException as exc:
+            raise _api_error(exc, f"pulling {image}") from exc
+
+    # -- Backend protocol ----------------------------------------------------------------------
+
+    async def create(self, spec: SandboxSpec) -> SandboxInfo:
+        check_env(spec.env)
+        unknown = set(spec.options) - self.sandbox_options
+        if unknown:
+            raise TypeError(f"unknown docker sandbox options: {sorted(unknown)}")
+        sandbox_id = f"sbx-{uuid.uuid4().hex[:12]}"
+        started = datetime.now(timezone.utc)
+        image = spec.image or self.image
+        limits = self.limits
+        cpus = spec.cpu if spec.cpu is not None else limits.cpus
+        memory_mb = spec.memory_mb if spec.memory_mb is not None else limits.memory_mb
+        if spec.disk_mb is not None:
+            limits = Limits.from_env(**{**vars(limits), "disk_mb": spec.disk_mb})
+        workdir = spec.workdir
+        env = {"HOME": workdir, "LANG": "C.UTF-8", "TMPDIR": "/tmp", **spec.env}
+        init = _init_file(spec.lifetime_seconds)
+
+        def work() -> None:
+            try:
+                self.api.inspect_image(image)
+            except ImageNotFound:
+                raise BackendMisconfiguredError(
+                    f"image {image!r} is not on the Docker Engine and sandboxes never pull: "
+                    f"`sandboxkit docker pull {image}`"
+                    + (", or build it with scripts/docker-setup" if image == DEFAULT_IMAGE else "")
+                ) from None
+            host_config = self.api.create_host_config(
+                auto_remove=True,
+                network_mode="none",
+                cap_drop=["ALL"],
+                security_opt=["no-new-privileges"],
+                read_only=True,
+                mounts=[
+                    Mount(INIT_PATH, init, type="bind", read_only=True),
+                    _tmpfs_volume(workdir, limits),
+                    _tmpfs_volume("/tmp", limits),
+                ],
+                mem_limit=memory_mb * MiB,
+                memswap_limit=memory_mb * MiB,
+                nano_cpus=int(cpus * 1e9),
+                pids_limit=limits.processes,
+                ulimits=[
+                    Ulimit(name="nofile", soft=limits.open_files, hard=limits.open_files),
+                    Ulimit(
+                        name="fsize", soft=limits.file_size_mb * MiB, hard=limits.file_size_mb * MiB
+                    ),
+                    Ulimit(name="cpu", soft=limits.cpu_seconds, hard=limits.cpu_seconds + 1),
+                    Ulimit(name="core", soft=0, hard=0),
+                ],
+                runtime=spec.options.get("runtime", self.runtime),
+            )
+            label = _label(sandbox_id, spec.tags, started, workdir)
+            self.api.create_container(
+                image,
+                command=[INIT_PATH],
+                entrypoint=[],
+                name=sandbox_id,
+                user=USER,
+                environment=env,
+                working_dir=workdir,
+                labels={LABEL: label, CREATOR_LABEL: creator()},
+                host_config=host_config,
+                network_disabled=True,
+            )
+            try:
+                self.api.start(sandbox_id)
+            except BaseException:
+                with contextlib.suppress(DockerException):
+                    self.api.remove_container(sandbox_id, force=True, v=True)
+                raise
+
+        await self._run(work, f"creating a sandbox from {image}")
+        return SandboxInfo(sandbox_id, SandboxStatus.RUNNING, tuple(spec.tags), started)
+
+    def _workdir(self, container: Mapping[str, Any]) -> str:
+        return str(json.loads(container["Config"]["Labels"][LABEL])["workdir"])
+
+    async def exec(
+        self,
+        sandbox_id: str,
+        argv: Sequence[str],
+        *,
+        timeout: float | None = None,
+        stdin: bytes | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> ExecResult:
+        if isinstance(argv, (str, bytes)) or not argv:
+            raise TypeError("argv must be a non-empty list of strings")
+        if env:
+            check_env(env)
+        return await self._run(
+            functools.partial(self._exec, sandbox_id, list(argv), timeout, stdin, cwd, env),
+            f"exec in sandbox {sandbox_id}",
+        )
+
+    def _exec(
+        self,
+        sandbox_id: str,
+        argv: list[str],
+        timeout: float | None,
+        stdin: bytes | None,
+        cwd: str | None,
+        env: Mapping[str, str] | None,
+    ) -> ExecResult:
+        container = self._container(sandbox_id)
+        workdir = posixpath.join(self._workdir(container), cwd or "")
+        started = time.monotonic()
+        try:
+            created = self.api.exec_create(
+                sandbox_id,
+                argv,
+                stdin=True,
+                user=USER,
+                environment=dict(env or {}),
+                workdir=workdir,
+            )
+        except NotFound:
+            raise _not_found(sandbox_id) from None
+        except APIError as exc:
+            if exc.status_code == 409:  # not running: stopped under us
+                raise _not_found(sandbox_id) from None
+            raise
+        exec_id = created["Id"]
+        sock = self.api.exec_start(exec_id, socket=True)
+        raw: socket.socket = sock._sock
+        try:
+            out, err, truncated, timed_out = _pump(
+                raw,
+                stdin or b"",
+                self.limits.output_bytes,
+                None if timeout is None else started + timeout,
+            )
+        finally:
+            sock.close()
+        if timed_out:
+            self._kill_exec(exec_id)
+        state = self.api.exec_inspect(exec_id)
+        deadline = time.monotonic() + 10
+        while state.get("Running") and time.monotonic() < deadline:
+            time.sleep(0.02)
+            state = self.api.exec_inspect(exec_id)
+        code = state.get("ExitCode")
+        if timed_out or code is None:
+            code = KILLED_RETURNCODE if code is None or timed_out else code
+        return ExecResult(
+            int(code),
+            out,
+            err,
+            timed_out=timed_out,
+            duration=time.monotonic() - started,
+            truncated=truncated,
+        )
+
+    def _kill_exec(self, exec_id: str) -> None:
+        """Kill a timed-out exec's processes from this machine (the Engine has no call for it):
+        its process and every descendant, by host pid."""
+        pid = int(self.api.exec_inspect(exec_id).get("Pid") or 0)
+        if pid <= 0:
+            return
+        for victim in [pid, *_descendants(pid)]:
+            with contextlib.suppress(OSError):
+                os.kill(victim, signal.SIGKILL)
+
+    # -- files ---------------------------------------------------------------------------------
+
+    def _path(self, container: Mapping[str, Any], path: str) -> str:
+        return posixpath.normpath(posixpath.join(self._workdir(container), path))
+
+    async def write_file(self, sandbox_id: str, path: str, data: bytes) -> None:
+        def work() -> None:
+            container = self._container(sandbox_id)
+            target = self._path(container, path)
+            base = next(
+                (
+                    m["Destination"]
+                    for m in container["Mounts"]
+                    if _under(target, m["Destination"]) and m["Destination"] != INIT_PATH
+                ),
+                posixpath.dirname(target),
+            )
+            archive = io.BytesIO()
+            with tarfile.open(fileobj=archive, mode="w") as tar:
+                parts = posixpath.relpath(target, base).split("/")
+                for depth in range(1, len(parts)):
+                    entry = tarfile.TarInfo("/".join(parts[:depth]))
+                    entry.type, entry.mode, entry.uid, entry.gid = (
+                        tarfile.DIRTYPE,
+                        0o755,
+                        65534,
+                        65534,
+                    )
+                    tar.addfile(entry)
+                entry = tarfile.TarInfo("/".join(parts))
+                entry.size, entry.mode, entry.uid, entry.gid = len(data), 0o644, 65534, 65534
+                entry.mtime = int(time.time())
+                tar.addfile(entry, io.BytesIO(data))
+            try:
+                self.api.put_archive(sandbox_id, base, archive.getvalue())
+            except NotFound:
+                raise SandboxFileNotFoundError(
+                    2, f"no directory {base} in the sandbox", path
+                ) from None
+            except APIError as exc:
+                if exc.status_code in (400, 403, 500):
+                    raise SandboxFileError(
+                        30, f"cannot write {target}: {exc.explanation}", path
+                    ) from None
+                raise
+
+        await self._run(work, f"writing {path} in sandbox {sandbox_id}")
+
+    async def read_file(self, sandbox_id: str, path: str) -> bytes:
+        def work() -> bytes:
+            container = self._container(sandbox_id)
+            target = self._path(container, path)
+            try:
+                stream, stat = self.api.get_archive(sandbox_id, target)
+            except NotFound:
+                raise SandboxFileNotFoundError(
+                    2, f"no such file in the sandbox: {target}", path
+                ) from None
+            if stat.get("linkTarget"):
+                raise SandboxFileError(40, f"{target} is a link (never followed)", path)
+            mode = int(stat.get("mode", 0))
+            if mode & (1 << 31):  # Go's os.ModeDir
+                raise SandboxIsADirectoryError(21, f"{target} is a directory", path)
+            tar_bytes = b"".join(stream)
+            with tarfile.open(fileobj=io.BytesIO(tar_bytes)) as tar:
+                member = tar.next()
+                if member is None or not member.isreg():
+                    raise SandboxFileError(22, f"{target} is not a regular file", path)
+                extracted = tar.extractfile(member)
+                assert extracted is not None
+                return extracted.read()
+
+        return await self._run(work, f"reading {path} in sandbox {sandbox_id}")
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def stop(self, sandbox_id: str, *, missing_ok: bool = True) -> None:
+        def work() -> None:
+            try:
+                found = self.api.inspect_container(sandbox_id)
+                if LABEL not in (found["Config"].get("Labels") or {}):
+                    raise NotFound(sandbox_id)
+                self.api.remove_container(sandbox_id, force=True, v=True)
+            except NotFound:
+                if not missing_ok:
+                    raise _not_found(sandbox_id) from None
+            except APIError as exc:
+                if exc.status_code != 409:  # already being removed (--rm)
+                    raise
+
+        await self._run(work, f"stopping sandbox {sandbox_id}")
+
+    async def list(
+        self, *, tags: Sequence[str] = (), status: SandboxStatus | None = None
+    ) -> builtins.list[SandboxInfo]:
+        wanted = set(tags)
+
+        def work() -> builtins.list[SandboxInfo]:
+            found = self.api.containers(all=True, filters={"label": LABEL})
+            infos = [info for c in found if (info := _info(c)) is not None]
+            return sorted(
+                (
+                    i
+                    for i in infos
+                    if wanted <= set(i.tags) and (status is None or i.status is status)
+                ),
+                key=lambda i: i.id,
+            )
+
+        return await self._run(work, "listing sandboxes")
+
+    async def get(self, sandbox_id: str) -> SandboxInfo:
+        def work() -> SandboxInfo:
+            try:
+                found = self.api.inspect_container(sandbox_id)
+            except NotFound:
+                raise _not_found(sandbox_id) from None
+            info = _info(
+                {"Labels": found["Config"].get("Labels") or {}, "State": found["State"]["Status"]}
+            )
+            if info is None or info.status is SandboxStatus.STOPPED:
+                raise _not_found(sandbox_id)
+            return info
+
+        return await self._run(work, f"getting sandbox {sandbox_id}")
+
+    async def aclose(self) -> None:
+        """Close the Engine connection; the sandboxes outlive the client until stopped."""
+        client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+
+def creator() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _under(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
+
+
+def _descendants(pid: int) -> builtins.list[int]:
+    """The host pids of ``pid``'s descendants, from /proc."""
+    children: dict[int, builtins.list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    parent = int(f.read().rsplit(b")", 1)[1].split()[1])
+                children.setdefault(parent, []).append(int(entry))
+    found, stack = [], [pid]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+def _pump(
+    sock: socket.socket, stdin: bytes, cap: int, deadline: float | None
+) -> tuple[bytes, bytes, bool, bool]:
+    """Feed ``stdin`` to an attached exec and read its multiplexed output (8-byte frame
+    headers: stream, size) until it ends or ``deadline``; each stream kept up to ``cap``
+    bytes. Returns stdout, stderr, whether cut, whether timed out."""
+    streams: dict[int, bytearray] = {1: bytearray(), 2: bytearray()}
+    truncated = False
+    pending = memoryview(stdin)
+    if not pending:
+        sock.shutdown(socket.SHUT_WR)
+    buffer = bytearray()
+    sock.setblocking(False)
+    while True:
+        wait = None if deadline is None else deadline - time.monotonic()
+        if wait is not None and wait <= 0:
+            return bytes(streams[1]), bytes(streams[2]), truncated, True
+        readable, writable, _ = select.select([sock], [sock] if pending else [], [], wait)
+        if writable:
+            try:
+                sent = sock.send(pending[:65536])
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError:  # the command closed its stdin
+                sent, pending = 0, memoryview(b"")
+            pending = pending[sent:]
+            if not pending:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_WR)
+        if readable:
+            try:
+                chunk = sock.recv(65536)
+            except (BlockingIOError, InterruptedError):
+                continue
+            if not chunk:
+                break
+            buffer += chunk
+            while len(buffer) >= 8:
+                kind, size = struct.unpack(">BxxxL", buffer[:8])
+                if len(buffer) < 8 + size:
+                    break
+                payload, buffer = bytes(buffer[8 : 8 + size]), buffer[8 + size :]
+                kept = streams.setdefault(kind, bytearray())
+                room = cap - len(kept)
+                kept += payload[: max(room, 0)]
+                truncated = truncated or len(payload) > room
+    return bytes(streams[1]), bytes(streams[2]), truncated, False
+
+
+def probe_docker(url: str, timeout: float) -> str:
+    """``sandboxkit doctor``'s check: the Engine answers; its version, runtimes, whether user
+    namespaces remap root, and the storage driver."""
+    api = docker.APIClient(base_url=url, timeout=max(1, int(timeout)), version="auto")
+    try:
+        info = api.info()
+    finally:
+        api.close()
+    runtimes = ", ".join(sorted(info.get("Runtimes") or {}))
+    userns = any("userns" in option for option in info.get("SecurityOptions") or [])
+    return (
+        f"Engine {info.get('ServerVersion')}, runtimes {runtimes} (default "
+        f"{info.get('DefaultRuntime')}), user namespaces {'on' if userns else 'off'}, "
+        f"storage {info.get('Driver')}"
+    )
