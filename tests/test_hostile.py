@@ -30,6 +30,7 @@ import pytest
 from sandboxkit import Sandbox, SandboxClient, SandboxError, get_backend
 from sandboxkit.backends.subprocess import SubprocessBackend
 from sandboxkit.emulators.host import remove_from_host
+from sandboxkit.errors import SandboxNotFoundError
 from sandboxkit.harness import AssertTests
 from sandboxkit.integrations.environment import sandbox_environment
 from sandboxkit.local import disk, files
@@ -48,10 +49,18 @@ DISK_MB = 64
 DISK_INODES = 2000
 
 
-@pytest.fixture(params=["namespaces", "namespaces-cold", "rlimits"])
+LOCAL_TIERS = ["namespaces", "namespaces-cold", "rlimits"]
+on_docker_too = pytest.mark.parametrize("tier", [*LOCAL_TIERS, "docker"], indirect=True)
+"""For an attack that applies to a container as well: run it on the docker backend too."""
+
+
+@pytest.fixture(params=LOCAL_TIERS)
 def tier(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """The tier; ``namespaces`` runs Python through the warm template, ``-cold`` one bwrap per
-    exec."""
+    exec; ``docker``: the docker backend's container, on this machine's Engine."""
+    if request.param == "docker":
+        request.getfixturevalue("docker_engine")
+        return "docker"
     tier, _, cold = str(request.param).partition("-")
     monkeypatch.setenv("SANDBOXKIT_ISOLATION", tier)
     monkeypatch.setenv("SANDBOXKIT_WARM", "0" if cold else "1")
@@ -76,6 +85,15 @@ def _sandbox_of(
         "processes": 64,
         "cpu_seconds": 20,
     }
+    if tier == "docker":
+        with get_backend("docker", output_bytes=CAP, **{**limits, **roomier}) as client:
+            marker = f"SBX_MARK_{uuid.uuid4().hex}"
+            sb = client.sandbox(env={marker: "1"})
+            yield client, sb, marker
+            sb.stop()
+            with pytest.raises(SandboxNotFoundError):  # its container is removed
+                client.get(sb.id)
+        return
     client = get_backend("subprocess", root=local_root, output_bytes=CAP, **{**limits, **roomier})
     local = client.backend_as(SubprocessBackend)
     assert local.isolation.tier == Tier(tier)
@@ -133,6 +151,7 @@ def host_is_healthy() -> None:
     assert len(bytearray(50 * 1024 * 1024)) == 50 * 1024 * 1024
 
 
+@on_docker_too
 @pytest.mark.slow
 def test_infinite_loop_times_out(hostile: tuple[SandboxClient, Sandbox, str]) -> None:
     _, sb, _ = hostile
@@ -142,6 +161,7 @@ def test_infinite_loop_times_out(hostile: tuple[SandboxClient, Sandbox, str]) ->
     assert time.monotonic() - t0 < 30
 
 
+@on_docker_too
 @pytest.mark.slow
 def test_sleep_ignoring_sigterm_is_killed(hostile: tuple[SandboxClient, Sandbox, str]) -> None:
     _, sb, _ = hostile
@@ -150,6 +170,7 @@ def test_sleep_ignoring_sigterm_is_killed(hostile: tuple[SandboxClient, Sandbox,
     assert timed_out and code != 0
 
 
+@on_docker_too
 @pytest.mark.slow
 def test_fork_bomb_is_contained(hostile: tuple[SandboxClient, Sandbox, str]) -> None:
     _, sb, _ = hostile
@@ -161,6 +182,7 @@ def test_fork_bomb_is_contained(hostile: tuple[SandboxClient, Sandbox, str]) -> 
     host_is_healthy()
 
 
+@on_docker_too
 def test_fork_count_is_bounded(hostile: tuple[SandboxClient, Sandbox, str]) -> None:
     _, sb, _ = hostile
     prog = (
@@ -180,14 +202,15 @@ def test_fork_count_is_bounded(hostile: tuple[SandboxClient, Sandbox, str]) -> N
     assert int(out.split()[-1]) < 64
 
 
-def test_memory_bomb_fails_inside(hostile: tuple[SandboxClient, Sandbox, str]) -> None:
+@on_docker_too
+def test_memory_bomb_fails_inside(hostile: tuple[SandboxClient, Sandbox, str], tier: str) -> None:
     """Killed by the sandbox's memory cgroup (exit 137), or, where only the address space of
     each process is bounded, failing with MemoryError; the sandbox still works."""
     client, sb, _ = hostile
     prog = "chunks = []\nwhile True:\n    chunks.append(bytearray(16 * 1024 * 1024))"
     code, _, err, timed_out = run(sb, prog, timeout=20)
     assert not timed_out
-    if client.backend_as(SubprocessBackend).memory_limit == "rlimit":
+    if tier != "docker" and client.backend_as(SubprocessBackend).memory_limit == "rlimit":
         assert code == 1 and "MemoryError" in err
     else:
         assert code == 137
@@ -195,6 +218,7 @@ def test_memory_bomb_fails_inside(hostile: tuple[SandboxClient, Sandbox, str]) -
     assert_next_exec_works(sb)
 
 
+@on_docker_too
 @pytest.mark.slow
 def test_output_flood_is_capped(hostile: tuple[SandboxClient, Sandbox, str]) -> None:
     _, sb, _ = hostile
@@ -204,6 +228,7 @@ def test_output_flood_is_capped(hostile: tuple[SandboxClient, Sandbox, str]) -> 
     assert len(r.stdout_bytes) == CAP
 
 
+@on_docker_too
 def test_bounded_flood_keeps_exit_status(hostile: tuple[SandboxClient, Sandbox, str]) -> None:
     _, sb, _ = hostile
     sb.write_file("flood.py", "import sys\nsys.stderr.write('e' * 5_000_000)\nprint('done')")
@@ -212,6 +237,7 @@ def test_bounded_flood_keeps_exit_status(hostile: tuple[SandboxClient, Sandbox, 
     assert r.stdout == "done\n" and len(r.stderr_bytes) == CAP
 
 
+@on_docker_too
 def test_huge_file_write_is_refused(hostile: tuple[SandboxClient, Sandbox, str]) -> None:
     _, sb, _ = hostile
     prog = "with open('big.bin', 'wb') as f:\n    f.write(b'0' * (100 * 1024 * 1024))"
@@ -224,6 +250,7 @@ def test_huge_file_write_is_refused(hostile: tuple[SandboxClient, Sandbox, str])
     assert int(size.stdout) <= 8 * 1024 * 1024
 
 
+@on_docker_too
 @pytest.mark.slow
 def test_double_forked_daemon_dies_with_the_exec(
     hostile: tuple[SandboxClient, Sandbox, str],
@@ -250,6 +277,7 @@ def test_double_forked_daemon_dies_with_the_exec(
     assert sb.read_file("beat") == before, "the daemon kept running after exec returned"
 
 
+@on_docker_too
 def test_caller_environment_is_invisible(
     hostile: tuple[SandboxClient, Sandbox, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -277,6 +305,7 @@ def test_caller_environment_is_invisible(
         del os.environ["SANDBOXKIT_HOSTILE_SECRET"]
 
 
+@on_docker_too
 def test_secret_file_in_callers_home_is_unreadable(
     hostile: tuple[SandboxClient, Sandbox, str],
 ) -> None:
@@ -293,6 +322,7 @@ def test_secret_file_in_callers_home_is_unreadable(
         secret_file.unlink()
 
 
+@on_docker_too
 @pytest.mark.slow
 def test_network_to_host_loopback(hostile: tuple[SandboxClient, Sandbox, str], tier: str) -> None:
     _, sb, _ = hostile
@@ -312,12 +342,13 @@ def test_network_to_host_loopback(hostile: tuple[SandboxClient, Sandbox, str], t
         accepted = False
     finally:
         server.close()
-    if tier == "namespaces":
+    if tier in ("namespaces", "docker"):
         assert code != 0 and "connected" not in out and not accepted
     else:  # documented: the rlimits tier has no network isolation
         assert code == 0 and accepted
 
 
+@on_docker_too
 def test_writes_outside_the_sandbox_fail(
     hostile: tuple[SandboxClient, Sandbox, str], tier: str
 ) -> None:
@@ -341,6 +372,7 @@ def test_writes_outside_the_sandbox_fail(
     assert not any(os.path.exists(t) for t in targets)
 
 
+@on_docker_too
 def test_private_tmp(hostile: tuple[SandboxClient, Sandbox, str], tier: str) -> None:
     _, sb, _ = hostile
     host_tmp_file = Path("/tmp") / f"sandboxkit-host-{uuid.uuid4().hex[:8]}"
@@ -349,7 +381,7 @@ def test_private_tmp(hostile: tuple[SandboxClient, Sandbox, str], tier: str) -> 
         code, out, _, _ = run(sb, f"import os; print(os.path.exists({str(host_tmp_file)!r}))")
         assert code == 0
         # Only a mount namespace gives a private /tmp.
-        assert out.strip() == ("False" if tier == "namespaces" else "True")
+        assert out.strip() == ("False" if tier in ("namespaces", "docker") else "True")
     finally:
         host_tmp_file.unlink()
 

@@ -10,13 +10,13 @@ on every storage driver); ``runtime=`` passes an OCI runtime through (``runsc``:
 
 Its pid 1 is a tiny static program (``forkserver.INIT_X86_64``'s kind) bind-mounted from this
 machine: it holds nothing, reaps orphans, cannot be signalled or traced from the container
-(an init gets only the signals it handles: none), and exits at ``lifetime_seconds``, when the
-Engine removes the container (``--rm``). So the Engine must run on this machine (a unix
-socket), which the bind mount and the host-side kill of a timed-out exec both need.
+(an init gets only the signals it handles: none), and exits at ``lifetime_seconds``, which
+stops the container (``stop`` or ``reap`` removes it). So the Engine must run on this
+machine (a unix socket), which the bind mount and the host-side kill of an exec both need.
 
 Every container carries sandboxkit's labels (its id, tags, start time, workdir), so ``list``
 and ``reap`` in any process find what a killed run left. Images are never pulled implicitly:
-:meth:`DockerBackend.pull` (``sandboxkit docker pull``) does it, with progress; an image the
+:meth:`DockerBackend.pull` (or ``docker pull``) does it, with progress; an image the
 Engine lacks is a :class:`~sandboxkit.errors.BackendMisconfiguredError` naming it.
 """
 
@@ -35,6 +35,7 @@ import signal
 import socket
 import struct
 import tarfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -50,6 +51,7 @@ from ..errors import (
     SandboxFileError,
     SandboxFileNotFoundError,
     SandboxIsADirectoryError,
+    SandboxLostError,
     SandboxNotFoundError,
     TransientBackendError,
     installed_for,
@@ -82,6 +84,26 @@ LABEL = "sandboxkit.sandbox"
 CREATOR_LABEL = "sandboxkit.creator"
 """``host:pid`` of the process that made the container (what a test session cleans up)."""
 INIT_PATH = "/.sandboxkit-init"
+REAP_PATH = "/.sandboxkit-reap"
+DRAIN_SECONDS = 2.0
+"""How long an exec's output is read after its process ended and the rest were killed."""
+REAP_CODE = bytes.fromhex(
+    "41bc10270000"  # mov r12d, 10000 (rounds at most)
+    "bfffffffff"  # loop: mov edi, -1 (every process it may signal: all of its uid but pid 1)
+    "be09000000"  # mov esi, 9 (SIGKILL)
+    "b83e000000"  # mov eax, 62 (kill)
+    "0f05"  # syscall
+    "85c0"  # test eax, eax
+    "7505"  # jne done (ESRCH: none left)
+    "41ffcc"  # dec r12d
+    "75e6"  # jnz loop
+    "31ff"  # done: xor edi, edi
+    "b8e7000000"  # mov eax, 231 (exit_group)
+    "0f05"  # syscall
+)
+"""Run after each exec, as the sandbox's uid: kill every process of the container but pid 1
+and itself, until none is left (what a fork bomb forks meanwhile dies in the next round), so
+nothing of an exec (a double-forked daemon) outlives it to tamper with the next one."""
 _T = TypeVar("_T")
 _STOP_SIGNALS = (signal.SIGKILL,)
 
@@ -120,12 +142,12 @@ def init_code(lifetime: float | None) -> bytes:
     return code + action + struct.pack("<qq", seconds, nanos)
 
 
-def _init_file(lifetime: float | None) -> str:
-    """The host file of the pid 1 for ``lifetime`` (one per lifetime, written once)."""
-    data = init_executable(init_code(lifetime))
+def _program_file(name: str, code: bytes) -> str:
+    """The host file of a tiny program the containers bind-mount (written once per content)."""
+    data = init_executable(code)
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     directory = private_directory(base / "sandboxkit" / "docker-init", "the docker init's home")
-    path = directory / f"init-{lifetime if lifetime is not None else 'forever'}"
+    path = directory / name
     if not path.exists() or path.read_bytes() != data:
         part = path.with_name(f"{path.name}.{uuid.uuid4().hex}")
         part.write_bytes(data)
@@ -215,6 +237,9 @@ class DockerBackend:
         self.limits = Limits.from_env(**limits)
         self._client: docker.DockerClient | None = None
         self._threads = ThreadPoolExecutor(64, thread_name_prefix="sandboxkit-docker")
+        self._inflight: dict[str, int] = {}
+        """Execs running per sandbox (from this backend): a reap waits for the last."""
+        self._counting = threading.Lock()
 
     # -- the Engine ----------------------------------------------------------------------------
 
@@ -293,7 +318,9 @@ class DockerBackend:
             limits = Limits.from_env(**{**vars(limits), "disk_mb": spec.disk_mb})
         workdir = spec.workdir
         env = {"HOME": workdir, "LANG": "C.UTF-8", "TMPDIR": "/tmp", **spec.env}
-        init = _init_file(spec.lifetime_seconds)
+        lifetime = spec.lifetime_seconds
+        init = _program_file(f"init-{lifetime or 'forever'}", init_code(lifetime))
+        reap = _program_file("reap", REAP_CODE)
 
         def work() -> None:
             try:
@@ -301,17 +328,17 @@ class DockerBackend:
             except ImageNotFound:
                 raise BackendMisconfiguredError(
                     f"image {image!r} is not on the Docker Engine and sandboxes never pull: "
-                    f"`sandboxkit docker pull {image}`"
+                    f"pull it first (`docker pull {image}`, or DockerBackend.pull)"
                     + (", or build it with scripts/docker-setup" if image == DEFAULT_IMAGE else "")
                 ) from None
             host_config = self.api.create_host_config(
-                auto_remove=True,
                 network_mode="none",
                 cap_drop=["ALL"],
                 security_opt=["no-new-privileges"],
                 read_only=True,
                 mounts=[
                     Mount(INIT_PATH, init, type="bind", read_only=True),
+                    Mount(REAP_PATH, reap, type="bind", read_only=True),
                     _tmpfs_volume(workdir, limits),
                     _tmpfs_volume("/tmp", limits),
                 ],
@@ -402,27 +429,39 @@ class DockerBackend:
                 raise _not_found(sandbox_id) from None
             raise
         exec_id = created["Id"]
-        sock = self.api.exec_start(exec_id, socket=True)
-        raw: socket.socket = sock._sock
+        with self._counting:
+            self._inflight[sandbox_id] = self._inflight.get(sandbox_id, 0) + 1
         try:
-            out, err, truncated, timed_out = _pump(
-                raw,
-                stdin or b"",
-                self.limits.output_bytes,
-                None if timeout is None else started + timeout,
-            )
+            sock = self.api.exec_start(exec_id, socket=True)
+            pidfd = _pidfd(self.api, exec_id)
+            try:
+                out, err, truncated, timed_out = _pump(
+                    sock._sock,
+                    stdin or b"",
+                    self.limits.output_bytes,
+                    None if timeout is None else started + timeout,
+                    pidfd,
+                    functools.partial(self._end_exec, sandbox_id, exec_id),
+                )
+            finally:
+                sock.close()
+                if pidfd >= 0:
+                    os.close(pidfd)
         finally:
-            sock.close()
-        if timed_out:
-            self._kill_exec(exec_id)
-        state = self.api.exec_inspect(exec_id)
+            with self._counting:
+                self._inflight[sandbox_id] -= 1
+        try:
+            state = self.api.exec_inspect(exec_id)
+        except NotFound:
+            state = {}  # gone with its container
         deadline = time.monotonic() + 10
         while state.get("Running") and time.monotonic() < deadline:
             time.sleep(0.02)
             state = self.api.exec_inspect(exec_id)
         code = state.get("ExitCode")
-        if timed_out or code is None:
-            code = KILLED_RETURNCODE if code is None or timed_out else code
+        if code is None or timed_out:
+            self._check_alive(sandbox_id)
+            code = KILLED_RETURNCODE
         return ExecResult(
             int(code),
             out,
@@ -432,15 +471,38 @@ class DockerBackend:
             truncated=truncated,
         )
 
-    def _kill_exec(self, exec_id: str) -> None:
-        """Kill a timed-out exec's processes from this machine (the Engine has no call for it):
-        its process and every descendant, by host pid."""
-        pid = int(self.api.exec_inspect(exec_id).get("Pid") or 0)
-        if pid <= 0:
-            return
-        for victim in [pid, *_descendants(pid)]:
-            with contextlib.suppress(OSError):
-                os.kill(victim, signal.SIGKILL)
+    def _check_alive(self, sandbox_id: str) -> None:
+        """After an exec killed or with no status: the container stopped under it is a lost
+        sandbox, on the Engine's word (a program cannot stop pid 1), unless the Engine says
+        its memory group ran out: the sandbox's own memory, which only its programs fill (a
+        failure of the program, as a memory bomb's exit 137 is)."""
+        try:
+            state = self.api.inspect_container(sandbox_id)["State"]
+        except NotFound:
+            raise SandboxLostError(
+                f"sandbox {sandbox_id} was removed while a program ran"
+            ) from None
+        if not state.get("Running") and not state.get("OOMKilled"):
+            raise SandboxLostError(
+                f"sandbox {sandbox_id} stopped while a program ran: {state.get('Status')}, "
+                f"exit {state.get('ExitCode')} {state.get('Error') or ''}".rstrip()
+            )
+
+    def _end_exec(self, sandbox_id: str, exec_id: str) -> None:
+        """An exec's process ended or ran out of time: kill what is left of it. Its process
+        tree from this machine (the Engine has no call for it), by host pid; then, unless
+        another exec runs in the sandbox, every process of the sandbox's uid (``REAP_CODE``),
+        which catches what left the tree (a double-forked daemon)."""
+        try:
+            pid = int(self.api.exec_inspect(exec_id).get("Pid") or 0)
+            for victim in [pid, *_descendants(pid)] if pid > 0 else []:
+                with contextlib.suppress(OSError):
+                    os.kill(victim, signal.SIGKILL)
+            if self._inflight.get(sandbox_id) == 1:
+                reaper = self.api.exec_create(sandbox_id, [REAP_PATH], user=USER)
+                self.api.exec_start(reaper["Id"])
+        except APIError:
+            pass  # the container is gone or stopped (NotFound, 409): _check_alive says which
 
     # -- files ---------------------------------------------------------------------------------
 
@@ -529,7 +591,7 @@ class DockerBackend:
                 if not missing_ok:
                     raise _not_found(sandbox_id) from None
             except APIError as exc:
-                if exc.status_code != 409:  # already being removed (--rm)
+                if exc.status_code != 409:  # already being removed
                     raise
 
         await self._run(work, f"stopping sandbox {sandbox_id}")
@@ -600,24 +662,58 @@ def _descendants(pid: int) -> builtins.list[int]:
     return found
 
 
+def _pidfd(api: Any, exec_id: str) -> int:
+    """A pidfd of the exec's process on this machine (-1 if it is gone already)."""
+    for _ in range(200):
+        pid = int(api.exec_inspect(exec_id).get("Pid") or 0)
+        if pid > 0:
+            try:
+                return os.pidfd_open(pid)
+            except OSError:
+                return -1
+        time.sleep(0.005)
+    return -1
+
+
 def _pump(
-    sock: socket.socket, stdin: bytes, cap: int, deadline: float | None
+    sock: socket.socket,
+    stdin: bytes,
+    cap: int,
+    deadline: float | None,
+    pidfd: int,
+    end: Callable[[], None],
 ) -> tuple[bytes, bytes, bool, bool]:
     """Feed ``stdin`` to an attached exec and read its multiplexed output (8-byte frame
-    headers: stream, size) until it ends or ``deadline``; each stream kept up to ``cap``
-    bytes. Returns stdout, stderr, whether cut, whether timed out."""
+    headers: stream, size) until it ends; each stream kept up to ``cap`` bytes. When its
+    process ends (``pidfd``) or at ``deadline``, ``end()`` kills what is left, and output is
+    read for ``DRAIN_SECONDS`` more at most. Returns stdout, stderr, whether cut, whether
+    timed out."""
     streams: dict[int, bytearray] = {1: bytearray(), 2: bytearray()}
-    truncated = False
+    truncated = timed_out = False
     pending = memoryview(stdin)
     if not pending:
         sock.shutdown(socket.SHUT_WR)
     buffer = bytearray()
     sock.setblocking(False)
+    drain_until: float | None = None
+    if pidfd < 0:
+        end()
+        drain_until = time.monotonic() + DRAIN_SECONDS
     while True:
-        wait = None if deadline is None else deadline - time.monotonic()
+        until = drain_until if drain_until is not None else deadline
+        wait = None if until is None else until - time.monotonic()
         if wait is not None and wait <= 0:
-            return bytes(streams[1]), bytes(streams[2]), truncated, True
-        readable, writable, _ = select.select([sock], [sock] if pending else [], [], wait)
+            if drain_until is not None:
+                break
+            timed_out = True
+            end()
+            drain_until = time.monotonic() + DRAIN_SECONDS
+            continue
+        watched = [sock.fileno()] if drain_until is not None else [sock.fileno(), pidfd]
+        readable, writable, _ = select.select(watched, [sock.fileno()] if pending else [], [], wait)
+        if pidfd in readable:
+            end()
+            drain_until = time.monotonic() + DRAIN_SECONDS
         if writable:
             try:
                 sent = sock.send(pending[:65536])
@@ -629,7 +725,7 @@ def _pump(
             if not pending:
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_WR)
-        if readable:
+        if sock.fileno() in readable:
             try:
                 chunk = sock.recv(65536)
             except (BlockingIOError, InterruptedError):
@@ -646,7 +742,7 @@ def _pump(
                 room = cap - len(kept)
                 kept += payload[: max(room, 0)]
                 truncated = truncated or len(payload) > room
-    return bytes(streams[1]), bytes(streams[2]), truncated, False
+    return bytes(streams[1]), bytes(streams[2]), truncated, timed_out
 
 
 def probe_docker(url: str, timeout: float) -> str:
