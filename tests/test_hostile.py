@@ -50,16 +50,20 @@ DISK_INODES = 2000
 
 
 LOCAL_TIERS = ["namespaces", "namespaces-cold", "rlimits"]
-on_docker_too = pytest.mark.parametrize("tier", [*LOCAL_TIERS, "docker"], indirect=True)
+on_docker_too = pytest.mark.parametrize(
+    "tier", [*LOCAL_TIERS, "docker", "docker-engine"], indirect=True
+)
 """For an attack that applies to a container as well: run it on the docker backend too."""
 
 
 @pytest.fixture(params=LOCAL_TIERS)
 def tier(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """The tier; ``namespaces`` runs Python through the warm template, ``-cold`` one bwrap per
-    exec; ``docker``: the docker backend's container, on this machine's Engine."""
-    if request.param == "docker":
+    exec; ``docker``: the docker backend's container, on this machine's Engine (its execs
+    through the container's server; ``-engine``: an Engine exec each)."""
+    if str(request.param).startswith("docker"):
         request.getfixturevalue("docker_engine")
+        monkeypatch.setenv("SBX_TEST_DOCKER_SERVER", "0" if "engine" in request.param else "1")
         return "docker"
     tier, _, cold = str(request.param).partition("-")
     monkeypatch.setenv("SANDBOXKIT_ISOLATION", tier)
@@ -86,7 +90,9 @@ def _sandbox_of(
         "cpu_seconds": 20,
     }
     if tier == "docker":
-        with get_backend("docker", output_bytes=CAP, **{**limits, **roomier}) as client:
+        served = os.environ["SBX_TEST_DOCKER_SERVER"] == "1"
+        options = {"output_bytes": CAP, "exec_server": served, **limits, **roomier}
+        with get_backend("docker", **options) as client:
             marker = f"SBX_MARK_{uuid.uuid4().hex}"
             sb = client.sandbox(env={marker: "1"})
             yield client, sb, marker

@@ -57,8 +57,10 @@ from ..errors import (
     installed_for,
 )
 from ..hostdirs import private_directory
+from ..local import forkserver
 from ..local.forkserver import init_executable
 from ..local.limits import Limits, MiB
+from ..local.warm import _STUCK_AFTER, _result
 from ..protocol import (
     KILLED_RETURNCODE,
     ExecResult,
@@ -71,7 +73,7 @@ from ..protocol import (
 with installed_for("the 'docker' backend", "pip install 'sandboxkit[docker]'"):
     import docker
     from docker.errors import APIError, DockerException, ImageNotFound, NotFound
-    from docker.types import DriverConfig, Mount, Ulimit
+    from docker.types import DriverConfig, LogConfig, Mount, Ulimit
 
 DEFAULT_IMAGE = "sandboxkit-python:bookworm"
 """Debian bookworm's minbase with python3, which ``scripts/docker-setup`` builds offline
@@ -84,6 +86,10 @@ LABEL = "sandboxkit.sandbox"
 CREATOR_LABEL = "sandboxkit.creator"
 """``host:pid`` of the process that made the container (what a test session cleans up)."""
 INIT_PATH = "/.sandboxkit-init"
+SERVER = ["python3", "-I", "-S", "-c", Path(forkserver.__file__).read_text()]
+"""Pid 1 where the image has python3: the warm template's container server
+(``forkserver.container_main``), which runs each exec for one request and one answer over
+the container's attached stdio, instead of an Engine exec per command."""
 REAP_PATH = "/.sandboxkit-reap"
 DRAIN_SECONDS = 2.0
 """How long an exec's output is read after its process ended and the rest were killed."""
@@ -223,23 +229,28 @@ class DockerBackend:
         image: str = DEFAULT_IMAGE,
         runtime: str | None = None,
         timeout: float = 120.0,
+        exec_server: bool = True,
         **limits: Any,
     ) -> None:
         """``base_url`` of the Engine (else ``DOCKER_HOST``, else its unix socket);
         ``image`` for specs that name none; ``runtime`` for sandboxes whose options name
-        none; ``timeout`` of each Engine call; ``limits``: fields of
+        none; ``timeout`` of each Engine call; ``exec_server``: the container server as
+        pid 1 where the image has python3 (else every exec is an Engine exec); ``limits``: fields of
         :class:`~sandboxkit.local.limits.Limits` (else ``SANDBOXKIT_LIMIT_*``, else its
         defaults), which a spec's ``cpu``, ``memory_mb`` and ``disk_mb`` override."""
         self.base_url = base_url
         self.image = image
         self.runtime = runtime
         self.timeout = timeout
+        self.exec_server = exec_server
         self.limits = Limits.from_env(**limits)
         self._client: docker.DockerClient | None = None
         self._threads = ThreadPoolExecutor(64, thread_name_prefix="sandboxkit-docker")
         self._inflight: dict[str, int] = {}
         """Execs running per sandbox (from this backend): a reap waits for the last."""
         self._counting = threading.Lock()
+        self._servers: dict[str, _Server] = {}
+        self._inspected: dict[str, dict[str, Any]] = {}
 
     # -- the Engine ----------------------------------------------------------------------------
 
@@ -273,7 +284,12 @@ class DockerBackend:
         return await asyncio.get_running_loop().run_in_executor(self._threads, guarded)
 
     def _container(self, sandbox_id: str) -> dict[str, Any]:
-        """The running container of ``sandbox_id`` (inspected); raises not found otherwise."""
+        """The container of ``sandbox_id``, inspected when this backend first uses it (its
+        labels, environment and mounts never change; one that stopped since answers its
+        next call as stopped); raises not found unless it is a running sandbox."""
+        cached = self._inspected.get(sandbox_id)
+        if cached is not None:
+            return cached
         try:
             found: dict[str, Any] = self.api.inspect_container(sandbox_id)
         except NotFound:
@@ -282,6 +298,7 @@ class DockerBackend:
             raise _not_found(sandbox_id)
         if not found["State"].get("Running"):
             raise _not_found(sandbox_id)
+        self._inspected[sandbox_id] = found
         return found
 
     # -- images --------------------------------------------------------------------------------
@@ -333,6 +350,7 @@ class DockerBackend:
                 ) from None
             host_config = self.api.create_host_config(
                 network_mode="none",
+                log_config=LogConfig(type="none"),  # the server's answers stay unlogged
                 cap_drop=["ALL"],
                 security_opt=["no-new-privileges"],
                 read_only=True,
@@ -357,24 +375,34 @@ class DockerBackend:
                 runtime=spec.options.get("runtime", self.runtime),
             )
             label = _label(sandbox_id, spec.tags, started, workdir)
-            self.api.create_container(
-                image,
-                command=[INIT_PATH],
-                entrypoint=[],
-                name=sandbox_id,
-                user=USER,
-                environment=env,
-                working_dir=workdir,
-                labels={LABEL: label, CREATOR_LABEL: creator()},
-                host_config=host_config,
-                network_disabled=True,
-            )
-            try:
-                self.api.start(sandbox_id)
-            except BaseException:
-                with contextlib.suppress(DockerException):
-                    self.api.remove_container(sandbox_id, force=True, v=True)
-                raise
+            served = [*SERVER, "container", str(lifetime) if lifetime is not None else ""]
+            commands = [served, [INIT_PATH]] if self.exec_server else [[INIT_PATH]]
+            for command in commands:  # without python3: no server
+                self.api.create_container(
+                    image,
+                    command=command,
+                    entrypoint=[],
+                    name=sandbox_id,
+                    user=USER,
+                    environment=env,
+                    working_dir=workdir,
+                    labels={LABEL: label, CREATOR_LABEL: creator()},
+                    host_config=host_config,
+                    network_disabled=True,
+                    stdin_open=command is served,
+                )
+                try:
+                    self.api.start(sandbox_id)
+                    return
+                except APIError as exc:
+                    with contextlib.suppress(DockerException):
+                        self.api.remove_container(sandbox_id, force=True, v=True)
+                    if command is not served or "python3" not in str(exc):
+                        raise
+                except BaseException:
+                    with contextlib.suppress(DockerException):
+                        self.api.remove_container(sandbox_id, force=True, v=True)
+                    raise
 
         await self._run(work, f"creating a sandbox from {image}")
         return SandboxInfo(sandbox_id, SandboxStatus.RUNNING, tuple(spec.tags), started)
@@ -412,7 +440,16 @@ class DockerBackend:
     ) -> ExecResult:
         container = self._container(sandbox_id)
         workdir = posixpath.join(self._workdir(container), cwd or "")
+        if container["Config"].get("OpenStdin"):
+            # One at a time: each exec ends by killing every other process of the sandbox.
+            server = self._servers.setdefault(sandbox_id, _Server())
+            with server.lock:
+                full_env = {**_env_of(container), **(env or {})}
+                result = server.run(self, sandbox_id, argv, workdir, full_env, timeout, stdin)
+            if result is not None:
+                return result
         started = time.monotonic()
+        self._count(sandbox_id)  # before the exec exists: no reap may kill it
         try:
             created = self.api.exec_create(
                 sandbox_id,
@@ -423,14 +460,14 @@ class DockerBackend:
                 workdir=workdir,
             )
         except NotFound:
+            self._uncount(sandbox_id)
             raise _not_found(sandbox_id) from None
-        except APIError as exc:
-            if exc.status_code == 409:  # not running: stopped under us
+        except BaseException as exc:
+            self._uncount(sandbox_id)
+            if isinstance(exc, APIError) and exc.status_code == 409:  # stopped under us
                 raise _not_found(sandbox_id) from None
             raise
         exec_id = created["Id"]
-        with self._counting:
-            self._inflight[sandbox_id] = self._inflight.get(sandbox_id, 0) + 1
         try:
             sock = self.api.exec_start(exec_id, socket=True)
             pidfd = _pidfd(self.api, exec_id)
@@ -441,15 +478,15 @@ class DockerBackend:
                     self.limits.output_bytes,
                     None if timeout is None else started + timeout,
                     pidfd,
-                    functools.partial(self._end_exec, sandbox_id, exec_id),
+                    functools.partial(self._kill_tree, exec_id),
                 )
             finally:
                 sock.close()
                 if pidfd >= 0:
                     os.close(pidfd)
+            self._reap(sandbox_id)
         finally:
-            with self._counting:
-                self._inflight[sandbox_id] -= 1
+            self._uncount(sandbox_id)
         try:
             state = self.api.exec_inspect(exec_id)
         except NotFound:
@@ -471,38 +508,57 @@ class DockerBackend:
             truncated=truncated,
         )
 
-    def _check_alive(self, sandbox_id: str) -> None:
-        """After an exec killed or with no status: the container stopped under it is a lost
-        sandbox, on the Engine's word (a program cannot stop pid 1), unless the Engine says
-        its memory group ran out: the sandbox's own memory, which only its programs fill (a
-        failure of the program, as a memory bomb's exit 137 is)."""
+    def _check_alive(self, sandbox_id: str) -> bool:
+        """After an exec killed or with no status: whether the container still runs. One
+        stopped under the exec is a lost sandbox, on the Engine's word (a program cannot stop
+        pid 1), unless the Engine says its memory group ran out: the sandbox's own memory,
+        which only its programs fill (False: a failure of the program, as a memory bomb's
+        exit 137 is)."""
         try:
             state = self.api.inspect_container(sandbox_id)["State"]
         except NotFound:
             raise SandboxLostError(
                 f"sandbox {sandbox_id} was removed while a program ran"
             ) from None
+        if not state.get("Running") and state.get("ExitCode") == 0:
+            raise _not_found(sandbox_id)  # its pid 1 ended at the sandbox's lifetime
         if not state.get("Running") and not state.get("OOMKilled"):
             raise SandboxLostError(
                 f"sandbox {sandbox_id} stopped while a program ran: {state.get('Status')}, "
                 f"exit {state.get('ExitCode')} {state.get('Error') or ''}".rstrip()
             )
+        return bool(state.get("Running"))
 
-    def _end_exec(self, sandbox_id: str, exec_id: str) -> None:
-        """An exec's process ended or ran out of time: kill what is left of it. Its process
-        tree from this machine (the Engine has no call for it), by host pid; then, unless
-        another exec runs in the sandbox, every process of the sandbox's uid (``REAP_CODE``),
-        which catches what left the tree (a double-forked daemon)."""
+    def _count(self, sandbox_id: str) -> None:
+        with self._counting:
+            self._inflight[sandbox_id] = self._inflight.get(sandbox_id, 0) + 1
+
+    def _uncount(self, sandbox_id: str) -> None:
+        with self._counting:
+            self._inflight[sandbox_id] -= 1
+
+    def _kill_tree(self, exec_id: str) -> None:
+        """An exec's process ended or ran out of time: kill its process tree from this
+        machine (the Engine has no call for it), by host pid."""
         try:
             pid = int(self.api.exec_inspect(exec_id).get("Pid") or 0)
-            for victim in [pid, *_descendants(pid)] if pid > 0 else []:
-                with contextlib.suppress(OSError):
-                    os.kill(victim, signal.SIGKILL)
-            if self._inflight.get(sandbox_id) == 1:
-                reaper = self.api.exec_create(sandbox_id, [REAP_PATH], user=USER)
-                self.api.exec_start(reaper["Id"])
         except APIError:
-            pass  # the container is gone or stopped (NotFound, 409): _check_alive says which
+            return  # the container is gone or stopped (NotFound, 409): _check_alive says which
+        for victim in [pid, *_descendants(pid)] if pid > 0 else []:
+            with contextlib.suppress(OSError):
+                os.kill(victim, signal.SIGKILL)
+
+    def _reap(self, sandbox_id: str) -> None:
+        """After an exec's output is read: unless another exec runs in the sandbox, kill
+        every process of the sandbox's uid (``REAP_CODE``), which catches what left its tree
+        (a double-forked daemon). No exec starts meanwhile."""
+        with self._counting:
+            if self._inflight.get(sandbox_id) == 1:
+                try:
+                    reaper = self.api.exec_create(sandbox_id, [REAP_PATH], user=USER)
+                    self.api.exec_start(reaper["Id"])
+                except APIError:
+                    pass  # gone or stopped: _check_alive says which
 
     # -- files ---------------------------------------------------------------------------------
 
@@ -581,6 +637,11 @@ class DockerBackend:
     # -- lifecycle -----------------------------------------------------------------------------
 
     async def stop(self, sandbox_id: str, *, missing_ok: bool = True) -> None:
+        self._inspected.pop(sandbox_id, None)
+        server = self._servers.pop(sandbox_id, None)
+        if server is not None:
+            server.close()
+
         def work() -> None:
             try:
                 found = self.api.inspect_container(sandbox_id)
@@ -637,6 +698,113 @@ class DockerBackend:
             client.close()
 
 
+def _env_of(container: Mapping[str, Any]) -> dict[str, str]:
+    """The container's environment (the image's and the spec's), as an Engine exec gets it."""
+    pairs = (item.partition("=") for item in container["Config"].get("Env") or [])
+    return {key: value for key, _, value in pairs}
+
+
+class _Server:
+    """This process's connection to a sandbox's container server (its attached stdio)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.sock: socket.socket | None = None
+        self.holder: Any = None
+        self.broken = False
+        self.buffer = bytearray()
+        """What the Engine sent of the server's stdout, its frame headers taken off."""
+
+    def run(
+        self,
+        backend: DockerBackend,
+        sandbox_id: str,
+        argv: list[str],
+        cwd: str,
+        env: dict[str, str],
+        timeout: float | None,
+        stdin: bytes | None,
+    ) -> ExecResult | None:
+        """The exec's result from the server; None where it cannot serve (an Engine exec
+        then runs it). A server that stops answering is given up for this sandbox."""
+        if self.broken:
+            return None
+        job = json.dumps({"argv": argv, "cwd": cwd, "env": env}).encode()
+        body = b"".join((struct.pack("<I", len(job)), job, stdin or b""))
+        header = {"limits": [], "cap": backend.limits.output_bytes, "timeout": timeout}
+        request = b"r" + json.dumps({**header, "size": len(body)}).encode() + b"\n" + body
+        if len(request) > forkserver.MAX_REQUEST:
+            return None
+        backend._count(sandbox_id)
+        try:
+            if self.sock is None:
+                self.holder = backend.api.attach_socket(
+                    sandbox_id, params={"stdin": 1, "stdout": 1, "stream": 1}
+                )
+                self.sock = self.holder._sock
+            assert self.sock is not None
+            self.sock.settimeout(None if timeout is None else timeout + _STUCK_AFTER + 5)
+            self.sock.sendall(struct.pack("<I", len(request)) + request)
+            out, err = [], []
+            while True:
+                packet = self._packet()
+                tag, data = packet[:1], packet[1:]
+                if tag == b"o":
+                    out.append(data)
+                elif tag == b"e":
+                    err.append(data)
+                else:
+                    answer = json.loads(data)
+                    break
+        except TimeoutError:  # the program's time and more, and no answer: given up
+            self.close()
+            backend._check_alive(sandbox_id)
+            return ExecResult(KILLED_RETURNCODE, timed_out=True, duration=timeout or 0.0)
+        except (OSError, ValueError, EOFError, DockerException):
+            self.close()
+            if backend._check_alive(sandbox_id):
+                return None
+            return ExecResult(KILLED_RETURNCODE)  # its memory group ran out: the program's
+        finally:
+            backend._uncount(sandbox_id)
+        if "error" in answer:
+            return None
+        return _result(answer, b"".join(out), b"".join(err))
+
+    def _packet(self) -> bytes:
+        """The server's next ``o``/``e``/``x`` packet (4 bytes of length, then itself)."""
+        while True:
+            if len(self.buffer) >= 4:
+                (size,) = struct.unpack("<I", self.buffer[:4])
+                if len(self.buffer) >= 4 + size:
+                    packet = bytes(self.buffer[4 : 4 + size])
+                    del self.buffer[: 4 + size]
+                    return packet
+            self.buffer += self._frame()
+
+    def _frame(self) -> bytes:
+        """The next frame of the Engine's multiplexed stream (8 bytes: stream, size)."""
+        header = self._exactly(8)
+        _, size = struct.unpack(">BxxxL", header)
+        return self._exactly(size)
+
+    def _exactly(self, size: int) -> bytes:
+        assert self.sock is not None
+        data = b""
+        while len(data) < size:
+            chunk = self.sock.recv(size - len(data))
+            if not chunk:
+                raise EOFError("the container's server is gone")
+            data += chunk
+        return data
+
+    def close(self) -> None:
+        self.broken = True
+        if self.holder is not None:
+            with contextlib.suppress(OSError):
+                self.holder.close()
+
+
 def creator() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
@@ -685,7 +853,7 @@ def _pump(
 ) -> tuple[bytes, bytes, bool, bool]:
     """Feed ``stdin`` to an attached exec and read its multiplexed output (8-byte frame
     headers: stream, size) until it ends; each stream kept up to ``cap`` bytes. When its
-    process ends (``pidfd``) or at ``deadline``, ``end()`` kills what is left, and output is
+    process ends (``pidfd``) or at ``deadline``, ``end()`` kills its tree, and output is
     read for ``DRAIN_SECONDS`` more at most. Returns stdout, stderr, whether cut, whether
     timed out."""
     streams: dict[int, bytearray] = {1: bytearray(), 2: bytearray()}
