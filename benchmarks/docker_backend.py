@@ -27,8 +27,11 @@ from typing import Any
 from run import add_output_options, machine_info, output_path
 
 from sandboxkit import get_backend
-from sandboxkit.backends.docker import DEFAULT_IMAGE
 from sandboxkit.rewards import exec_reward
+
+DEFAULT_IMAGE = "sandboxkit-python:bookworm"
+"""The docker backend's default image (``sandboxkit.backends.docker.DEFAULT_IMAGE``, not
+imported: that needs the SDK, whose absence ``unavailable`` reports)."""
 
 POOL = 2
 TARGETS = {"pooled execs per second": 100.0, "pooled vs naive": 20.0, "create vs docker run": 2.0}
