@@ -692,7 +692,12 @@ class DockerBackend:
         return await self._run(work, f"getting sandbox {sandbox_id}")
 
     async def aclose(self) -> None:
-        """Close the Engine connection; the sandboxes outlive the client until stopped."""
+        """Close the Engine connection and the servers' attaches; the sandboxes outlive the
+        client until stopped (their servers wait for the next attach)."""
+        servers, self._servers = self._servers, {}
+        for server in servers.values():
+            server.close()
+        self._inspected.clear()
         client, self._client = self._client, None
         if client is not None:
             client.close()
