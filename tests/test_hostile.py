@@ -186,6 +186,7 @@ def test_fork_bomb_is_contained(hostile: tuple[SandboxClient, Sandbox, str]) -> 
     _, _, _, timed_out = run(sb, prog, timeout=4)
     assert timed_out
     host_is_healthy()
+    assert_next_exec_works(sb)
 
 
 @on_docker_too

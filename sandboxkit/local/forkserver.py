@@ -973,35 +973,44 @@ def pipe_holding(data: memoryview | bytes) -> int:
 
 def kill_the_rest() -> None:
     """In a container whose pid 1 is this server (``container_main``): kill every other
-    process of our uid (``kill(-1)`` spares the caller and pid 1), round after round until
-    none is left, reaping meanwhile whatever is orphaned to pid 1."""
-    helper = os.fork()
-    if helper == 0:
+    process of our uid (``kill(-1)`` spares pid 1), round after round until none is left,
+    reaping what is orphaned to us on the way. No fork: a program that used up the
+    container's processes must not keep us from ending it."""
+    for _ in range(100_000):
         try:
-            while True:
-                os.kill(-1, signal.SIGKILL)
+            os.kill(-1, signal.SIGKILL)
         except ProcessLookupError:
-            os._exit(0)
-        finally:
-            os._exit(1)
-    while True:
-        try:
-            if os.waitpid(-1, 0)[0] == helper:
-                break
-        except ChildProcessError:
             break
+        with contextlib.suppress(ChildProcessError):
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                pass
     with contextlib.suppress(ChildProcessError):
         while os.waitpid(-1, os.WNOHANG)[0] > 0:
             pass
 
 
-def container_serve(header: dict[str, Any], stdin_r: int) -> bytes:
+def write_packet(tag: bytes, data: bytes | memoryview) -> None:
+    """One ``o``/``e``/``x`` packet on stdout (to the Engine's attach), whole; ``data`` is
+    written from where it lies (an output's mapping): no copy of it stays in this process."""
+    for part in (struct.pack("<I", len(data) + 1) + tag, data):
+        with memoryview(part) as left:
+            while left:
+                left = left[os.write(1, left) :]
+
+
+def container_serve(header: dict[str, Any], stdin_r: int) -> None:
     """One exec in a container: fork the command, read its output (capped), end it at its
-    timeout, then kill everything else it started; the answer, framed as ``o``/``e``/``x``."""
+    timeout, then kill everything else it started; answer with ``o``/``e``/``x`` packets."""
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     started = time.monotonic()
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError as exc:  # no process left to fork: the host runs it as an Engine exec
+        for fd in (stdin_r, out_r, out_w, err_r, err_w):
+            os.close(fd)
+        write_packet(b"x", json.dumps({"error": str(exc)}).encode())
+        return
     if pid == 0:
         for fd in (out_r, err_r):
             os.close(fd)
@@ -1037,14 +1046,15 @@ def container_serve(header: dict[str, Any], stdin_r: int) -> bytes:
             kill_the_rest()
             drain_until = time.monotonic() + DRAIN_SECONDS
     os.close(pidfd)
-    answer = [b"o" + bytes(o.view[: o.kept]) for o in outputs[:1] if o.kept]
-    answer += [b"e" + bytes(o.view[: o.kept]) for o in outputs[1:] if o.kept]
+    for tag, output in ((b"o", outputs[0]), (b"e", outputs[1])):
+        if output.kept:
+            with output.view[: output.kept] as kept:
+                write_packet(tag, kept)
     truncated = outputs[0].truncated or outputs[1].truncated
     for output in outputs:
         output.close()
     result = {"exit": status, "timed_out": timed_out, "truncated": truncated}
-    answer.append(b"x" + json.dumps({**result, "duration": time.monotonic() - started}).encode())
-    return b"".join(struct.pack("<I", len(part)) + part for part in answer)
+    write_packet(b"x", json.dumps({**result, "duration": time.monotonic() - started}).encode())
 
 
 def container_main() -> None:
@@ -1081,14 +1091,10 @@ def container_main() -> None:
                 stdin_r = pipe_holding(view[end_of_header + 1 : size])
             except OSError as exc:
                 stdin_r = -1
-                error = b"x" + json.dumps({"error": f"stdin: {exc}"}).encode()
-                answer = struct.pack("<I", len(error)) + error
+                write_packet(b"x", json.dumps({"error": f"stdin: {exc}"}).encode())
             received.madvise(mmap.MADV_DONTNEED)
             if stdin_r >= 0:
-                answer = container_serve(header, stdin_r)
-            with memoryview(answer) as left:
-                while left:
-                    left = left[os.write(1, left) :]
+                container_serve(header, stdin_r)
 
 
 if __name__ == "__main__":
