@@ -81,7 +81,7 @@ SHORT_CALL_S = 5.0
 """A pool row whose first warm call is shorter than this is the median of TIMED_CALLS."""
 
 
-SECTIONS = ("local", "remote", "contest", "tools", "ranks", "ray", "heavy")
+SECTIONS = ("local", "remote", "contest", "tools", "ranks", "ray", "heavy", "docker")
 """The parts of a run, in the order they run and are printed."""
 
 
@@ -137,6 +137,9 @@ class Sizes:
     ray_batch: int = 48
     ray_calls: int = 5
     """Ray section: timed reward calls of ``ray_batch`` trivial programs per row."""
+    docker_rounds: int = 10
+    docker_batch: int = 32
+    """Docker section: timed calls of each kind, and the batch of trivial completions."""
     sections: tuple[str, ...] = SECTIONS
     """The sections run when ``--only`` names none."""
     contest_languages: tuple[str, ...] | None = None
@@ -226,6 +229,8 @@ SMOKE = Sizes(
     ray_rounds=3,
     ray_batch=4,
     ray_calls=1,
+    docker_rounds=2,
+    docker_batch=4,
     heavy=(2, 5, 1),
 )
 
@@ -670,6 +675,8 @@ class Report:
     """Ranks sharing one rate-limited provider, coordinated or not (``ranks.measure``)."""
     ray: dict[str, Any] = field(default_factory=dict)
     """The Ray section: ``ray_backend.measure``'s results."""
+    docker: dict[str, Any] = field(default_factory=dict)
+    """The Docker section: ``docker_backend.measure``'s results."""
     heavy: list[dict[str, Any]] = field(default_factory=list)
     """Test-heavy rows: sandboxkit's runner and evalplus (``heavy.measure``)."""
     targets: list[dict[str, Any]] = field(default_factory=list)
@@ -877,6 +884,21 @@ def run_ray(sizes: Sizes, report: Report, log: Callable[[str], None]) -> None:
     import ray_backend  # imports this module: only once it is loaded
 
     report.ray = ray_backend.measure(sizes.ray_rounds, sizes.ray_batch, sizes.ray_calls, log)
+
+
+def run_docker(sizes: Sizes, report: Report, log: Callable[[str], None]) -> None:
+    """The docker backend beside ``docker run --rm`` (``docker_backend.py``); skipped without
+    an Engine holding the test image."""
+    import docker_backend
+
+    reason = docker_backend.unavailable()
+    if reason is not None:
+        log(f"skipped the docker rows: {reason}")
+        report.skipped.append(f"docker: {reason}")
+        return
+    report.docker = docker_backend.measure(sizes.docker_rounds, sizes.docker_batch, log)
+    if sizes.mode != "smoke":
+        report.targets += report.docker["targets"]
 
 
 HEAVY_WORKERS = 2
@@ -1196,6 +1218,11 @@ def section_tables(report: Report, section: str) -> list[str]:
 
         out += ["", "### Ray backend against the local backend (local Ray nodes of 1 CPU)"]
         out += ray_backend.tables(report.ray)
+    if section == "docker" and report.docker:
+        import docker_backend
+
+        out += ["", "### Docker backend beside docker run --rm (the test image)"]
+        out += docker_backend.tables(report.docker)
     return out
 
 
@@ -1296,6 +1323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "ranks": lambda: run_ranks(sizes, report, log),
         "ray": lambda: run_ray(sizes, report, log),
         "heavy": lambda: run_heavy(sizes, report, log),
+        "docker": lambda: run_docker(sizes, report, log),
     }
     left_out = [s for s in SECTIONS if s not in sections]
     if args.only is None and left_out:

@@ -23,6 +23,8 @@ from .backends._facts import (
     DAYTONA_DEFAULT_URL,
     DAYTONA_KEY_VAR,
     DAYTONA_URL_VAR,
+    DOCKER_DEFAULT_HOST,
+    DOCKER_HOST_VAR,
     E2B_DEFAULT_URL,
     E2B_KEY_VAR,
     E2B_URL_VAR,
@@ -157,6 +159,14 @@ BUILTIN_BACKENDS: dict[str, BackendEntry] = {
         url_var=RAY_ADDRESS_VAR,
         default_url=RAY_DEFAULT_ADDRESS,
         probe="sandboxkit.backends.ray:probe_ray",
+    ),
+    "docker": BackendEntry(
+        "sandboxkit.backends.docker:DockerBackend",
+        extra="docker",
+        sdk="docker",
+        url_var=DOCKER_HOST_VAR,
+        default_url=DOCKER_DEFAULT_HOST,
+        probe="sandboxkit.backends.docker:probe_docker",
     ),
 }
 ALIASES = {"local": "subprocess", "cwsandbox": "aviato"}

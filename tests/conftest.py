@@ -37,6 +37,7 @@ pytest_plugins = [
     "sandboxkit.testing.modal",
     "sandboxkit.testing.e2b",
     "sandboxkit.testing.ray",
+    "sandboxkit.testing.docker",
 ]
 
 CONFORMANCE_BACKENDS = [
@@ -47,6 +48,7 @@ CONFORMANCE_BACKENDS = [
     "e2b",
     # Each test starts actors (a second or more here), the first a cluster: not the quick loop.
     pytest.param("ray", marks=pytest.mark.slow),
+    "docker",
 ]
 EMULATOR_ENVS = {
     "daytona": "daytona_env",
@@ -54,6 +56,7 @@ EMULATOR_ENVS = {
     "modal": "modal_env",
     "e2b": "e2b_env",
     "ray": "ray_env",
+    "docker": "docker_env",
 }
 """Backends served by an emulator (for Ray, a local cluster), and the fixture that starts it and
 points the env at it."""

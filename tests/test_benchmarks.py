@@ -242,3 +242,25 @@ def test_ray_smoke_run_sets_both_backends_side_by_side(tmp_path: Path) -> None:
     assert all(r["mean_reward"] == 1.0 and r["wall_s"] > 0 for r in ray["batches"])
     assert {r["backend"] for r in ray["memory"]} == {"local", "ray"}
     assert ray["model"]["rows"] and all(r["per_s"] > 0 for r in ray["model"]["rows"])
+
+
+@pytest.mark.slow
+def test_docker_smoke_run_sets_the_backend_beside_docker_run(tmp_path: Path) -> None:
+    """Each call timed, the naive and the pooled batch scoring every program right; without
+    an Engine holding the test image, the section says it skipped and why."""
+    out = tmp_path / "docker.json"
+    done = run_script("benchmarks/run.py", "--smoke", "--only", "docker", "--json", str(out))
+    report = json.loads(out.read_text())
+    if report["docker"] == {}:
+        assert any(line.startswith("docker: ") for line in report["skipped"])
+        return
+    assert "### Docker backend beside docker run --rm" in done.stdout
+    docker = report["docker"]
+    assert [r["call"] for r in docker["calls"]] == [
+        "docker run --rm ... python3 -c pass (CLI)",
+        "sandbox create (to running)",
+        "python3 -c pass in a warm sandbox",
+        "sandbox stop (container removed)",
+    ]
+    assert all(r["p50_ms"] > 0 for r in docker["calls"])
+    assert [(r["batch"], r["mean"]) for r in docker["batches"]] == [(4, 1.0), (4, 1.0)]

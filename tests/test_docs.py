@@ -77,8 +77,11 @@ def test_the_readme_keeps_the_two_commands_that_ci_runs() -> None:
     for marker in ("<!-- demo-command -->", "<!-- test-command -->"):
         at = lines.index(marker)
         assert lines[at + 1] == "```bash"
-        # The tests' command installs the contest compilers first (where it can).
-        setup = ("python3 -m venv .venv && ", "sh scripts/install-toolchains && python3 -m venv")
+        # The tests' command installs the contest compilers and Docker first (where it can).
+        setup = (
+            "python3 -m venv .venv && ",
+            "sh scripts/install-toolchains && sh scripts/docker-setup && python3 -m venv",
+        )
         assert lines[at + 2].startswith(setup)
         assert lines[at + 3] == "```"
 

@@ -30,6 +30,7 @@ import pytest
 from sandboxkit import Sandbox, SandboxClient, SandboxError, get_backend
 from sandboxkit.backends.subprocess import SubprocessBackend
 from sandboxkit.emulators.host import remove_from_host
+from sandboxkit.errors import SandboxNotFoundError
 from sandboxkit.harness import AssertTests
 from sandboxkit.integrations.environment import sandbox_environment
 from sandboxkit.local import disk, files
@@ -48,10 +49,22 @@ DISK_MB = 64
 DISK_INODES = 2000
 
 
-@pytest.fixture(params=["namespaces", "namespaces-cold", "rlimits"])
+LOCAL_TIERS = ["namespaces", "namespaces-cold", "rlimits"]
+on_docker_too = pytest.mark.parametrize(
+    "tier", [*LOCAL_TIERS, "docker", "docker-engine"], indirect=True
+)
+"""For an attack that applies to a container as well: run it on the docker backend too."""
+
+
+@pytest.fixture(params=LOCAL_TIERS)
 def tier(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """The tier; ``namespaces`` runs Python through the warm template, ``-cold`` one bwrap per
-    exec."""
+    exec; ``docker``: the docker backend's container, on this machine's Engine (its execs
+    through the container's server; ``-engine``: an Engine exec each)."""
+    if str(request.param).startswith("docker"):
+        request.getfixturevalue("docker_engine")
+        monkeypatch.setenv("SBX_TEST_DOCKER_SERVER", "0" if "engine" in request.param else "1")
+        return "docker"
     tier, _, cold = str(request.param).partition("-")
     monkeypatch.setenv("SANDBOXKIT_ISOLATION", tier)
     monkeypatch.setenv("SANDBOXKIT_WARM", "0" if cold else "1")
@@ -76,6 +89,17 @@ def _sandbox_of(
         "processes": 64,
         "cpu_seconds": 20,
     }
+    if tier == "docker":
+        served = os.environ["SBX_TEST_DOCKER_SERVER"] == "1"
+        options = {"output_bytes": CAP, "exec_server": served, **limits, **roomier}
+        with get_backend("docker", **options) as client:
+            marker = f"SBX_MARK_{uuid.uuid4().hex}"
+            sb = client.sandbox(env={marker: "1"})
+            yield client, sb, marker
+            sb.stop()
+            with pytest.raises(SandboxNotFoundError):  # its container is removed
+                client.get(sb.id)
+        return
     client = get_backend("subprocess", root=local_root, output_bytes=CAP, **{**limits, **roomier})
     local = client.backend_as(SubprocessBackend)
     assert local.isolation.tier == Tier(tier)
@@ -133,6 +157,7 @@ def host_is_healthy() -> None:
     assert len(bytearray(50 * 1024 * 1024)) == 50 * 1024 * 1024
 
 
+@on_docker_too
 @pytest.mark.slow
 def test_infinite_loop_times_out(hostile: tuple[SandboxClient, Sandbox, str]) -> None:
     _, sb, _ = hostile
@@ -142,6 +167,7 @@ def test_infinite_loop_times_out(hostile: tuple[SandboxClient, Sandbox, str]) ->
     assert time.monotonic() - t0 < 30
 
 
+@on_docker_too
 @pytest.mark.slow
 def test_sleep_ignoring_sigterm_is_killed(hostile: tuple[SandboxClient, Sandbox, str]) -> None:
     _, sb, _ = hostile
@@ -150,6 +176,7 @@ def test_sleep_ignoring_sigterm_is_killed(hostile: tuple[SandboxClient, Sandbox,
     assert timed_out and code != 0
 
 
+@on_docker_too
 @pytest.mark.slow
 def test_fork_bomb_is_contained(hostile: tuple[SandboxClient, Sandbox, str]) -> None:
     _, sb, _ = hostile
@@ -159,8 +186,10 @@ def test_fork_bomb_is_contained(hostile: tuple[SandboxClient, Sandbox, str]) -> 
     _, _, _, timed_out = run(sb, prog, timeout=4)
     assert timed_out
     host_is_healthy()
+    assert_next_exec_works(sb)
 
 
+@on_docker_too
 def test_fork_count_is_bounded(hostile: tuple[SandboxClient, Sandbox, str]) -> None:
     _, sb, _ = hostile
     prog = (
@@ -180,14 +209,15 @@ def test_fork_count_is_bounded(hostile: tuple[SandboxClient, Sandbox, str]) -> N
     assert int(out.split()[-1]) < 64
 
 
-def test_memory_bomb_fails_inside(hostile: tuple[SandboxClient, Sandbox, str]) -> None:
+@on_docker_too
+def test_memory_bomb_fails_inside(hostile: tuple[SandboxClient, Sandbox, str], tier: str) -> None:
     """Killed by the sandbox's memory cgroup (exit 137), or, where only the address space of
     each process is bounded, failing with MemoryError; the sandbox still works."""
     client, sb, _ = hostile
     prog = "chunks = []\nwhile True:\n    chunks.append(bytearray(16 * 1024 * 1024))"
     code, _, err, timed_out = run(sb, prog, timeout=20)
     assert not timed_out
-    if client.backend_as(SubprocessBackend).memory_limit == "rlimit":
+    if tier != "docker" and client.backend_as(SubprocessBackend).memory_limit == "rlimit":
         assert code == 1 and "MemoryError" in err
     else:
         assert code == 137
@@ -195,6 +225,7 @@ def test_memory_bomb_fails_inside(hostile: tuple[SandboxClient, Sandbox, str]) -
     assert_next_exec_works(sb)
 
 
+@on_docker_too
 @pytest.mark.slow
 def test_output_flood_is_capped(hostile: tuple[SandboxClient, Sandbox, str]) -> None:
     _, sb, _ = hostile
@@ -204,6 +235,7 @@ def test_output_flood_is_capped(hostile: tuple[SandboxClient, Sandbox, str]) -> 
     assert len(r.stdout_bytes) == CAP
 
 
+@on_docker_too
 def test_bounded_flood_keeps_exit_status(hostile: tuple[SandboxClient, Sandbox, str]) -> None:
     _, sb, _ = hostile
     sb.write_file("flood.py", "import sys\nsys.stderr.write('e' * 5_000_000)\nprint('done')")
@@ -212,6 +244,7 @@ def test_bounded_flood_keeps_exit_status(hostile: tuple[SandboxClient, Sandbox, 
     assert r.stdout == "done\n" and len(r.stderr_bytes) == CAP
 
 
+@on_docker_too
 def test_huge_file_write_is_refused(hostile: tuple[SandboxClient, Sandbox, str]) -> None:
     _, sb, _ = hostile
     prog = "with open('big.bin', 'wb') as f:\n    f.write(b'0' * (100 * 1024 * 1024))"
@@ -224,6 +257,7 @@ def test_huge_file_write_is_refused(hostile: tuple[SandboxClient, Sandbox, str])
     assert int(size.stdout) <= 8 * 1024 * 1024
 
 
+@on_docker_too
 @pytest.mark.slow
 def test_double_forked_daemon_dies_with_the_exec(
     hostile: tuple[SandboxClient, Sandbox, str],
@@ -250,6 +284,7 @@ def test_double_forked_daemon_dies_with_the_exec(
     assert sb.read_file("beat") == before, "the daemon kept running after exec returned"
 
 
+@on_docker_too
 def test_caller_environment_is_invisible(
     hostile: tuple[SandboxClient, Sandbox, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -277,6 +312,7 @@ def test_caller_environment_is_invisible(
         del os.environ["SANDBOXKIT_HOSTILE_SECRET"]
 
 
+@on_docker_too
 def test_secret_file_in_callers_home_is_unreadable(
     hostile: tuple[SandboxClient, Sandbox, str],
 ) -> None:
@@ -293,6 +329,7 @@ def test_secret_file_in_callers_home_is_unreadable(
         secret_file.unlink()
 
 
+@on_docker_too
 @pytest.mark.slow
 def test_network_to_host_loopback(hostile: tuple[SandboxClient, Sandbox, str], tier: str) -> None:
     _, sb, _ = hostile
@@ -312,12 +349,13 @@ def test_network_to_host_loopback(hostile: tuple[SandboxClient, Sandbox, str], t
         accepted = False
     finally:
         server.close()
-    if tier == "namespaces":
+    if tier in ("namespaces", "docker"):
         assert code != 0 and "connected" not in out and not accepted
     else:  # documented: the rlimits tier has no network isolation
         assert code == 0 and accepted
 
 
+@on_docker_too
 def test_writes_outside_the_sandbox_fail(
     hostile: tuple[SandboxClient, Sandbox, str], tier: str
 ) -> None:
@@ -341,6 +379,7 @@ def test_writes_outside_the_sandbox_fail(
     assert not any(os.path.exists(t) for t in targets)
 
 
+@on_docker_too
 def test_private_tmp(hostile: tuple[SandboxClient, Sandbox, str], tier: str) -> None:
     _, sb, _ = hostile
     host_tmp_file = Path("/tmp") / f"sandboxkit-host-{uuid.uuid4().hex[:8]}"
@@ -349,7 +388,7 @@ def test_private_tmp(hostile: tuple[SandboxClient, Sandbox, str], tier: str) -> 
         code, out, _, _ = run(sb, f"import os; print(os.path.exists({str(host_tmp_file)!r}))")
         assert code == 0
         # Only a mount namespace gives a private /tmp.
-        assert out.strip() == ("False" if tier == "namespaces" else "True")
+        assert out.strip() == ("False" if tier in ("namespaces", "docker") else "True")
     finally:
         host_tmp_file.unlink()
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from sandboxkit import CircuitOpenError, SandboxClient
+from sandboxkit import CircuitOpenError, SandboxClient, get_backend
 from sandboxkit.contest import languages
 from sandboxkit.contest.languages import Language, register_language
 from sandboxkit.harness import FunctionTask, StdioTests
@@ -430,3 +430,37 @@ def test_emulators_run_wrapped_python_on_the_warm_template(provider: str) -> Non
             seen[direct] = sb.exec(in_process, timeout=60).stdout
     # The warm template imported json before forking; an interpreter started by sh did not.
     assert seen == {True: "True\n", False: "False\n"}
+
+
+# -- on a Docker Engine ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def docker_client(docker_engine: None) -> Iterator[SandboxClient]:
+    with get_backend("docker") as client:
+        yield client
+
+
+@pytest.mark.slow
+def test_the_rewards_on_docker_are_the_local_ones(
+    docker_client: SandboxClient, local_rewards: dict[str, dict[str, float | None]]
+) -> None:
+    """Assert tests, function tests and plain execs, in the test image's containers."""
+    for name, case in CASES.items():
+        assert case.run(docker_client) == local_rewards[name], name
+
+
+def test_python_contest_judging_on_docker_gives_the_files_verdicts(
+    docker_client: SandboxClient, contest: ContestBatch
+) -> None:
+    """Stdio judging of the five Python solutions (the test image's only language): each passes
+    as many tests, with the verdict, as its file's name says."""
+    python = [i for i, c in enumerate(contest.completions) if c.startswith("```python")]
+    batch = ContestBatch(
+        [contest.prompts[i] for i in python],
+        [contest.completions[i] for i in python],
+        {k: [v[i] for i in python] for k, v in contest.columns.items()},
+        [contest.expected[i] for i in python],
+    )
+    assert len(python) == 5
+    assert batch.judge(docker_client) == batch.expected

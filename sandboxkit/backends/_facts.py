@@ -37,3 +37,6 @@ E2B_DEFAULT_URL = "https://api.e2b.app"
 E2B_SANDBOX_URL_VAR = "E2B_SANDBOX_URL"
 """Where every sandbox's ``envd`` is reached (the SDK's variable; unset: a host per sandbox
 under the sandbox's domain)."""
+DOCKER_HOST_VAR = "DOCKER_HOST"
+"""The Engine to use (the Docker SDK's own variable)."""
+DOCKER_DEFAULT_HOST = "unix:///var/run/docker.sock"

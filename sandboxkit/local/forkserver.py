@@ -996,5 +996,131 @@ def pipe_holding(data: memoryview | bytes) -> int:
     return read_end
 
 
+def kill_the_rest() -> None:
+    """In a container whose pid 1 is this server (``container_main``): kill every other
+    process of our uid (``kill(-1)`` spares pid 1), round after round until none is left,
+    reaping what is orphaned to us on the way. No fork: a program that used up the
+    container's processes must not keep us from ending it."""
+    for _ in range(100_000):
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            break
+        with contextlib.suppress(ChildProcessError):
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                pass
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0] > 0:
+            pass
+
+
+def write_packet(tag: bytes, data: bytes | memoryview) -> None:
+    """One ``o``/``e``/``x`` packet on stdout (to the Engine's attach), whole; ``data`` is
+    written from where it lies (an output's mapping): no copy of it stays in this process."""
+    for part in (struct.pack("<I", len(data) + 1) + tag, data):
+        with memoryview(part) as left:
+            while left:
+                left = left[os.write(1, left) :]
+
+
+def container_serve(header: dict[str, Any], stdin_r: int) -> None:
+    """One exec in a container: fork the command, read its output (capped), end it at its
+    timeout, then kill everything else it started; answer with ``o``/``e``/``x`` packets."""
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    started = time.monotonic()
+    try:
+        pid = os.fork()
+    except OSError as exc:  # no process left to fork: the host runs it as an Engine exec
+        for fd in (stdin_r, out_r, out_w, err_r, err_w):
+            os.close(fd)
+        write_packet(b"x", json.dumps({"error": str(exc)}).encode())
+        return
+    if pid == 0:
+        for fd in (out_r, err_r):
+            os.close(fd)
+        command(header["limits"], (stdin_r, out_w, err_w))
+    for fd in (stdin_r, out_w, err_w):
+        os.close(fd)
+    pidfd = os.pidfd_open(pid)
+    outputs = [Output(out_r, header["cap"]), Output(err_r, header["cap"])]
+    timeout = header["timeout"]
+    deadline = started + timeout if timeout is not None else None
+    status: int | None = None
+    timed_out = False
+    drain_until = 0.0
+    while True:
+        streams = [o.fd for o in outputs if o.fd >= 0]
+        if status is not None and (not streams or time.monotonic() > drain_until):
+            break
+        wait = max(0.0, (drain_until if status is not None else deadline or 0) - time.monotonic())
+        watched = [*streams, *([pidfd] if status is None else [])]
+        readable, _, _ = select.select(
+            watched, [], [], None if deadline is None and status is None else wait
+        )
+        for output in outputs:
+            if output.fd in readable:
+                output.read()
+        late = deadline is not None and time.monotonic() >= deadline
+        if status is None and pidfd not in readable and late:
+            timed_out = True
+            os.kill(pid, signal.SIGKILL)
+            readable.append(pidfd)
+        if status is None and pidfd in readable:
+            status = exit_code(os.waitpid(pid, 0)[1])
+            kill_the_rest()
+            drain_until = time.monotonic() + DRAIN_SECONDS
+    os.close(pidfd)
+    for tag, output in ((b"o", outputs[0]), (b"e", outputs[1])):
+        if output.kept:
+            with output.view[: output.kept] as kept:
+                write_packet(tag, kept)
+    truncated = outputs[0].truncated or outputs[1].truncated
+    for output in outputs:
+        output.close()
+    result = {"exit": status, "timed_out": timed_out, "truncated": truncated}
+    write_packet(b"x", json.dumps({**result, "duration": time.monotonic() - started}).encode())
+
+
+def container_main() -> None:
+    """Pid 1 of a docker sandbox whose image has Python: requests on stdin (4 bytes of
+    length, then ``r`` + header + newline + body as on the socket above), answers on stdout
+    (each ``o``/``e``/``x`` packet after 4 bytes of its length), until ``argv[2]`` seconds
+    (the sandbox's lifetime) pass or stdin ends. Only the Engine's attach reaches its stdio;
+    as pid 1 it gets no signal it does not handle (none: SIGINT is reset), and it is not
+    dumpable, so nothing in the container can stop, trace or read it."""
+    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    end = time.monotonic() + float(sys.argv[2]) if sys.argv[2] else None
+    learn_site(None)
+    warm_up()
+    received = mmap.mmap(-1, MAX_REQUEST + 4, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    with memoryview(received) as view:
+        while True:
+            wait = None if end is None else end - time.monotonic()
+            if wait is not None and (wait <= 0 or not select.select([0], [], [], wait)[0]):
+                return
+            try:
+                (size,) = struct.unpack("<I", read_exactly(0, 4))
+                got = 0
+                while got < size:
+                    n = os.readv(0, [view[got:size]])
+                    if not n:
+                        return
+                    got += n
+            except (EOFError, struct.error):
+                return
+            end_of_header = received.find(b"\n", 1, size)
+            header = json.loads(received[1:end_of_header])
+            try:
+                stdin_r = pipe_holding(view[end_of_header + 1 : size])
+            except OSError as exc:
+                stdin_r = -1
+                write_packet(b"x", json.dumps({"error": f"stdin: {exc}"}).encode())
+            received.madvise(mmap.MADV_DONTNEED)
+            if stdin_r >= 0:
+                container_serve(header, stdin_r)
+
+
 if __name__ == "__main__":
-    main()
+    container_main() if sys.argv[1] == "container" else main()

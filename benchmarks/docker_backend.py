@@ -1,0 +1,162 @@
+"""The docker backend on this machine's Engine, beside the naive ``docker run --rm``.
+
+Side by side in one run, on the test image (``scripts/docker-setup``):
+
+- per call: ``docker run --rm --network none IMAGE python3 -c pass`` (the CLI), a sandbox's
+  create (to running) and its stop, and ``python3 -c pass`` in a warm sandbox;
+- per batch: trivial completions judged by ``exec_reward`` through a pool of 2 warm
+  sandboxes, against the naive pattern of one ``docker run --rm`` per completion.
+
+    PYTHONPATH=. python benchmarks/docker_backend.py [--rounds 10] [--batch 32]
+        [--json PATH | --record]
+
+``run.py --only docker`` runs the same at its size; skipped with the reason without an
+Engine or the image.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from run import add_output_options, machine_info, output_path
+
+from sandboxkit import get_backend
+from sandboxkit.rewards import exec_reward
+
+DEFAULT_IMAGE = "sandboxkit-python:bookworm"
+"""The docker backend's default image (``sandboxkit.backends.docker.DEFAULT_IMAGE``, not
+imported: that needs the SDK, whose absence ``unavailable`` reports)."""
+
+POOL = 2
+TARGETS = {"pooled execs per second": 100.0, "pooled vs naive": 20.0, "create vs docker run": 2.0}
+
+
+def unavailable() -> str | None:
+    """Why the rows cannot run here, or None."""
+    try:
+        import docker
+    except ImportError:
+        return "the docker SDK is not installed: pip install 'sandboxkit[docker]'"
+    try:
+        client = docker.from_env(timeout=30)
+        client.images.get(DEFAULT_IMAGE)
+        client.close()
+    except Exception as exc:
+        return f"no Docker Engine with {DEFAULT_IMAGE} ({exc}): as root, scripts/docker-setup"
+    return None
+
+
+def _p50_ms(values: Sequence[float]) -> float:
+    return statistics.median(values) * 1e3
+
+
+def _timed(fn: Callable[[], Any], rounds: int) -> list[float]:
+    times = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return times
+
+
+def docker_run(program: str) -> float:
+    """One naive completion: ``docker run --rm`` of ``program``; its reward."""
+    argv = ["docker", "run", "--rm", "--network", "none", DEFAULT_IMAGE, "python3", "-c", program]
+    done = subprocess.run(argv, capture_output=True, timeout=120, check=False)
+    return 1.0 if done.returncode == 0 else 0.0
+
+
+def measure(rounds: int, batch: int, log: Callable[[str], None]) -> dict[str, Any]:
+    results: dict[str, Any] = {"calls": [], "batches": [], "targets": []}
+    program = "print(sum(range(10)))"
+    with get_backend("docker") as client:
+        run_s = _timed(lambda: docker_run("pass"), rounds)
+        made: list[Any] = []
+        create_s = _timed(lambda: made.append(client.sandbox()), rounds)
+        sb = made[0]
+        exec_s = _timed(lambda: sb.exec(["python3", "-c", "pass"], timeout=60), rounds)
+        stop_s = _timed(lambda: made.pop().stop(), rounds)
+        for call, times in (
+            ("docker run --rm ... python3 -c pass (CLI)", run_s),
+            ("sandbox create (to running)", create_s),
+            ("python3 -c pass in a warm sandbox", exec_s),
+            ("sandbox stop (container removed)", stop_s),
+        ):
+            results["calls"].append({"call": call, "calls": rounds, "p50_ms": _p50_ms(times)})
+            log(f"docker: {call}: {_p50_ms(times):.0f} ms")
+
+        started = time.perf_counter()
+        naive = [docker_run(program) for _ in range(batch)]
+        naive_wall = time.perf_counter() - started
+        reward = exec_reward(backend=client, pool_size=POOL, timeout=10)
+        try:
+            reward(["p"] * POOL, [program] * POOL)  # the pool's sandboxes, made once
+            started = time.perf_counter()
+            pooled = reward(["p"] * batch, [program] * batch)
+            pooled_wall = time.perf_counter() - started
+        finally:
+            reward.close()
+    for method, wall, rewards in (
+        ("naive: docker run --rm per completion, sequential", naive_wall, naive),
+        (f"exec_reward, pool of {POOL} warm sandboxes", pooled_wall, pooled),
+    ):
+        mean = statistics.fmean(r or 0.0 for r in rewards)
+        results["batches"].append(
+            {"method": method, "batch": batch, "wall_s": wall, "per_s": batch / wall, "mean": mean}
+        )
+        log(f"docker: {method}: {batch / wall:.1f} completions/s (mean reward {mean:.2f})")
+    pooled_rate = batch / pooled_wall
+    for target, measured, met in (
+        ("pooled trivial execs >= 100/s", f"{pooled_rate:.1f}/s", pooled_rate >= 100),
+        (
+            "pooled >= 20x naive docker run",
+            f"{naive_wall / pooled_wall:.1f}x",
+            naive_wall / pooled_wall >= 20,
+        ),
+        (
+            "create within 2x of docker run",
+            f"{statistics.median(create_s) / statistics.median(run_s):.2f}x",
+            statistics.median(create_s) <= 2 * statistics.median(run_s),
+        ),
+    ):
+        results["targets"].append({"target": f"docker: {target}", "measured": measured, "met": met})
+    return results
+
+
+def tables(results: dict[str, Any]) -> list[str]:
+    out = ["", "| call | calls | p50 ms |", "|---|---|---|"]
+    out += [f"| {r['call']} | {r['calls']} | {r['p50_ms']:.0f} |" for r in results["calls"]]
+    out += ["", "| method | batch | wall s | compl./s | mean reward |", "|---|---|---|---|---|"]
+    out += [
+        f"| {r['method']} | {r['batch']} | {r['wall_s']:.2f} | {r['per_s']:.1f} | {r['mean']:.2f} |"
+        for r in results["batches"]
+    ]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--batch", type=int, default=32)
+    add_output_options(parser, "docker_backend")
+    args = parser.parse_args()
+    reason = unavailable()
+    if reason is not None:
+        print(f"skipped: {reason}")
+        return
+    results = measure(args.rounds, args.batch, print)
+    print("\n".join(tables(results)))
+    for t in results["targets"]:
+        print(f"{t['target']}: {t['measured']} ({'met' if t['met'] else 'not met'})")
+    path = output_path(args, "docker_backend")
+    path.write_text(json.dumps({"machine": machine_info("docker"), **results}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
