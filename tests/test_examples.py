@@ -485,3 +485,20 @@ def test_policy_gradient_update_changes_the_tiny_model(
     assert metrics["trained_trajectories"] == 2.0
     after = list(policy.model.parameters())
     assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
+
+
+@pytest.mark.slow
+def test_swe_example_judges_patches_by_the_tasks_tests_in_the_tasks_image(tmp_path: Path) -> None:
+    """Patches to a repository in an image: a full fix resolves its issue, partial ones earn
+    their share of the tests, and a patch that forges test output or edits the tests, one
+    that does not apply and prose all get 0.0; nothing is left running."""
+    pytest.importorskip("docker", reason="pip install 'sandboxkit[docker]'")
+    result = run_example("swe_patch.py", cwd=tmp_path)
+    if result.returncode == 3:
+        pytest.skip(result.stdout.strip())
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    rewards = re.findall(
+        r"^  ([\w-]+): .*: reward=([\d.]+) \((?:not )?resolved\) OK$", result.stdout, re.M
+    )
+    assert [float(r) for _, r in rewards] == [1.0, 0.8, 0.8, 0.0, 0.0, 0.0, 1.0, 0.0]
+    assert "sandboxes left: 0\n" in result.stdout
