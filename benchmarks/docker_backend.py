@@ -29,7 +29,7 @@ from run import add_output_options, machine_info, output_path
 from sandboxkit import get_backend
 from sandboxkit.rewards import exec_reward
 
-DEFAULT_IMAGE = "sandboxkit-python:bookworm"
+DEFAULT_IMAGE = "sandboxkit-python:bookworm-2"
 """The docker backend's default image (``sandboxkit.backends.docker.DEFAULT_IMAGE``, not
 imported: that needs the SDK, whose absence ``unavailable`` reports)."""
 

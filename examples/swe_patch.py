@@ -37,7 +37,7 @@ from sandboxkit.protocol import ExecResult
 
 HERE = Path(__file__).resolve().parent / "swe"
 IMAGE = "sandboxkit-example-textstats:1"
-BASE_IMAGE = "sandboxkit-python:bookworm"
+BASE_IMAGE = "sandboxkit-python:bookworm-2"
 PATCH_FAILED = 97
 """The exit status of the run when the patch does not apply (before any of its code runs)."""
 

@@ -75,9 +75,10 @@ with installed_for("the 'docker' backend", "pip install 'sandboxkit[docker]'"):
     from docker.errors import APIError, DockerException, ImageNotFound, NotFound
     from docker.types import DriverConfig, LogConfig, Mount, Ulimit
 
-DEFAULT_IMAGE = "sandboxkit-python:bookworm"
-"""Debian bookworm's minbase with python3, which ``scripts/docker-setup`` builds offline
-(``mmdebstrap --variant=minbase --include=python3 bookworm`` + ``docker import``)."""
+DEFAULT_IMAGE = "sandboxkit-python:bookworm-2"
+"""Debian bookworm's minbase with python3 and patch (SWE-style tasks apply the model's diff),
+which ``scripts/docker-setup`` builds offline (``mmdebstrap --variant=minbase
+--include=python3,patch bookworm`` + ``docker import``); its tag changes with its packages."""
 USER = "65534:65534"
 """Who runs every command: ``nobody``, whatever the image names (a numeric uid needs no
 passwd entry)."""
