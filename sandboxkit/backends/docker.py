@@ -60,7 +60,7 @@ from ..hostdirs import private_directory
 from ..local import forkserver
 from ..local.forkserver import init_executable
 from ..local.limits import Limits, MiB
-from ..local.warm import _STUCK_AFTER, _result
+from ..local.warm import _STUCK_AFTER, HANDLES, PUBLIC_PROGRAMS, _result
 from ..protocol import (
     KILLED_RETURNCODE,
     ExecResult,
@@ -92,6 +92,8 @@ SERVER = ["python3", "-I", "-S", "-c", Path(forkserver.__file__).read_text()]
 (``forkserver.container_main``), which runs each exec for one request and one answer over
 the container's attached stdio, instead of an Engine exec per command."""
 REAP_PATH = "/.sandboxkit-reap"
+ENGINE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+"""The ``PATH`` the Engine gives an exec whose container's environment has none."""
 DRAIN_SECONDS = 2.0
 """How long an exec's output is read after its process ended and the rest were killed."""
 REAP_CODE = bytes.fromhex(
@@ -376,7 +378,8 @@ class DockerBackend:
                 runtime=spec.options.get("runtime", self.runtime),
             )
             label = _label(sandbox_id, spec.tags, started, workdir)
-            served = [*SERVER, "container", str(lifetime) if lifetime is not None else ""]
+            until = str(lifetime) if lifetime is not None else ""
+            served = [*SERVER, "container", until, PUBLIC_PROGRAMS]
             commands = [served, [INIT_PATH]] if self.exec_server else [[INIT_PATH]]
             for command in commands:  # without python3: no server
                 self.api.create_container(
@@ -446,7 +449,11 @@ class DockerBackend:
             server = self._servers.setdefault(sandbox_id, _Server())
             with server.lock:
                 full_env = {**_env_of(container), **(env or {})}
-                result = server.run(self, sandbox_id, argv, workdir, full_env, timeout, stdin)
+                if (container["Config"].get("Cmd") or [""])[-1] == PUBLIC_PROGRAMS:
+                    named = [HANDLES.get(arg, arg) for arg in argv]  # the server compiled them
+                else:
+                    named = argv  # a server of another sandboxkit's
+                result = server.run(self, sandbox_id, named, workdir, full_env, timeout, stdin)
             if result is not None:
                 return result
         started = time.monotonic()
@@ -705,9 +712,12 @@ class DockerBackend:
 
 
 def _env_of(container: Mapping[str, Any]) -> dict[str, str]:
-    """The container's environment (the image's and the spec's), as an Engine exec gets it."""
+    """The container's environment (the image's and the spec's) as an Engine exec gets it:
+    with the Engine's ``PATH`` where the image sets none (an imported image sets nothing),
+    so that ``python3`` is found, and is the server's own interpreter (its warm path)."""
     pairs = (item.partition("=") for item in container["Config"].get("Env") or [])
-    return {key: value for key, _, value in pairs}
+    found = {key: value for key, _, value in pairs}
+    return {"PATH": ENGINE_PATH, "HOSTNAME": container["Config"]["Hostname"], **found}
 
 
 class _Server:
