@@ -155,3 +155,23 @@ def test_runsc_runs_a_sandbox_where_the_engine_has_it(docker: SandboxClient) -> 
     with docker.sandbox(runtime="runsc") as sb:
         result = sb.exec(["python3", "-c", "import os; print(os.uname().release)"], timeout=60)
         assert result.returncode == 0 and result.stdout.strip() == "4.4.0"  # gVisor's kernel
+
+
+def test_a_served_exec_gets_the_environment_an_engine_exec_gets_and_runs_python_warm(
+    docker: SandboxClient,
+) -> None:
+    facts = (
+        "import os, socket, sys\n"
+        "env = dict(os.environ)\n"
+        "assert env.pop('HOSTNAME') == socket.gethostname()\n"
+        "print(sorted(env.items()), sys.executable, 'json' in sys.modules)\n"
+    )
+    with get_backend("docker", exec_server=False) as engine, engine.sandbox() as plain:
+        by_engine = plain.exec(["python3", "-c", facts], timeout=60)
+    with docker.sandbox() as sb:
+        served = sb.exec(["python3", "-c", facts], timeout=60)
+    path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    expected = [("HOME", "/workspace"), ("LANG", "C.UTF-8"), ("PATH", path), ("TMPDIR", "/tmp")]
+    assert (by_engine.returncode, by_engine.stdout) == (0, f"{expected} /usr/bin/python3 False\n")
+    # The same, but forked from the server, which imported json: no interpreter started.
+    assert (served.returncode, served.stdout) == (0, f"{expected} /usr/bin/python3 True\n")

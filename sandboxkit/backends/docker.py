@@ -60,7 +60,7 @@ from ..hostdirs import private_directory
 from ..local import forkserver
 from ..local.forkserver import init_executable
 from ..local.limits import Limits, MiB
-from ..local.warm import _STUCK_AFTER, HANDLES, PUBLIC_PROGRAMS, _result
+from ..local.warm import _STUCK_AFTER, PUBLIC_PROGRAMS, _result
 from ..protocol import (
     KILLED_RETURNCODE,
     ExecResult,
@@ -449,11 +449,7 @@ class DockerBackend:
             server = self._servers.setdefault(sandbox_id, _Server())
             with server.lock:
                 full_env = {**_env_of(container), **(env or {})}
-                if (container["Config"].get("Cmd") or [""])[-1] == PUBLIC_PROGRAMS:
-                    named = [HANDLES.get(arg, arg) for arg in argv]  # the server compiled them
-                else:
-                    named = argv  # a server of another sandboxkit's
-                result = server.run(self, sandbox_id, named, workdir, full_env, timeout, stdin)
+                result = server.run(self, sandbox_id, argv, workdir, full_env, timeout, stdin)
             if result is not None:
                 return result
         started = time.monotonic()

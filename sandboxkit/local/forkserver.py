@@ -1086,10 +1086,11 @@ def container_main() -> None:
     """Pid 1 of a docker sandbox whose image has Python: requests on stdin (4 bytes of
     length, then ``r`` + header + newline + body as on the socket above), answers on stdout
     (each ``o``/``e``/``x`` packet after 4 bytes of its length), until ``argv[2]`` seconds
-    (the sandbox's lifetime) pass or stdin ends; ``argv[3]``, if given: the public programs,
-    as ``main`` takes them. Only the Engine's attach reaches its stdio; as pid 1 it gets no
-    signal it does not handle (none: SIGINT is reset), and it is not dumpable, so nothing in
-    the container can stop, trace or read it."""
+    (the sandbox's lifetime) pass or stdin ends; ``argv[3]``, if given: the public programs
+    (as ``main`` takes them) to compile now (requests carry them whole: no handles). Only
+    the Engine's attach reaches its stdio; as pid 1 it gets no signal it does not handle
+    (none: SIGINT is reset), and it is not dumpable, so nothing in the container can stop,
+    trace or read it."""
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     end = time.monotonic() + float(sys.argv[2]) if sys.argv[2] else None
@@ -1097,7 +1098,6 @@ def container_main() -> None:
     warm_up()
     for source in json.loads(sys.argv[3]) if len(sys.argv) > 3 else []:
         COMPILED[source] = compile_program(source, "<string>")
-        PUBLIC.append(source)
     gc.collect()
     gc.freeze()  # as in ``main``: no exec's collector copies the server's heap
     received = mmap.mmap(-1, MAX_REQUEST + 4, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
