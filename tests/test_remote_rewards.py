@@ -387,6 +387,9 @@ def flaky(remote_provider: str) -> Iterator[tuple[str, Emulator, CountedFaults]]
 
 
 @pytest.mark.slow
+# The pool's answer to faults is the same for every backend once its errors are mapped: Modal's
+# and E2B's mappings under the same faults are tests/test_modal.py's and tests/test_e2b.py's.
+@pytest.mark.parametrize("remote_provider", ["daytona", "aviato"])
 def test_faults_cost_rewards_not_crashes_or_sandboxes(
     flaky: tuple[str, Emulator, CountedFaults],
 ) -> None:
