@@ -351,6 +351,7 @@ class DockerBackend:
                     f"pull it first (`docker pull {image}`, or DockerBackend.pull)"
                     + (", or build it with scripts/docker-setup" if image == DEFAULT_IMAGE else "")
                 ) from None
+            runtime = spec.options.get("runtime", self.runtime)
             host_config = self.api.create_host_config(
                 network_mode="none",
                 log_config=LogConfig(type="none"),  # the server's answers stay unlogged
@@ -375,12 +376,15 @@ class DockerBackend:
                     Ulimit(name="cpu", soft=limits.cpu_seconds, hard=limits.cpu_seconds + 1),
                     Ulimit(name="core", soft=0, hard=0),
                 ],
-                runtime=spec.options.get("runtime", self.runtime),
+                runtime=runtime,
             )
             label = _label(sandbox_id, spec.tags, started, workdir)
             until = str(lifetime) if lifetime is not None else ""
             served = [*SERVER, "container", until, PUBLIC_PROGRAMS]
-            commands = [served, [INIT_PATH]] if self.exec_server else [[INIT_PATH]]
+            # The server is made for runc's kernel: under another runtime (gVisor's runsc, whose
+            # Debian build of 2022 lacks calls it makes) every exec is an Engine exec.
+            serving = self.exec_server and runtime in (None, "runc")
+            commands = [served, [INIT_PATH]] if serving else [[INIT_PATH]]
             for command in commands:  # without python3: no server
                 self.api.create_container(
                     image,
