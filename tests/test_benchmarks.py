@@ -263,4 +263,5 @@ def test_docker_smoke_run_sets_the_backend_beside_docker_run(tmp_path: Path) -> 
         "sandbox stop (container removed)",
     ]
     assert all(r["p50_ms"] > 0 for r in docker["calls"])
-    assert [(r["batch"], r["mean"]) for r in docker["batches"]] == [(4, 1.0), (4, 1.0)]
+    # The naive batch once; the pooled one --rounds (2 in a smoke run) times.
+    assert [(r["batch"], r["mean"]) for r in docker["batches"]] == [(4, 1.0), (8, 1.0)]

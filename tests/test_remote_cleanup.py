@@ -65,8 +65,8 @@ def test_a_script_that_exits_without_closing_leaves_nothing_running(
         text=True,
         timeout=300,
     )
-
-    assert (child.returncode, child.stdout) == (0, "[1.0, 0.0, 1.0, 0.0]\n")
+    outcome = (child.returncode, child.stdout)
+    assert outcome == (0, "[1.0, 0.0, 1.0, 0.0]\n"), child.stderr[-3000:]
     assert remote_emulator.live_sandboxes() == 0
     assert child.stderr == ""  # no traceback, failed stop or unclosed session at exit
 
