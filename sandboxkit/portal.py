@@ -15,7 +15,7 @@ import functools
 import os
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -95,7 +95,20 @@ async def on_portal(coro: Coroutine[Any, Any, R]) -> R:
     loop = portal().loop
     if asyncio.get_running_loop() is loop:
         return await coro
-    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, loop))
+    future = asyncio.run_coroutine_threadsafe(_settled(coro), loop)
+    ok, value = await asyncio.wrap_future(future)
+    if not ok:
+        raise value
+    return cast(R, value)
+
+
+async def _settled(coro: Coroutine[Any, Any, R]) -> tuple[bool, Any]:
+    """``coro``'s result or exception as a value: a caller cancelled just as ``coro`` raised
+    leaves no task whose exception nobody retrieves (asyncio would log it as an error)."""
+    try:
+        return True, await coro
+    except Exception as exc:
+        return False, exc
 
 
 def blocking(

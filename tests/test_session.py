@@ -326,3 +326,48 @@ def test_a_forked_child_that_exits_leaves_its_parents_sandboxes_running(
         child.join(timeout=120)
         assert child.exitcode == 0
         assert sb.exec(["true"], timeout=60).ok
+
+
+def test_a_portal_call_that_raises_as_its_caller_is_cancelled_logs_no_lost_exception() -> None:
+    """A caller on another loop gives up (cancelled) just as its call on sandboxkit's loop
+    raises: no task is left whose exception nobody retrieved (asyncio logs that as an error,
+    which the strict test run fails on)."""
+    code = textwrap.dedent(
+        """
+        import asyncio, gc, logging
+        from sandboxkit.portal import on_portal, portal
+
+        logging.basicConfig(level=logging.ERROR, format="LOGGED %(message)s")
+
+        async def raises_when_told():
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                pass  # as a call that ends its work its own way when cancelled
+            raise RuntimeError("raised after the caller left")
+
+        async def caller():
+            task = asyncio.ensure_future(on_portal(raises_when_told()))
+            await asyncio.sleep(0.2)
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+
+        asyncio.run(caller())
+        for _ in range(50):  # the portal's task ends, is dropped and collected
+            portal().call(asyncio.sleep(0.01))
+            gc.collect()
+        print("done", flush=True)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (done.returncode, done.stdout) == (0, "done\n"), done.stderr[-3000:]
+    assert "LOGGED" not in done.stderr and "never retrieved" not in done.stderr, done.stderr
