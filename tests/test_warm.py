@@ -138,6 +138,7 @@ PROGRAMS = {
     "fresh random": ["python3", "-c", "import random, sys; sys.exit(random.random() == 0.5)"],
     "kills itself": ["python3", "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"],
     "sys.executable": ["python3", "-c", "import sys; print(sys.executable)"],
+    "sys.orig_argv": ["python3", "-c", "import sys; print(sys.orig_argv)", "a"],
     "sys.executable named by path": [
         "/opt/sandboxkit/bin/python",
         "-c",
