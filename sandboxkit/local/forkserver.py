@@ -201,6 +201,10 @@ CapSets = CapData * 2
 """The two words of each capability set that ``capset`` takes, as a type made once here: ctypes
 makes an array type the first time it is named, and each exec would make its own (a new
 class, a fifth of a millisecond and some 80 pages of the server's heap copied)."""
+NO_CAPABILITIES = (CapHeader(CAPABILITY_VERSION_3, 0), CapSets())
+"""``capset``'s arguments for a command that keeps no capability, made once: each ctypes
+instance an exec made would write to pages of the server's heap it shares (a copy of each,
+some 3 us apiece)."""
 
 
 class SeccompProgram(ctypes.Structure):  # struct sock_fprog
@@ -405,9 +409,13 @@ def read_exactly(fd: int, size: int) -> bytes:
     return data
 
 
-def command(limits: list[Any], fds: tuple[int, int, int], judge: bool = False) -> None:
+def command(
+    limits: list[Any], fds: tuple[int, int, int], judge: bool = False, *, pwd: bool = False
+) -> None:
     """H: become the command whose job is at the front of ``fds[0]``; the trusted runner
-    (``judge``) keeps the server's OOM score, below every other command's. Never returns."""
+    (``judge``) keeps the server's OOM score, below every other command's. With ``pwd``, its
+    environment's ``PWD`` is its cwd, as bwrap's ``--chdir`` sets it for a cold exec. Never
+    returns."""
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)  # as a fresh interpreter
         os.setsid()
@@ -434,7 +442,7 @@ def command(limits: list[Any], fds: tuple[int, int, int], judge: bool = False) -
             if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(seccomp), 0, 0):
                 code = ctypes.get_errno()
                 raise OSError(code, f"seccomp: {os.strerror(code)}")
-        argv, env = job["argv"], job["env"]
+        argv, env = job["argv"], job["env"] | ({"PWD": job["cwd"]} if pwd else {})
         os.environ.clear()
         os.environ.update(env)
         os.chdir(job["cwd"])
@@ -461,7 +469,7 @@ def namespace_init(
         enter_exec_namespaces(keep)
         child = os.fork()
         if child == 0:
-            command(limits, fds, judge)
+            command(limits, fds, judge, pwd=True)
         while True:
             pid, status = os.wait()
             if pid == child:
@@ -499,11 +507,13 @@ def enter_exec_namespaces(keep: list[int]) -> None:
     capability = 0
     while capability in keep or libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) == 0:
         capability += 1
-    sets = CapSets()
+    header, sets = NO_CAPABILITIES
+    if keep:
+        header, sets = CapHeader(CAPABILITY_VERSION_3, 0), CapSets()
     for capability in keep:
         word, bit = sets[capability // 32], 1 << capability % 32
         word.effective, word.permitted, word.inheritable = (word.effective | bit,) * 3
-    if libc.capset(ctypes.byref(CapHeader(CAPABILITY_VERSION_3, 0)), sets) != 0:
+    if libc.capset(ctypes.byref(header), sets) != 0:
         errno = ctypes.get_errno()
         raise OSError(errno, f"capset: {os.strerror(errno)}")
     for capability in keep:
@@ -721,7 +731,7 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin_r: int) -> bool:
             enter_exec_namespaces(keep)
         except BaseException as exc:
             setup_failed(err_w, exc)
-        command(request["limits"], (stdin_r, out_w, err_w), judge)
+        command(request["limits"], (stdin_r, out_w, err_w), judge, pwd=True)
     for fd in (stdin_r, out_w, err_w):
         os.close(fd)
     try:  # the next exec's, made while this command runs
@@ -998,11 +1008,14 @@ def settle_heap() -> None:
     command forked from it leaves it alone, rather than write to each object's header to find
     no garbage. (A frozen object is invisible to gc's walks: the runner's bans unfreeze
     first.) The start's arguments (this module's and the runner's text, and their copies in
-    ``sys.orig_argv``) are dropped, each exec sets its own. Then the heap the start freed is
-    given back to the kernel (compiling this module and the runner leave about 5 MB of free
-    pages, a third of the heap): glibc's ``malloc_trim``; another libc keeps them."""
+    ``sys.orig_argv``) are dropped, each exec sets its own; so is the environment, which each
+    exec replaces (``command``) and would otherwise first unset, variable by variable. Then the
+    heap the start freed is given back to the kernel (compiling this module and the runner
+    leave about 5 MB of free pages, a third of the heap): glibc's ``malloc_trim``; another
+    libc keeps them."""
     del sys.argv[1:]
     sys.orig_argv = sys.orig_argv[:1]
+    os.environ.clear()
     gc.collect()
     gc.freeze()
     with contextlib.suppress(AttributeError):
