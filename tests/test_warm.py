@@ -138,6 +138,7 @@ PROGRAMS = {
     "fresh random": ["python3", "-c", "import random, sys; sys.exit(random.random() == 0.5)"],
     "kills itself": ["python3", "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"],
     "sys.executable": ["python3", "-c", "import sys; print(sys.executable)"],
+    "sys.orig_argv": ["python3", "-c", "import sys; print(sys.orig_argv)", "a"],
     "sys.executable named by path": [
         "/opt/sandboxkit/bin/python",
         "-c",
@@ -149,6 +150,14 @@ PROGRAMS = {
         "import os; print(os.getuid(), os.geteuid(), os.getgid(), os.getegid())",
     ],
     "ids of an exec'd command": ["sh", "-c", "id; touch mine; ls -ln mine"],
+    "environment, Python's and libc's": [
+        "python3",
+        "-c",
+        "import ctypes, os\nprint(sorted(os.environ.items()))\n"
+        "environ = ctypes.POINTER(ctypes.c_char_p).in_dll(ctypes.CDLL(None), 'environ')\n"
+        "print(sorted(environ[i] for i in range(len(os.environ))), environ[len(os.environ)])",
+    ],
+    "environment of an exec'd command": ["sh", "-c", "env | sort"],
     "capabilities and permissions": [
         "python3",
         "-c",

@@ -79,7 +79,6 @@ import types
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # not imported here: every program would find typing already loaded
-    from collections.abc import Iterator
     from typing import Any, NoReturn
 
 CLONE_NEWNS = 0x00020000
@@ -124,6 +123,7 @@ OOM_SCORE_ADJ = 1000
 """Each command's (the trusted runner's test processes take it themselves): the first process
 the kernel kills when its sandbox's memory runs out (never the template nor the runner; and
 sandboxes before the host's processes when the host's does)."""
+OOM_SCORE = str(OOM_SCORE_ADJ).encode()
 MAX_REQUEST = 1024 * 1024
 """Largest request (header, job and stdin): a pipe must hold it whole (``pipe_holding``), and
 an unprivileged pipe holds at most ``/proc/sys/fs/pipe-max-size`` (1 MiB by default)."""
@@ -151,12 +151,18 @@ SITE_PATH: list[str] = []
 """sys.path after a normal start's ``site.main()``, learnt by ``learn_site``."""
 OUTER_IDS = (os.geteuid(), os.getegid())
 """The sandbox's uid and gid, kept in every user namespace the template makes."""
+OWN_MAPS = [
+    ("uid_map", f"{OUTER_IDS[0]} {OUTER_IDS[0]} 1"),
+    ("setgroups", "deny"),
+    ("gid_map", f"{OUTER_IDS[1]} {OUTER_IDS[1]} 1"),
+]
+"""The maps of a user namespace that keeps only those ids (``new_user_namespace``)."""
 COMPILED: dict[str, types.CodeType] = {}
 """Public ``-c`` programs (the test runner) the host named at start, compiled before any
 command ran: only what every sandbox may read is kept between execs."""
-PUBLIC: list[str] = []
-"""The public programs' texts, in the host's order: its requests name them by
-:func:`public_handle`."""
+PUBLIC: dict[str, str] = {}
+"""The public programs' texts by their handles (:func:`public_handle`, in the host's order),
+by which its requests name them."""
 HANDLE = "\0public program "
 
 
@@ -196,6 +202,14 @@ class CapData(ctypes.Structure):
 
 
 CAPABILITY_VERSION_3 = 0x20080522
+CapSets = CapData * 2
+"""The two words of each capability set that ``capset`` takes, as a type made once here: ctypes
+makes an array type the first time it is named, and each exec would make its own (a new
+class, a fifth of a millisecond and some 80 pages of the server's heap copied)."""
+NO_CAPABILITIES = (CapHeader(CAPABILITY_VERSION_3, 0), CapSets())
+"""``capset``'s arguments for a command that keeps no capability, made once: each ctypes
+instance an exec made would write to pages of the server's heap it shares (a copy of each,
+some 3 us apiece)."""
 
 
 class SeccompProgram(ctypes.Structure):  # struct sock_fprog
@@ -217,13 +231,21 @@ class Program:
     """A Python program this interpreter runs in place of a fresh ``python``."""
 
     def __init__(
-        self, source: str, filename: str, args: list[str], flags: set[str], executable: str
+        self,
+        source: str,
+        filename: str,
+        args: list[str],
+        flags: set[str],
+        executable: str,
+        command: list[str],
     ) -> None:
         self.source = source
         self.filename = filename
         self.args = args
         self.flags = flags
         self.executable = executable
+        self.command = command
+        """The command line as given (``sys.orig_argv``)."""
 
 
 def this_interpreter(name: str, path: str) -> str | None:
@@ -263,7 +285,7 @@ def python_program(argv: list[str], env: dict[str, str]) -> Program | None:
     if any(env.get(name) != START_LOCALE[name] for name in LOCALE_VARIABLES):
         return None  # another locale: other stdio encodings
     if code is not None:
-        return Program(code, "<string>", ["-c", *argv[i + 2 :]], flags, executable)
+        return Program(code, "<string>", ["-c", *argv[i + 2 :]], flags, executable, argv)
     if i >= len(argv) or argv[i] == "-":
         return None
     try:
@@ -274,7 +296,7 @@ def python_program(argv: list[str], env: dict[str, str]) -> Program | None:
         source = data.decode("utf-8")
     except (OSError, UnicodeDecodeError):
         return None
-    return Program(source, argv[i], argv[i:], flags, executable)
+    return Program(source, argv[i], argv[i:], flags, executable, argv)
 
 
 def text_stream(fd: int, flags: set[str], *, errors: str = STDIO_ERRORS) -> io.TextIOWrapper:
@@ -297,6 +319,7 @@ def start_up(program: Program) -> None:
     sys.stdout = text_stream(1, flags)
     sys.stderr = text_stream(2, flags, errors="backslashreplace")
     sys.argv = program.args
+    sys.orig_argv = program.command
     sys.executable = program.executable
     sys.dont_write_bytecode = "B" in flags
     sys.path[:] = BASE_PATH
@@ -311,8 +334,9 @@ def start_up(program: Program) -> None:
                 site.addsitedir(user_site)
         sys.path += [entry for entry in SITE_PATH if entry not in sys.path]
     if not flags & {"I", "P"}:
-        script_dir = os.path.dirname(os.path.realpath(program.filename))
-        sys.path.insert(0, "" if program.filename == "<string>" else script_dir)
+        script = program.filename
+        first = "" if script == "<string>" else os.path.dirname(os.path.realpath(script))
+        sys.path.insert(0, first)
 
 
 def compile_program(source: str, filename: str) -> types.CodeType:
@@ -376,8 +400,7 @@ def read_job(fd: int) -> dict[str, Any]:
     execs inherit. What follows in the pipe is the command's stdin."""
     (size,) = struct.unpack("<I", read_exactly(fd, 4))
     job: dict[str, Any] = json.loads(read_exactly(fd, size))
-    handles = {public_handle(i): text for i, text in enumerate(PUBLIC)}
-    job["argv"] = [handles.get(arg, arg) for arg in job["argv"]]
+    job["argv"] = [PUBLIC.get(arg, arg) for arg in job["argv"]]
     return job
 
 
@@ -391,9 +414,13 @@ def read_exactly(fd: int, size: int) -> bytes:
     return data
 
 
-def command(limits: list[Any], fds: tuple[int, int, int], judge: bool = False) -> None:
+def command(
+    limits: list[Any], fds: tuple[int, int, int], judge: bool = False, *, pwd: bool = False
+) -> None:
     """H: become the command whose job is at the front of ``fds[0]``; the trusted runner
-    (``judge``) keeps the server's OOM score, below every other command's. Never returns."""
+    (``judge``) keeps the server's OOM score, below every other command's. With ``pwd``, its
+    environment's ``PWD`` is its cwd, as bwrap's ``--chdir`` sets it for a cold exec. Never
+    returns."""
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)  # as a fresh interpreter
         os.setsid()
@@ -405,9 +432,13 @@ def command(limits: list[Any], fds: tuple[int, int, int], judge: bool = False) -
             if current != resource.RLIM_INFINITY:
                 soft, hard = min(soft, current), min(hard, current)
             resource.setrlimit(which, (soft, hard))
-        if not judge:
-            with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as adj:
-                adj.write(str(OOM_SCORE_ADJ))
+        if not judge:  # no text stream: its first open would look up the locale's codec
+            with contextlib.suppress(OSError):
+                adj = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+                try:
+                    os.write(adj, OOM_SCORE)
+                finally:
+                    os.close(adj)
         job = read_job(fds[0])
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
@@ -416,7 +447,7 @@ def command(limits: list[Any], fds: tuple[int, int, int], judge: bool = False) -
             if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(seccomp), 0, 0):
                 code = ctypes.get_errno()
                 raise OSError(code, f"seccomp: {os.strerror(code)}")
-        argv, env = job["argv"], job["env"]
+        argv, env = job["argv"], job["env"] | ({"PWD": job["cwd"]} if pwd else {})
         os.environ.clear()
         os.environ.update(env)
         os.chdir(job["cwd"])
@@ -443,7 +474,7 @@ def namespace_init(
         enter_exec_namespaces(keep)
         child = os.fork()
         if child == 0:
-            command(limits, fds, judge)
+            command(limits, fds, judge, pwd=True)
         while True:
             pid, status = os.wait()
             if pid == child:
@@ -481,11 +512,13 @@ def enter_exec_namespaces(keep: list[int]) -> None:
     capability = 0
     while capability in keep or libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) == 0:
         capability += 1
-    sets = (CapData * 2)()
+    header, sets = NO_CAPABILITIES
+    if keep:
+        header, sets = CapHeader(CAPABILITY_VERSION_3, 0), CapSets()
     for capability in keep:
         word, bit = sets[capability // 32], 1 << capability % 32
         word.effective, word.permitted, word.inheritable = (word.effective | bit,) * 3
-    if libc.capset(ctypes.byref(CapHeader(CAPABILITY_VERSION_3, 0)), sets) != 0:
+    if libc.capset(ctypes.byref(header), sets) != 0:
         errno = ctypes.get_errno()
         raise OSError(errno, f"capset: {os.strerror(errno)}")
     for capability in keep:
@@ -537,7 +570,7 @@ def new_user_namespace(flags: int = 0, *, every_id: bool = False) -> None:
                 os._exit(code)
             os.close(ready_r)
             try:
-                with dumpable():
+                with DUMPABLE:
                     unshare_user(flags)
                     os.write(ready_w, b"\n")
                     os.close(ready_w)
@@ -549,11 +582,9 @@ def new_user_namespace(flags: int = 0, *, every_id: bool = False) -> None:
                     os.close(ready_w)
                     os.waitpid(helper, 0)
             return
-    uid, gid = OUTER_IDS
-    with dumpable():
+    with DUMPABLE:
         unshare_user(flags)
-        own = [("uid_map", f"{uid} {uid} 1"), ("setgroups", "deny"), ("gid_map", f"{gid} {gid} 1")]
-        write_maps("self", own)
+        write_maps("self", OWN_MAPS)
 
 
 def unshare_user(flags: int) -> None:
@@ -562,16 +593,21 @@ def unshare_user(flags: int) -> None:
         raise OSError(errno, f"unshare: {os.strerror(errno)}")
 
 
-@contextlib.contextmanager
-def dumpable() -> Iterator[None]:
+class Dumpable:
     """While this process is not dumpable, its /proc files (the maps of its new user
     namespace) belong to root, so only a sandbox run by root could write them: dumpable for as
-    long as that takes."""
-    libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
-    try:
-        yield
-    finally:
+    long as that takes (``with DUMPABLE``). A class, not a generator's context manager: each
+    exec enters it, and the generator's machinery is some 60 more of the server's pages for
+    the exec to copy (about 90 us of its CPU)."""
+
+    def __enter__(self) -> None:
+        libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+
+    def __exit__(self, *_: object) -> None:
         libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
+DUMPABLE = Dumpable()
 
 
 def identity_map(name: str) -> str:
@@ -703,7 +739,7 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin_r: int) -> bool:
             enter_exec_namespaces(keep)
         except BaseException as exc:
             setup_failed(err_w, exc)
-        command(request["limits"], (stdin_r, out_w, err_w), judge)
+        command(request["limits"], (stdin_r, out_w, err_w), judge, pwd=True)
     for fd in (stdin_r, out_w, err_w):
         os.close(fd)
     try:  # the next exec's, made while this command runs
@@ -932,15 +968,10 @@ def main() -> None:
     if reason is None:
         learn_site(known)
         warm_up()
-        for source in json.loads(sys.argv[3]):
+        for index, source in enumerate(json.loads(sys.argv[3])):
             COMPILED[source] = compile_program(source, "<string>")
-            PUBLIC.append(source)
-        # What the template holds now lives as long as it: the cyclic collector of every
-        # command forked from it leaves it alone, rather than write to each object's header
-        # (copying every page of the template's heap into each exec) to find no garbage. (A
-        # frozen object is invisible to gc's walks: the runner's bans unfreeze first.)
-        gc.collect()
-        gc.freeze()
+            PUBLIC[public_handle(index)] = source
+        settle_heap()
     ready = {"ready": reason is None, "reason": reason or ""}
     ready |= {"site_path": SITE_PATH, "learnt": known is None, "init": bool(INIT)}
     sock.send(json.dumps(ready).encode())
@@ -974,6 +1005,29 @@ def main() -> None:
         received.madvise(mmap.MADV_DONTNEED)
         if stdin_r >= 0 and not serve(sock, header, stdin_r):
             return
+
+
+def settle_heap() -> None:
+    """Once started: leave the server's heap as small and as still as it can be, since every
+    exec's fork copies an entry for each of its pages, its exit unmaps them, and it copies
+    each page it writes to.
+
+    What the template holds now lives as long as it: frozen, the cyclic collector of every
+    command forked from it leaves it alone, rather than write to each object's header to find
+    no garbage. (A frozen object is invisible to gc's walks: the runner's bans unfreeze
+    first.) The start's arguments (this module's and the runner's text, and their copies in
+    ``sys.orig_argv``) are dropped, each exec sets its own; so is the environment, which each
+    exec replaces (``command``) and would otherwise first unset, variable by variable. Then the
+    heap the start freed is given back to the kernel (compiling this module and the runner
+    leave about 5 MB of free pages, a third of the heap): glibc's ``malloc_trim``; another
+    libc keeps them."""
+    del sys.argv[1:]
+    sys.orig_argv = sys.orig_argv[:1]
+    os.environ.clear()
+    gc.collect()
+    gc.freeze()
+    with contextlib.suppress(AttributeError):
+        libc.malloc_trim(0)
 
 
 def pipe_holding(data: memoryview | bytes) -> int:
@@ -1098,8 +1152,7 @@ def container_main() -> None:
     warm_up()
     for source in json.loads(sys.argv[3]) if len(sys.argv) > 3 else []:
         COMPILED[source] = compile_program(source, "<string>")
-    gc.collect()
-    gc.freeze()  # as in ``main``: no exec's collector copies the server's heap
+    settle_heap()
     received = mmap.mmap(-1, MAX_REQUEST + 4, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     with memoryview(received) as view:
         while True:
