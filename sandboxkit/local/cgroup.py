@@ -365,16 +365,17 @@ class _MemoryCounts:
     def __init__(self, group: Path) -> None:
         self._lock = threading.Lock()
         self._fds: list[int] = []
-        self._peaks: list[int] = []
-        """v1: the peak usages (memory, and memory + swap where swap is accounted)."""
+        self._peak: int | None = None
+        """v1: the peak usage of memory + swap where swap is accounted (never below that of
+        memory alone, which every charge to memory charges too), else of memory."""
         self._oom: int | None = None
         self._limit = 0
         try:
             self._events = self._open(group / "memory.events")  # v2
             if self._events is None:
-                for name in ("memory.max_usage_in_bytes", "memory.memsw.max_usage_in_bytes"):
-                    if (peak := self._open(group / name, os.O_RDWR)) is not None:
-                        self._peaks.append(peak)
+                self._peak = self._open(group / "memory.memsw.max_usage_in_bytes", os.O_RDWR)
+                if self._peak is None:
+                    self._peak = self._open(group / "memory.max_usage_in_bytes", os.O_RDWR)
                 self._oom = self._open(group / "memory.oom_control")
                 self._limit = int((group / "memory.limit_in_bytes").read_text())
         except BaseException:
@@ -398,13 +399,11 @@ class _MemoryCounts:
                 if self._events is not None:
                     counts = _counts(_pread(self._events))
                     return counts["max"] + counts["oom"], counts["oom_kill"]
-                if restart:
-                    for peak in self._peaks:
-                        os.pwrite(peak, b"0", 0)
-                top = max(int(_pread(peak)) for peak in self._peaks)
-                reached = int(top + _V1_CHARGE_SLACK >= self._limit)
-                if self._oom is None:
+                if self._peak is None or self._oom is None:
                     return None
+                if restart:
+                    os.pwrite(self._peak, b"0", 0)
+                reached = int(int(_pread(self._peak)) + _V1_CHARGE_SLACK >= self._limit)
                 return reached, _counts(_pread(self._oom))["oom_kill"]
             except (OSError, KeyError, ValueError):
                 return None
