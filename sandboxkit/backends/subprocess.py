@@ -419,19 +419,17 @@ class SubprocessBackend:
             self._known[sandbox_id] = known
         path, meta = known.path, known.meta
         parts = sandbox_parts(cwd or ".", meta["workdir"])[1:]
-        with contextlib.suppress(SandboxError):
-            files.give_owner_access(path, ("tmp",))
         try:
             # Walked from the sandbox's directory through no link: the program cannot point
             # the host's chmod elsewhere. (The command then enters it by path, as the program
             # could itself, which is no more than the program can do.)
-            files.give_owner_access(path, parts)
+            files.give_owner_access(path, parts, ("tmp",))
         except SandboxError:
             raise SandboxError(f"cwd {cwd!r} is not a directory in the sandbox") from None
         run_env = {**known.env, **(env or {})}
         command = list(argv)
         if self.isolation.tier is Tier.NAMESPACES:
-            cwd_arg = str(PurePosixPath("/", *parts))
+            cwd_arg = "/" + "/".join(parts)
         else:
             cwd_arg = str(path.joinpath(*parts))
             command = [self._localize(path, a) for a in command]

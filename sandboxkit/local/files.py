@@ -223,11 +223,12 @@ def remove(sandbox_dir: Path, parts: Sequence[str]) -> None:
             os.close(parent)
 
 
-def give_owner_access(sandbox_dir: Path, parts: Sequence[str]) -> None:
-    """Give the owner back read, write and search on each directory of ``parts``: a program
-    that took them away (``chmod 000 /workspace``) would make every later exec there fail to
-    start, and so score the next completions a pool runs in the sandbox 0. Raises for a part
-    that is gone, a link or no directory (so it checks an exec's ``cwd`` too)."""
+def give_owner_access(sandbox_dir: Path, parts: Sequence[str], *others: Sequence[str]) -> None:
+    """Give the owner back read, write and search on each directory of ``parts``, and of
+    ``others`` where they are directories: a program that took them away (``chmod 000
+    /workspace``) would make every later exec there fail to start, and so score the next
+    completions a pool runs in the sandbox 0. Raises for a part of ``parts`` that is gone, a
+    link or no directory (so it checks an exec's ``cwd`` too)."""
 
     def step(parent: int, name: str) -> int:
         fd = _open_directory(parent, name)
@@ -239,6 +240,9 @@ def give_owner_access(sandbox_dir: Path, parts: Sequence[str]) -> None:
         return fd
 
     with _beneath(sandbox_dir, parts) as top:
+        for other in others:
+            with contextlib.suppress(OSError):
+                os.close(_walk(top, other, step))
         os.close(_walk(top, parts, step))
 
 
