@@ -293,8 +293,11 @@ class WarmTemplate:
         """Read what the template sent, up to the end of the answer awaited: its output
         chunks, then its exit status; a closed template answers "killed" (killed with the
         sandbox, or by a limit). A template that sends anything else, or anything at all while
-        no answer is awaited, is broken: the reading ends, and so does the template."""
+        no answer is awaited, is broken: the reading ends, and so does the template. What
+        comes for a cancelled exec waits in the socket for its drain (:meth:`_abandon`)."""
         while True:
+            if self._awaited is not None and self._awaited.done.cancelled():
+                return
             try:
                 packet = self.sock.recv(2 * forkserver.CHUNK)
             except (BlockingIOError, InterruptedError):
