@@ -89,16 +89,19 @@ def _open_directory(parent: int, name: str) -> int:
 def _walk(top: int, parts: Sequence[str], step: Callable[[int, str], int] = _open_directory) -> int:
     """A new descriptor of the directory at ``parts`` beneath ``top``, each part opened by
     ``step`` from the descriptor of the last (by default with ``O_NOFOLLOW``: ``OSError``
-    for a part that is gone, a link or no directory). One descriptor open at a time."""
-    fd = os.dup(top)
+    for a part that is gone, a link or no directory). One descriptor open at a time, besides
+    ``top`` (which it never closes: no ``dup`` of it for a walk that opens anything)."""
+    fd = top
     try:
         for part in parts:
             fd, parent = step(fd, part), fd
-            os.close(parent)
+            if parent != top:
+                os.close(parent)
     except BaseException:
-        os.close(fd)
+        if fd != top:
+            os.close(fd)
         raise
-    return fd
+    return os.dup(top) if fd == top else fd
 
 
 def _open_beneath(top: int, parts: Sequence[str], flags: int, mode: int = 0) -> int:
