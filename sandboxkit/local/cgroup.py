@@ -330,14 +330,21 @@ class Cgroups:
 
     @staticmethod
     def kill_all(group: Path) -> None:
-        """SIGKILL every process in ``group`` until it is empty, then remove it."""
+        """SIGKILL every process in ``group`` until it is empty, then remove it. Each process
+        is signalled once: it stays listed until it has exited, and with SIGKILL pending it
+        can fork no more (a fork under way fails), so only what appears later is new."""
+        killed: set[int] = set()
         for _ in range(1000):
             pids = _procs(group)
             if pids is None:  # gone, or being removed by a concurrent kill (ENODEV)
                 return
             if not pids:
                 break
-            _signal(group, pids)
+            if fresh := [pid for pid in pids if pid not in killed]:
+                _signal(group, fresh)
+                killed.update(fresh)
+            else:  # let the killed ones run to their exit
+                os.sched_yield()
         # Killed processes leave the group once reaped; give their parents a moment.
         for _ in range(200):
             try:
