@@ -232,6 +232,17 @@ def give_owner_access(sandbox_dir: Path, parts: Sequence[str], *others: Sequence
     /workspace``) would make every later exec there fail to start, and so score the next
     completions a pool runs in the sandbox 0. Raises for a part of ``parts`` that is gone, a
     link or no directory (so it checks an exec's ``cwd`` too)."""
+    with _beneath(sandbox_dir, parts) as top:
+        for other in others:
+            with contextlib.suppress(OSError):
+                _give_owner_access_at(top, other)
+        _give_owner_access_at(top, parts)
+
+
+def _give_owner_access_at(top: int, parts: Sequence[str]) -> None:
+    """:func:`give_owner_access` for one path beneath ``top``. The directories on the way are
+    opened (walked through no link); the last is only looked at (``lstat``), and opened
+    where its mode needs mending, which is rare."""
 
     def step(parent: int, name: str) -> int:
         fd = _open_directory(parent, name)
@@ -242,11 +253,19 @@ def give_owner_access(sandbox_dir: Path, parts: Sequence[str], *others: Sequence
             raise
         return fd
 
-    with _beneath(sandbox_dir, parts) as top:
-        for other in others:
-            with contextlib.suppress(OSError):
-                os.close(_walk(top, other, step))
-        os.close(_walk(top, parts, step))
+    if not parts:
+        return
+    parent = _walk(top, parts[:-1], step) if len(parts) > 1 else top
+    try:
+        mode = os.stat(parts[-1], dir_fd=parent, follow_symlinks=False).st_mode
+        if not stat.S_ISDIR(mode):
+            code = errno.ELOOP if stat.S_ISLNK(mode) else errno.ENOTDIR
+            raise OSError(code, os.strerror(code))
+        if mode & 0o700 != 0o700:
+            os.close(step(parent, parts[-1]))
+    finally:
+        if parent != top:
+            os.close(parent)
 
 
 def _give_owner_rwx(fd: int) -> None:
