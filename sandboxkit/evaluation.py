@@ -215,6 +215,8 @@ async def run_plan(pool: SandboxPool, plan: Plan, *, deadline: float | None = No
             f"{allowance:g}s, no limit of its own passed",
             duration=result.duration,
         )
+    if not getattr(harness, "judge_waits", True):
+        return _judged(harness, result, request)
     # In a thread: a checker may run a program of its own (through this loop) to judge.
     return await asyncio.to_thread(_judged, harness, result, request)
 

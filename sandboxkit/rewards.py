@@ -14,6 +14,7 @@ import ast
 import asyncio
 import builtins
 import contextlib
+import functools
 import json
 import logging
 import statistics
@@ -416,6 +417,12 @@ def assert_tests_reward(
     ``continuation=True`` treats completions as function bodies continuing the prompt.
     """
 
+    @functools.lru_cache(maxsize=256)  # a row's completions come together (TRL's groups)
+    def judging(tests: tuple[str, ...], setup: str, prefix: str | None) -> Judging:
+        harness = AssertTests(tests, setup=setup, timeout=timeout, prompt=prefix)
+        buildable(harness, prefix or "")
+        return lambda completion: plan(completion, harness, prompt=prefix)
+
     def planner(i: int, prompt: Any, columns: Mapping[str, Any]) -> Judging:
         if tests_column not in columns:
             raise MissingColumnError(
@@ -429,9 +436,7 @@ def assert_tests_reward(
         if not all(isinstance(text, str) for text in (*tests, setup)):
             raise TypeError("its tests and setup must be Python source text")
         prefix = completion_text(prompt) if continuation and prompt is not None else None
-        harness = AssertTests(tuple(tests), setup=setup, timeout=timeout, prompt=prefix)
-        buildable(harness, prefix or "")
-        return lambda completion: plan(completion, harness, prompt=prefix)
+        return judging(tuple(tests), setup, prefix)
 
     return RewardFunction(
         "assert_tests_reward", planner, lambda o: o.fraction, backend=backend, **options

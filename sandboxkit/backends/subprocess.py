@@ -13,6 +13,7 @@ import builtins
 import contextlib
 import dataclasses
 import errno
+import functools
 import json
 import logging
 import os
@@ -87,6 +88,19 @@ def _wait_gone(pids: set[int], seconds: float) -> float:
     while any(os.path.exists(f"/proc/{pid}") for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.01)
     return deadline
+
+
+@dataclasses.dataclass(frozen=True)
+class _Known:
+    """A sandbox as this process's execs find it, read once: its directory, the path of its
+    ``sandbox.json`` (whose presence says it still exists) and what that holds, which nothing
+    rewrites while it lives (a renewal writes it again as it was), and so the environment
+    its commands start from (with the host's locale as it was then)."""
+
+    path: Path
+    marker: str
+    meta: dict[str, Any]
+    env: dict[str, str]
 
 
 def _default_root() -> Path:
@@ -166,6 +180,8 @@ class SubprocessBackend:
         """Supervised pids of this process's execs, per sandbox: ``stop`` kills them."""
         self._execs: dict[str, list[int]] = {}
         """Per sandbox: execs in flight here, and execs started here so far."""
+        self._known: dict[str, _Known] = {}
+        """Sandboxes execs ran in here, until they are stopped or renewed here."""
 
     def _check_reachable(self, uid: int) -> None:
         """The unprivileged uid the code runs as must be able to reach its sandbox dirs."""
@@ -352,6 +368,7 @@ class SubprocessBackend:
         self._starting.pop(sandbox_id, None)
         pids = self._running.pop(sandbox_id, set())
         self._execs.pop(sandbox_id, None)
+        self._known.pop(sandbox_id, None)
         if template is not None:
             template.close()
             pids.add(template.spawned.proc.pid)
@@ -359,9 +376,8 @@ class SubprocessBackend:
             kill_session(pid)
         return pids
 
-    def _env(
-        self, meta: Mapping[str, Any], extra: Mapping[str, str] | None, path: Path
-    ) -> dict[str, str]:
+    def _env(self, meta: Mapping[str, Any], path: Path) -> dict[str, str]:
+        """The environment of the sandbox's commands, but for an exec's own variables."""
         if self.isolation.tier is Tier.NAMESPACES:
             home, tmp, bin_dir = "/workspace", "/tmp", SANDBOX_BIN
         else:
@@ -374,7 +390,6 @@ class SubprocessBackend:
             "LANG": env.get("LANG", "C.UTF-8"),
         }
         env |= meta["env"]
-        env |= dict(extra or {})
         return env
 
     def _localize(self, path: Path, value: str) -> str:
@@ -396,22 +411,25 @@ class SubprocessBackend:
     ) -> ExecResult:
         if not argv:
             raise ValueError("argv is empty")
-        path = self._dir(sandbox_id)
-        meta = self._meta(path)
+        known = self._known.get(sandbox_id)
+        if known is None or not os.path.isfile(known.marker):
+            path = self._dir(sandbox_id)
+            meta = self._meta(path)
+            known = _Known(path, str(path / _META), meta, self._env(meta, path))
+            self._known[sandbox_id] = known
+        path, meta = known.path, known.meta
         parts = sandbox_parts(cwd or ".", meta["workdir"])[1:]
-        with contextlib.suppress(SandboxError):
-            files.give_owner_access(path, ("tmp",))
         try:
             # Walked from the sandbox's directory through no link: the program cannot point
             # the host's chmod elsewhere. (The command then enters it by path, as the program
             # could itself, which is no more than the program can do.)
-            files.give_owner_access(path, parts)
+            files.give_owner_access(path, parts, ("tmp",))
         except SandboxError:
             raise SandboxError(f"cwd {cwd!r} is not a directory in the sandbox") from None
-        run_env = self._env(meta, env, path)
+        run_env = {**known.env, **(env or {})}
         command = list(argv)
         if self.isolation.tier is Tier.NAMESPACES:
-            cwd_arg = str(PurePosixPath("/", *parts))
+            cwd_arg = "/" + "/".join(parts)
         else:
             cwd_arg = str(path.joinpath(*parts))
             command = [self._localize(path, a) for a in command]
@@ -433,7 +451,7 @@ class SubprocessBackend:
                 sandbox_id, path, self._uid(meta), command, cwd_arg, run_env, timeout, stdin
             )
         except (OSError, BackendError) as exc:
-            if not (path / _META).exists():
+            if not os.path.exists(known.marker):
                 self._lost(sandbox_id)
                 raise SandboxLostError(f"sandbox {sandbox_id} was stopped during the exec") from exc
             if isinstance(exc, BackendError):
@@ -441,7 +459,7 @@ class SubprocessBackend:
             raise BackendError(f"exec in sandbox {sandbox_id} failed: {exc}") from exc
         finally:
             execs[0] -= 1
-        if not (path / _META).exists():
+        if not os.path.exists(known.marker):
             # Stopped under the command, which was killed: not the program's doing.
             self._lost(sandbox_id)
             raise SandboxLostError(f"sandbox {sandbox_id} was stopped during the exec")
@@ -531,7 +549,7 @@ class SubprocessBackend:
                     uid=uid,
                     workspace=path / "workspace",
                     tmp=path / "tmp",
-                    env=self._env(self._meta(path), None, path),
+                    env=self._env(self._meta(path), path),
                     site=self._site,
                 )
                 self._templates[sandbox_id] = template
@@ -661,6 +679,7 @@ def _is_leftover(entry: os.DirEntry[str]) -> bool:
     return time.time() - entry.stat(follow_symlinks=False).st_mtime > HALF_MADE_GRACE_SECONDS
 
 
+@functools.lru_cache(maxsize=256)  # an exec's cwd, each time
 def sandbox_parts(path: str, workdir: str) -> tuple[str, ...]:
     """The parts of ``path`` (relative to ``workdir``) in the sandbox; it must lie under
     /workspace or /tmp, with no ``..``. Without the leading ``/``, they are the parts beneath

@@ -30,7 +30,7 @@ import json
 import keyword
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from ..harness import FunctionTests, RunRequest, returned
 from ..harness.records import judge_returns
@@ -83,6 +83,7 @@ class CallTests:
     its accepted results. Each test is scored on its own (``test_scores``), as
     :class:`~sandboxkit.harness.StdioTests` does, so contest scoring applies."""
 
+    judge_waits: ClassVar[bool] = False
     fn_name: str
     args: tuple[tuple[Any, ...], ...]
     accepted: tuple[tuple[Any, ...], ...]

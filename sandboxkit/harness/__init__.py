@@ -26,7 +26,7 @@ import tokenize
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from ..outcomes import Outcome, OutcomeKind
 from ..protocol import ExecResult
@@ -63,6 +63,7 @@ class ExecHarness:
     Isolated mode (``-I``), as the test runner: the working directory is not on ``sys.path``,
     so a module an earlier completion left there cannot run inside this one."""
 
+    judge_waits: ClassVar[bool] = False
     timeout: float = 10.0
 
     def request(self, code: str) -> RunRequest:
@@ -94,6 +95,7 @@ class AssertTests:
     results cross as plain data), after ``setup`` (imports the tests need).
     """
 
+    judge_waits: ClassVar[bool] = False
     tests: Sequence[str]
     setup: str = ""
     timeout: float = 5.0
@@ -221,6 +223,7 @@ class FunctionTests:
     the expected one (an exception fails that call only).
     """
 
+    judge_waits: ClassVar[bool] = False
     func_name: str
     args: Sequence[tuple[Any, ...]]
     expected: Sequence[Any]

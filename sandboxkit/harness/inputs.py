@@ -21,7 +21,7 @@ import io
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from ..outcomes import Outcome
 from ..protocol import ExecResult
@@ -126,6 +126,7 @@ class InputTests:
     reference's own times). ``stop_at_first_failure``: for all-or-nothing scoring, no call
     runs after one that did not return."""
 
+    judge_waits: ClassVar[bool] = False
     entry_point: str
     inputs: tuple[tuple[Any, ...], ...]
     expected: tuple[Any, ...]

@@ -37,6 +37,10 @@ class RunRequest:
 
 
 class Harness(Protocol):
+    """What runs a completion and judges its run. A harness whose ``judge`` only reads the
+    result (it runs nothing and waits on nothing) says so with a class attribute
+    ``judge_waits = False``, and is judged on the event loop; any other in a thread."""
+
     def request(self, code: str) -> RunRequest: ...
 
     def judge(self, result: ExecResult, request: RunRequest) -> Outcome:

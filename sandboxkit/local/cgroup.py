@@ -32,6 +32,7 @@ import functools
 import os
 import re
 import signal
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -209,6 +210,8 @@ class Cgroups:
         """One hierarchy: a command's group is made inside its sandbox's."""
         self._sandboxes: dict[str, list[Path]] = {}
         """Each sandbox's groups, one per hierarchy."""
+        self._counts: dict[str, _MemoryCounts] = {}
+        """Each sandbox's memory counts, where the kernel keeps them."""
         self._dying: list[Path] = []
         """Groups of stopped sandboxes whose killed processes were still exiting."""
 
@@ -270,6 +273,8 @@ class Cgroups:
                 group.mkdir()
             if parent == self.memory:
                 _limit_memory(group, memory_bytes, tcp=tcp)
+                with contextlib.suppress(OSError, ValueError):  # then no counts: None
+                    self._counts[name] = _MemoryCounts(group)
             if parent == self.cpu:
                 _limit_cpu(group, cpus)
             if parent == self.pids:  # command groups inside get pids.max (v2)
@@ -287,24 +292,8 @@ class Cgroups:
         ``failcnt`` stays 0 on recent kernels, so there the first count is whether the peak
         usage reached the limit (1 or 0), since the peak was last ``restart``ed (here, to the
         usage now)."""
-        group = next((g for g in self._sandboxes.get(sandbox, []) if g.parent == self.memory), None)
-        if group is None:
-            return None
-        try:
-            if (group / "memory.events").exists():
-                counts = _counts((group / "memory.events").read_text())
-                return counts["max"] + counts["oom"], counts["oom_kill"]
-            peaks = [group / "memory.max_usage_in_bytes", group / "memory.memsw.max_usage_in_bytes"]
-            if restart:
-                for peak in peaks:
-                    with contextlib.suppress(FileNotFoundError):
-                        peak.write_text("0")
-            limit = int((group / "memory.limit_in_bytes").read_text())
-            top = max(int(p.read_text()) for p in peaks if p.exists())
-            reached = int(top + _V1_CHARGE_SLACK >= limit)
-            return reached, _counts((group / "memory.oom_control").read_text())["oom_kill"]
-        except (OSError, KeyError, ValueError):
-            return None
+        counts = self._counts.get(sandbox)
+        return None if counts is None else counts.read(restart=restart)
 
     def confine(self, pid: int, *, sandbox: str, max_pids: int) -> Path | None:
         """Move ``pid`` (a command not yet started) into its sandbox's groups (made by
@@ -329,6 +318,9 @@ class Cgroups:
         """Kill what is left in a stopped sandbox's groups, and remove them: at once if they
         are empty, else once the killed processes are gone (freeing their memory takes a
         while), retried on later calls and at exit, never waiting for them."""
+        counts = self._counts.pop(sandbox, None)
+        if counts is not None:
+            counts.close()
         for group in self._sandboxes.pop(sandbox, []):
             for inner in _groups_in(group):
                 if pids := _procs(inner):
@@ -338,14 +330,21 @@ class Cgroups:
 
     @staticmethod
     def kill_all(group: Path) -> None:
-        """SIGKILL every process in ``group`` until it is empty, then remove it."""
+        """SIGKILL every process in ``group`` until it is empty, then remove it. Each process
+        is signalled once: it stays listed until it has exited, and with SIGKILL pending it
+        can fork no more (a fork under way fails), so only what appears later is new."""
+        killed: set[int] = set()
         for _ in range(1000):
             pids = _procs(group)
             if pids is None:  # gone, or being removed by a concurrent kill (ENODEV)
                 return
             if not pids:
                 break
-            _signal(group, pids)
+            if fresh := [pid for pid in pids if pid not in killed]:
+                _signal(group, fresh)
+                killed.update(fresh)
+            else:  # let the killed ones run to their exit
+                os.sched_yield()
         # Killed processes leave the group once reaped; give their parents a moment.
         for _ in range(200):
             try:
@@ -357,9 +356,75 @@ class Cgroups:
                 os.sched_yield()
 
     def close(self) -> None:
+        for counts in self._counts.values():
+            counts.close()
         for parent in {p for p in (self.pids, self.memory, self.cpu) if p is not None}:
             for group in _groups_in(parent):
                 self.kill_all(group)
+
+
+class _MemoryCounts:
+    """A sandbox memory group's count files, held open from its making to its drop: the
+    kernel opens a cgroup file at several times the cost of reading an open one, and every
+    exec reads them before and after. Reads and the close take a lock, so that a drop in
+    another thread never leaves a read on a descriptor number the process reuses."""
+
+    def __init__(self, group: Path) -> None:
+        self._lock = threading.Lock()
+        self._fds: list[int] = []
+        self._peak: int | None = None
+        """v1: the peak usage of memory + swap where swap is accounted (never below that of
+        memory alone, which every charge to memory charges too), else of memory."""
+        self._oom: int | None = None
+        self._limit = 0
+        try:
+            self._events = self._open(group / "memory.events")  # v2
+            if self._events is None:
+                self._peak = self._open(group / "memory.memsw.max_usage_in_bytes", os.O_RDWR)
+                if self._peak is None:
+                    self._peak = self._open(group / "memory.max_usage_in_bytes", os.O_RDWR)
+                self._oom = self._open(group / "memory.oom_control")
+                self._limit = int((group / "memory.limit_in_bytes").read_text())
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self, path: Path, flags: int = os.O_RDONLY) -> int | None:
+        try:
+            fd = os.open(path, flags | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        self._fds.append(fd)
+        return fd
+
+    def read(self, *, restart: bool) -> tuple[int, int] | None:
+        """See :meth:`Cgroups.memory_events`; None once closed."""
+        with self._lock:
+            if not self._fds:
+                return None
+            try:
+                if self._events is not None:
+                    counts = _counts(_pread(self._events))
+                    return counts["max"] + counts["oom"], counts["oom_kill"]
+                if self._peak is None or self._oom is None:
+                    return None
+                if restart:
+                    os.pwrite(self._peak, b"0", 0)
+                reached = int(int(_pread(self._peak)) + _V1_CHARGE_SLACK >= self._limit)
+                return reached, _counts(_pread(self._oom))["oom_kill"]
+            except (OSError, KeyError, ValueError):
+                return None
+
+    def close(self) -> None:
+        with self._lock:
+            for fd in self._fds:
+                os.close(fd)
+            self._fds.clear()
+
+
+def _pread(fd: int) -> str:
+    """A cgroup file's whole text, read afresh (from offset 0) through its open ``fd``."""
+    return os.pread(fd, 4096, 0).decode()
 
 
 def _counts(text: str) -> dict[str, int]:

@@ -89,16 +89,19 @@ def _open_directory(parent: int, name: str) -> int:
 def _walk(top: int, parts: Sequence[str], step: Callable[[int, str], int] = _open_directory) -> int:
     """A new descriptor of the directory at ``parts`` beneath ``top``, each part opened by
     ``step`` from the descriptor of the last (by default with ``O_NOFOLLOW``: ``OSError``
-    for a part that is gone, a link or no directory). One descriptor open at a time."""
-    fd = os.dup(top)
+    for a part that is gone, a link or no directory). One descriptor open at a time, besides
+    ``top`` (which it never closes: no ``dup`` of it for a walk that opens anything)."""
+    fd = top
     try:
         for part in parts:
             fd, parent = step(fd, part), fd
-            os.close(parent)
+            if parent != top:
+                os.close(parent)
     except BaseException:
-        os.close(fd)
+        if fd != top:
+            os.close(fd)
         raise
-    return fd
+    return os.dup(top) if fd == top else fd
 
 
 def _open_beneath(top: int, parts: Sequence[str], flags: int, mode: int = 0) -> int:
@@ -223,11 +226,23 @@ def remove(sandbox_dir: Path, parts: Sequence[str]) -> None:
             os.close(parent)
 
 
-def give_owner_access(sandbox_dir: Path, parts: Sequence[str]) -> None:
-    """Give the owner back read, write and search on each directory of ``parts``: a program
-    that took them away (``chmod 000 /workspace``) would make every later exec there fail to
-    start, and so score the next completions a pool runs in the sandbox 0. Raises for a part
-    that is gone, a link or no directory (so it checks an exec's ``cwd`` too)."""
+def give_owner_access(sandbox_dir: Path, parts: Sequence[str], *others: Sequence[str]) -> None:
+    """Give the owner back read, write and search on each directory of ``parts``, and of
+    ``others`` where they are directories: a program that took them away (``chmod 000
+    /workspace``) would make every later exec there fail to start, and so score the next
+    completions a pool runs in the sandbox 0. Raises for a part of ``parts`` that is gone, a
+    link or no directory (so it checks an exec's ``cwd`` too)."""
+    with _beneath(sandbox_dir, parts) as top:
+        for other in others:
+            with contextlib.suppress(OSError):
+                _give_owner_access_at(top, other)
+        _give_owner_access_at(top, parts)
+
+
+def _give_owner_access_at(top: int, parts: Sequence[str]) -> None:
+    """:func:`give_owner_access` for one path beneath ``top``. The directories on the way are
+    opened (walked through no link); the last is only looked at (``lstat``), and opened
+    where its mode needs mending, which is rare."""
 
     def step(parent: int, name: str) -> int:
         fd = _open_directory(parent, name)
@@ -238,8 +253,19 @@ def give_owner_access(sandbox_dir: Path, parts: Sequence[str]) -> None:
             raise
         return fd
 
-    with _beneath(sandbox_dir, parts) as top:
-        os.close(_walk(top, parts, step))
+    if not parts:
+        return
+    parent = _walk(top, parts[:-1], step) if len(parts) > 1 else top
+    try:
+        mode = os.stat(parts[-1], dir_fd=parent, follow_symlinks=False).st_mode
+        if not stat.S_ISDIR(mode):
+            code = errno.ELOOP if stat.S_ISLNK(mode) else errno.ENOTDIR
+            raise OSError(code, os.strerror(code))
+        if mode & 0o700 != 0o700:
+            os.close(step(parent, parts[-1]))
+    finally:
+        if parent != top:
+            os.close(parent)
 
 
 def _give_owner_rwx(fd: int) -> None:

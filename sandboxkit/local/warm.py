@@ -88,7 +88,27 @@ class LearntSite:
         self._path, self._stamp = path, site_stamp(path)
 
 
+class _Answer:
+    """One exec's answer as the template sends it: its output so far, then ``done``."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.out: list[bytes] = []
+        self.err: list[bytes] = []
+        self.done: asyncio.Future[dict[str, Any]] = loop.create_future()
+
+    def end(self, answer: dict[str, Any] | None, error: Exception | None = None) -> None:
+        """Its exit status, or why it cannot be read (if it is still awaited)."""
+        if not self.done.done():
+            if error is not None:
+                self.done.set_exception(error)
+            else:
+                self.done.set_result(answer or {})
+
+
 class WarmTemplate:
+    """A started template: its process, and the host's end of its socket, which the loop
+    watches from start to close (one reader for every exec, not a wait per packet)."""
+
     def __init__(self, spawned: Spawned, sock: socket.socket, confinement: Confinement) -> None:
         self.spawned = spawned
         self.sock = sock
@@ -103,6 +123,8 @@ class WarmTemplate:
         self.spawned_init = False
         """Whether each exec's init is the tiny program (else a fork of the template)."""
         self._draining: set[asyncio.Task[None]] = set()
+        self._awaited: _Answer | None = None
+        self._reading = False
 
     @classmethod
     async def start(
@@ -170,6 +192,8 @@ class WarmTemplate:
         if not ready.get("ready"):
             template.close()
             raise ColdPath(str(ready.get("reason") or "the template did not start"))
+        template._reading = True
+        template.loop.add_reader(host_end, template._readable)
         template.learnt_site = bool(ready.get("learnt"))
         template.spawned_init = bool(ready.get("init"))
         if template.learnt_site:  # sent before any command ran here: nothing could forge it
@@ -186,7 +210,22 @@ class WarmTemplate:
 
     def _closed(self) -> None:
         if not self.busy:  # else the running exec closes it on its way out
-            self.sock.close()
+            self._close_socket()
+
+    def _close_socket(self) -> None:
+        self._stop_reading()
+        self.sock.close()
+
+    def _stop_reading(
+        self, answer: dict[str, Any] | None = None, error: Exception | None = None
+    ) -> None:
+        """No more reading from the template: the answer awaited, if any, ends as ``answer``
+        (or with ``error``)."""
+        if self._reading:
+            self._reading = False
+            self.loop.remove_reader(self.sock)
+        if self._awaited is not None:
+            self._awaited.end(answer, error)
 
     async def run(
         self,
@@ -219,12 +258,16 @@ class WarmTemplate:
         stuck_after = None if timeout is None else timeout + _STUCK_AFTER
         sent = False
         started = False
+        awaited = self._awaited = _Answer(self.loop)
+        stuck = None
         try:
             for packet in packets:
                 await self.loop.sock_sendall(self.sock, packet)
                 started = True
             sent = True
-            answer, out, err = await asyncio.wait_for(self._answer(), stuck_after)
+            if stuck_after is not None:
+                stuck = self.loop.call_later(stuck_after, awaited.end, None, asyncio.TimeoutError())
+            answer = await awaited.done
         except asyncio.CancelledError:
             if sent:
                 self._abandon()
@@ -238,45 +281,74 @@ class WarmTemplate:
         except (OSError, ValueError, KeyError) as exc:
             self._finish(failed=True)
             raise ColdPath(f"the template failed: {exc!r}") from exc
+        finally:
+            if stuck is not None:
+                stuck.cancel()
         self._finish(failed=False)
         if "error" in answer:
             raise ColdPath(str(answer["error"]))
-        return _result(answer, out, err)
+        return _result(answer, b"".join(awaited.out), b"".join(awaited.err))
 
-    async def _answer(self) -> tuple[dict[str, Any], bytes, bytes]:
-        """The template's answer to the request; a closed template answers "killed"."""
-        out: list[bytes] = []
-        err: list[bytes] = []
+    def _readable(self) -> None:
+        """Read what the template sent, up to the end of the answer awaited: its output
+        chunks, then its exit status; a closed template answers "killed" (killed with the
+        sandbox, or by a limit). A template that sends anything else, or anything at all while
+        no answer is awaited, is broken: the reading ends, and so does the template. What
+        comes for a cancelled exec waits in the socket for its drain (:meth:`_abandon`)."""
         while True:
-            packet = await self.loop.sock_recv(self.sock, 2 * forkserver.CHUNK)
+            if self._awaited is not None and self._awaited.done.cancelled():
+                return
+            try:
+                packet = self.sock.recv(2 * forkserver.CHUNK)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                self._stop_reading(None, exc)
+                return
+            awaited = self._awaited
             tag, body = packet[:1], packet[1:]
+            if not packet:
+                self._stop_reading({"exit": KILLED_RETURNCODE})
+                return
+            if awaited is None or awaited.done.done():
+                logger.debug("the template sent %r while no answer was awaited", packet[:100])
+                self._stop_reading(None)
+                self.close()
+                return
             if tag == b"o":
-                out.append(body)
+                awaited.out.append(body)
             elif tag == b"e":
-                err.append(body)
+                awaited.err.append(body)
             elif tag == b"x":
-                return json.loads(body), b"".join(out), b"".join(err)
-            elif not packet:  # killed with the sandbox (or by a limit)
-                return {"exit": KILLED_RETURNCODE}, b"".join(out), b"".join(err)
+                try:
+                    awaited.end(json.loads(body))
+                except ValueError as exc:
+                    awaited.end(None, exc)
+                return
             else:
-                raise ValueError(f"bad packet from the template: {packet[:100]!r}")
+                bad = ValueError(f"bad packet from the template: {packet[:100]!r}")
+                self._stop_reading(None, bad)
+                return
 
     def _finish(self, *, failed: bool) -> None:
         self.busy = False
+        self._awaited = None
         if failed:
             self.close()
         if self.broken:
-            self.sock.close()
+            self._close_socket()
 
     def _abandon(self) -> None:
         """A cancelled exec: kill its command and drop the answer, in the background. Nothing
         awaits that task, so a template that died meanwhile (its sandbox stopped, a limit)
         ends it as a broken template, not as an exception that is never retrieved."""
 
+        awaited = self._awaited = _Answer(self.loop)  # from now on: the rest of the answer
+
         async def drain() -> None:
             try:
                 await self.loop.sock_sendall(self.sock, b"k")
-                await asyncio.wait_for(self._answer(), _STUCK_AFTER)
+                await asyncio.wait_for(awaited.done, _STUCK_AFTER)
             except asyncio.CancelledError:
                 self._finish(failed=True)
                 raise
