@@ -190,8 +190,12 @@ def encode(value: Any, refs: list[Any] | None = None, depth: int = 0) -> JSON:
     # Subclasses of builtins are reduced to their builtin value through the builtin's own
     # methods, so an overridden __eq__, __str__ or __iter__ never reaches the judge.
     t = type(value)
-    if value is None or t is bool:
-        return value
+    if value is None or t is bool or t is str or (t is int and -_WIDE < value < _WIDE):
+        return value  # exactly a plain type: itself (the commonest values first)
+    if t is list:
+        return _items(list.__iter__(value), refs, depth + 1)
+    if t is tuple:
+        return {"$t": _items(tuple.__iter__(value), refs, depth + 1)}
     if isinstance(value, int):
         whole = int.__int__(value)
         return whole if -_WIDE < whole < _WIDE else {"$i": hex(whole)}
@@ -453,6 +457,15 @@ class Frames:
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.buffer = bytearray()
+        self.fills = 0
+        """Reads from the descriptor so far (a frame read with none since came with the
+        frame before it)."""
+
+    def ready(self) -> bool:
+        """Whether a whole frame waits in this reader (the next read needs no system call)."""
+        buffer = self.buffer
+        newline = buffer.find(b"\n", 0, 13)
+        return newline >= 0 and len(buffer) > newline + int(buffer[:newline] or b"-1")
 
     def read(self, limit: int = MAX_FRAME, clock: Clock | None = None) -> Any:
         return json.loads(self.raw(limit, clock)[1])
@@ -481,6 +494,7 @@ class Frames:
         if not chunk:
             raise EOFError
         self.buffer += chunk
+        self.fills += 1
 
 
 def frame(obj: JSON) -> bytes:
@@ -522,11 +536,14 @@ class Clock:
         self.backstop = self.started + self.wall
         self.check_at = self.started + limit / CPUS
 
-    def following(self, used: float | None = None) -> Clock:
-        """The next test's clock on the same process: based at the CPU time it has used by
-        now (``used``, where just read), so that no cycle between two tests (a thread's)
-        escapes both clocks."""
-        return Clock(self.pid, self.limit, self.wall, base=self.used() if used is None else used)
+    def rebase(self, used: float | None = None) -> None:
+        """Become the next test's clock on the same process: based at the CPU time it has
+        used by now (``used``, where just read), so that no cycle between two tests (a
+        thread's) escapes both clocks."""
+        self.base = self.used() if used is None else used
+        self.started = time.monotonic()
+        self.backstop = self.started + self.wall
+        self.check_at = self.started + self.limit / CPUS
 
     def past_backstop(self) -> str:
         return f"still running after {self.wall:g}s of wall-clock time"
@@ -562,11 +579,22 @@ CPUS = len(os.sched_getaffinity(0))
 
 class Unsure(Exception):
     """A call answered ahead (:meth:`Channel.send_ahead`) whose CPU time T cannot bound by its
-    limit: it is run again, alone, in a fresh process."""
+    limit, or one whose failure T cannot pin on it (its process holds the answers to a batch
+    until the batch's end): it is run again in a fresh process, and so is each of the
+    ``hold`` calls from it on, one at a time."""
+
+    def __init__(self, hold: int = 1) -> None:
+        super().__init__()
+        self.hold = hold
 
 
-MAX_AHEAD = 32
+MAX_AHEAD = 64
 """Calls sent to a process at once, at most (:meth:`Channel.send_ahead`)."""
+QUICK = 128
+"""A batch that took at most this part of one test's CPU limit is followed by one twice its
+size; one that has not answered by ``PATIENCE`` times as much is judged again, call by
+call."""
+PATIENCE = 8
 AHEAD_BYTES = 16 * 1024
 """Bytes of calls sent ahead at once, at most: far below a socket's buffer, so that sending
 them never waits on the candidate's process."""
@@ -609,6 +637,12 @@ class Channel:
         the process had answered every request before them."""
         self.reading: float | None = None
         """The process's CPU time read just after the last answer (the next clock's base)."""
+        self.last = 0.0
+        self.fills = -1
+        """The last reading of the process's CPU time, and how many reads of its answers had
+        come before it: answers read since with no read between came before it."""
+        self.patience = clock
+        """The clock of a batch's answers (:data:`PATIENCE`)."""
 
     def request(self, message: dict[str, Any]) -> Any:
         message = dict(message)
@@ -643,14 +677,17 @@ class Channel:
         self.send(b"".join(requests))
         self.since = (self.clock.base, self.clock.started)
         self.ahead, self.leading = len(requests), True
+        self.patience = Clock(
+            self.clock.pid, self.clock.limit * PATIENCE / QUICK, base=self.clock.base
+        )
 
     def settled(self) -> None:
         """After a test that got a value for each of its requests: the next test's clock, and
         the next batch's size (doubled while batches take a small part of the limit)."""
-        self.clock = self.clock.following(self.reading)
+        self.clock.rebase(self.reading)
         self.reading = None
         if not self.ahead:
-            quick = self.clock.base - self.since[0] <= self.clock.limit / (4 * MAX_AHEAD)
+            quick = self.clock.base - self.since[0] <= self.clock.limit / QUICK
             self.batch = min(2 * self.batch, MAX_AHEAD) if quick else 1
 
     def exchange(self, request: bytes | None) -> JSON:
@@ -664,14 +701,23 @@ class Channel:
         else:
             self.send(request)
             self.since = (self.clock.base, self.clock.started)
+        # Requests after this one still unanswered: the process holds a batch's answers
+        # until its end, so while there are any, what fails may be a later call.
+        pending = self.ahead
         try:
-            answer = self.frames.read(clock=self.clock)
+            answer = self.frames.read(clock=self.patience if pending else self.clock)
         except TimeUp:
+            if pending:
+                raise Unsure(pending + 1) from None
             raise
         except (EOFError, OSError, ValueError):
+            if pending:
+                raise Unsure(pending + 1) from None
             raise RemoteError("the candidate's process ended during a call") from None
         if trailing:  # answered with no round trip since its batch was sent
-            self.reading = self.clock.used()
+            if self.frames.fills != self.fills:  # else it came with (before) the last reading
+                self.last, self.fills = self.clock.used(), self.frames.fills
+            self.reading = self.last
             late = time.monotonic() - self.since[1] > self.clock.wall
             if late or self.reading - self.since[0] > self.clock.limit:
                 raise Unsure
@@ -725,10 +771,16 @@ def raised(exc: BaseException) -> Record:
 
 
 def serve(sock: socket.socket, namespace: dict[str, Any]) -> None:
-    """C: answer calls (and reads of the module's names) until T closes the socket."""
+    """C: answer calls (and reads of the module's names) until T closes the socket. The
+    answers to requests T sent at once (a batch) go back at once, when none is left: one
+    write and one wake-up of T per batch, not per call."""
     refs: list[Any] = []
     frames = Frames(sock.fileno())
+    held: list[bytes] = []
     while True:
+        if held and not frames.ready():
+            sock.sendall(b"".join(held))
+            held.clear()
         try:
             request = frames.read()
         except (EOFError, OSError, ValueError):
@@ -752,9 +804,9 @@ def serve(sock: socket.socket, namespace: dict[str, Any]) -> None:
         except BaseException as exc:  # the candidate's own exception, SystemExit included
             answer = raised(exc)
         try:
-            sock.sendall(frame(answer))
+            held.append(frame(answer))
         except (TypeError, ValueError, RecursionError) as exc:
-            sock.sendall(frame({"raise": "unsendable result: " + exception_line(exc)}))
+            held.append(frame({"raise": "unsendable result: " + exception_line(exc)}))
 
 
 def describe(namespace: dict[str, Any]) -> Names:
@@ -2067,6 +2119,7 @@ def run_calls(job: Record, t_end: socket.socket, report: Reporter) -> None:
             out.append(requests[at])
         return out
 
+    inline = min(INLINE_VALUE, max(2 * DIGEST_BYTES, report.limit - 100))
     for index in range(len(requests)):
 
         def call(box: list[Channel], index: int = index, whole: bool = index in wholes) -> Record:
@@ -2074,7 +2127,9 @@ def run_calls(job: Record, t_end: socket.socket, report: Reporter) -> None:
             if not channel.ahead and channel.batch > 1:
                 channel.send_ahead(ahead(index, channel.batch))
             data = channel.exchange(None if channel.ahead else requests[index])
-            inline = min(INLINE_VALUE, max(2 * DIGEST_BYTES, report.limit - 100))
+            t = type(data)  # a number as JSON reads it is short: no need to measure it
+            if (t is int and -_WIDE < data < _WIDE) or t is float or t is bool or data is None:
+                return {"status": "returned", "value": data}
             if len(json.dumps(data)) <= inline:  # the host decodes it (a wrong result if not)
                 return {"status": "returned", "value": data}
             data = encode(channel.value(data))
@@ -2111,20 +2166,27 @@ def run_loaded(
     its process's CPU time from where the previous test's clock stopped (for a fresh
     process, the end of its load), so every cycle of its threads counts toward a test.
 
-    Calls (``run_calls``) are sent ahead in batches (:meth:`Channel.send_ahead`): a test
-    whose answer came with no round trip since its batch was sent, and cannot be shown to
-    have kept its CPU limit, is run again, alone, in a fresh process.
+    Calls (``run_calls``) are sent ahead in batches (:meth:`Channel.send_ahead`), whose
+    answers the process holds until the batch's end: a test whose answer came with no round
+    trip since its batch was sent, and cannot be shown to have kept its CPU limit, or whose
+    failure may be a later call's (:class:`Unsure`), is run again in a fresh process, and
+    so is each test of its batch after it, one at a time.
 
     A load that fails in the first test's process is the code's load error (no test runs);
     in a later one, that test's failure. With ``stop_at_first_failure`` (all-or-nothing
     scoring), no test runs after one that did not pass (or return)."""
     box: list[Channel] = []
-    index = 0
+    index = hold = 0
     try:
         while index < len(tests):
             found = judge(tests[index], t_end, timeout, loads=True, box=box)
             if found["status"] == "unsure":
+                hold = found["hold"]
                 continue  # again, alone, in a fresh process: its first test is timed exactly
+            if hold:  # a test of a batch that was unsure: the next one runs alone too
+                hold -= 1
+                if box:
+                    box[0].batch = 1
             if found["status"] == "load_error":
                 if index == 0:
                     report.emit({"load_error": found["detail"], "timeout": found["timeout"]})
@@ -2169,8 +2231,8 @@ def judge(
         return record
     except LoadFailed as exc:
         return {"status": "load_error", "detail": str(exc), "timeout": exc.timeout}
-    except Unsure:
-        return {"status": "unsure"}
+    except Unsure as exc:
+        return {"status": "unsure", "hold": exc.hold}
     except TimeUp as exc:
         return {"status": "timeout", "limit": exc.limit, "detail": str(exc)}
     except Banned as exc:
