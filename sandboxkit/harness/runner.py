@@ -60,6 +60,7 @@ import base64
 import builtins
 import contextlib
 import json
+import json.scanner
 import math
 import mmap
 import os
@@ -403,6 +404,45 @@ def decode(data: JSON, channel: Channel | None = None, refs: list[Any] | None = 
 # -- framing ----------------------------------------------------------------------------------
 
 
+def _unjsonable(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+_C_ENCODER = getattr(json.encoder, "c_make_encoder", None)
+_C_SCANNER = getattr(json.scanner, "c_make_scanner", None)
+_ENCODE = (
+    _C_ENCODER(None, _unjsonable, json.encoder.encode_basestring_ascii, None, ": ", ", ", 0, 0, 1)
+    if _C_ENCODER is not None
+    else None
+)
+_SCAN = _C_SCANNER(json.JSONDecoder()) if _C_SCANNER is not None else None
+
+
+def dumps(obj: Any) -> str:
+    """``json.dumps(obj)``, the same text, without its set-up on every call (a frame's or a
+    record's, thousands a run): the C encoder made once. Data here is acyclic (the codec's,
+    or JSON read): a cycle is a ``RecursionError``, not ``json.dumps``'s ``ValueError``."""
+    if _ENCODE is None:
+        return json.dumps(obj)
+    return "".join(_ENCODE(obj, 0))
+
+
+def loads(data: bytes) -> Any:
+    """One JSON value, exactly the whole of ``data`` (UTF-8), as ``json.loads`` reads it,
+    without its set-up on every call: the C scanner made once (any other text is a
+    ``ValueError``)."""
+    if _SCAN is None:
+        return json.loads(data)
+    text = data.decode()
+    try:
+        value, end = _SCAN(text, 0)
+    except StopIteration:
+        raise ValueError("not JSON") from None
+    if end != len(text):
+        raise ValueError("not one JSON value")
+    return value
+
+
 def read_some(fd: int, n: int, clock: Clock | None) -> bytes:
     """Up to ``n`` bytes from ``fd`` (b"" at its end); with a ``clock``, from a non-blocking
     descriptor, waiting on the clock whenever there is nothing to read yet."""
@@ -440,7 +480,7 @@ def read_frame(fd: int, limit: int = MAX_FRAME, clock: Clock | None = None) -> A
     size = int(header)
     if size > limit:
         raise CodecError("frame too large")
-    return json.loads(read_exact(fd, size, clock))
+    return loads(read_exact(fd, size, clock))
 
 
 class Frames:
@@ -468,7 +508,7 @@ class Frames:
         return newline >= 0 and len(buffer) > newline + int(buffer[:newline] or b"-1")
 
     def read(self, limit: int = MAX_FRAME, clock: Clock | None = None) -> Any:
-        return json.loads(self.raw(limit, clock)[1])
+        return loads(self.raw(limit, clock)[1])
 
     def raw(self, limit: int = MAX_FRAME, clock: Clock | None = None) -> tuple[bytes, bytes]:
         """The next frame as it came (its header and JSON text), and its JSON text."""
@@ -498,7 +538,7 @@ class Frames:
 
 
 def frame(obj: JSON) -> bytes:
-    data = json.dumps(obj).encode()
+    data = dumps(obj).encode()
     if len(data) > MAX_FRAME:
         raise CodecError(f"its encoding is {len(data)} bytes, over the limit of {MAX_FRAME}")
     return b"%d\n" % len(data) + data
@@ -1729,7 +1769,7 @@ class Reporter:
         self.held.append(record)
         now = time.monotonic()
         if now - self.flushed >= self.HOLD or "done" in record or len(self.held) >= self.LINE:
-            line = json.dumps({"records": self.held})
+            line = dumps({"records": self.held})
             self.held = []
             sys.stdout.write(f"{seal(self.key, line)} {line}\n")
             sys.stdout.flush()
@@ -2130,7 +2170,7 @@ def run_calls(job: Record, t_end: socket.socket, report: Reporter) -> None:
             t = type(data)  # a number as JSON reads it is short: no need to measure it
             if (t is int and -_WIDE < data < _WIDE) or t is float or t is bool or data is None:
                 return {"status": "returned", "value": data}
-            if len(json.dumps(data)) <= inline:  # the host decodes it (a wrong result if not)
+            if len(dumps(data)) <= inline:  # the host decodes it (a wrong result if not)
                 return {"status": "returned", "value": data}
             data = encode(channel.value(data))
             size = len(json.dumps(data))
