@@ -628,14 +628,16 @@ class Unsure(Exception):
         self.hold = hold
 
 
-MAX_AHEAD = 64
+MAX_AHEAD = 256
 """Calls sent to a process at once, at most (:meth:`Channel.send_ahead`)."""
 QUICK = 128
-"""A batch that took at most this part of one test's CPU limit is followed by one twice its
-size; one that has not answered by ``PATIENCE`` times as much is judged again, call by
-call."""
+"""A batch that took at most this part of one test's CPU limit is followed by one ``GROWTH``
+times its size (each batch is two wake-ups of the judge and the candidate's process, which a
+loaded machine may make wait); one that has not answered by ``PATIENCE`` times as much is
+judged again, call by call."""
+GROWTH = 4
 PATIENCE = 8
-AHEAD_BYTES = 16 * 1024
+AHEAD_BYTES = 64 * 1024
 """Bytes of calls sent ahead at once, at most: far below a socket's buffer, so that sending
 them never waits on the candidate's process."""
 
@@ -723,12 +725,13 @@ class Channel:
 
     def settled(self) -> None:
         """After a test that got a value for each of its requests: the next test's clock, and
-        the next batch's size (doubled while batches take a small part of the limit)."""
+        the next batch's size (``GROWTH`` times larger while batches take a small part of the
+        limit)."""
         self.clock.rebase(self.reading)
         self.reading = None
         if not self.ahead:
             quick = self.clock.base - self.since[0] <= self.clock.limit / QUICK
-            self.batch = min(2 * self.batch, MAX_AHEAD) if quick else 1
+            self.batch = min(GROWTH * self.batch, MAX_AHEAD) if quick else 1
 
     def exchange(self, request: bytes | None) -> JSON:
         """Send ``request`` (a frame; None: the next of those sent ahead); the value
