@@ -948,8 +948,8 @@ def zygote(
             # what forbid_processes needs, and the standard modules the code imports.
             for name in ("traceback",) if program is not None else ("ctypes", "struct"):
                 __import__(name)
-            if program is None and not bans:  # a module already loaded is imported
-                preimport(imported_modules(tree))  # unseen by the bans' audit hook
+            if program is None and not bans and "import" in code:  # a module already
+                preimport(imported_modules(tree))  # loaded is imported unseen by the bans' hook
         ctl.sendall(frame({"ready": True}))
     except BuildError as exc:  # a compile error (Z meets no other kind)
         ctl.sendall(frame({"load_error": str(exc)[:MAX_RECORD], "build": "compile"}))
@@ -1433,6 +1433,23 @@ def forbid_storage() -> None:
     install_filter(body, returns, checks)
 
 
+_MADE: dict[str, Any] = {}
+
+
+def libc() -> Any:
+    """The C library through ctypes, loaded once (T does first): the processes forked after
+    inherit it (each load costs as much as a small test), with the type of a filter's
+    program (made by the zygote, before its children)."""
+    if not _MADE:
+        import ctypes
+
+        class Program(ctypes.Structure):
+            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+        _MADE.update(libc=ctypes.CDLL(None, use_errno=True), program=Program)
+    return _MADE["libc"]
+
+
 def install_filter(body: list[Instruction], returns: list[int], labels: dict[str, int]) -> None:
     """Assemble a seccomp filter (classic BPF: ``body``, then a return of each of
     ``returns``; ``labels`` name instructions of the body by index) and install it on this
@@ -1451,14 +1468,10 @@ def install_filter(body: list[Instruction], returns: list[int], labels: dict[str
         for i, (op, k, yes, no) in enumerate(body)
     ) + b"".join(struct.pack("HBBI", 0x06, 0, 0, value) for value in returns)
     filters = ctypes.create_string_buffer(code)
-
-    class Program(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
-    program = Program(len(code) // 8, ctypes.addressof(filters))
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(38, 1, 0, 0, 0) == 0:  # PR_SET_NO_NEW_PRIVS, which a filter needs
-        libc.prctl(22, 2, ctypes.byref(program), 0, 0)  # PR_SET_SECCOMP, a filter
+    c = libc()
+    program = _MADE["program"](len(code) // 8, ctypes.addressof(filters))
+    if c.prctl(38, 1, 0, 0, 0) == 0:  # PR_SET_NO_NEW_PRIVS, which a filter needs
+        c.prctl(22, 2, ctypes.byref(program), 0, 0)  # PR_SET_SECCOMP, a filter
 
 
 def child_stdio(sock: socket.socket, err: socket.socket) -> None:
@@ -1862,12 +1875,8 @@ def tokens_digest(text: str | bytes, case_sensitive: bool = True) -> str:
 
 
 def make_undumpable() -> None:
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
-    except (OSError, AttributeError):
-        pass
+    with contextlib.suppress(OSError, AttributeError):
+        libc().prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
 
 
 def read_key() -> mmap.mmap:
@@ -1927,10 +1936,8 @@ def take_oom_score() -> None:
     privilege; writing the file needs the process dumpable, which Z, like T, is not: it is for
     as long as the write, before anything of the candidate's exists). Where the kernel refuses,
     Z keeps T's score, as before the judge had a score of its own."""
-    import ctypes
-
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE
+        libc().prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE
     except (OSError, AttributeError):
         return
     try:
