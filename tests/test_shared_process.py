@@ -123,9 +123,9 @@ def test_a_call_failing_among_calls_sent_ahead_leaves_the_next_nothing(
 ) -> None:
     """Call 12, in the middle of a batch, changes the module's state and then does not return:
     the calls sent with it after it are answered again, by a fresh process that has seen only
-    them. One that runs out of time holds back the answers of its batch (its process answers
-    a batch at its end), so the batch is judged again from its first call (5), one call at a
-    time, in a fresh process: 12's timeout is its own."""
+    them. One that runs out of time holds back the answers of its batch (its process holds
+    them, ``runner.FLUSH`` at most, until the batch's end), so the batch is judged again from
+    its first call (5), one call at a time, in a fresh process: 12's timeout is its own."""
     how, status = FAILURES[failure]
     args = [(i, how) if i == 12 else (i,) for i in range(AHEAD)]
     harness = FunctionTests("probe", args, [None] * AHEAD, timeout=1)
@@ -145,14 +145,15 @@ def test_a_call_failing_among_calls_sent_ahead_leaves_the_next_nothing(
 
 def test_a_batch_slower_than_quick_calls_is_judged_again_call_by_call(sandbox: Sandbox) -> None:
     """Calls 40 and 41 use 0.6 s of CPU each under a 1 s limit, sent in one batch (21 to 42),
-    whose answers its process holds until the batch's end: the batch has not answered by the
-    time it used more than quick calls would (``runner.PATIENCE``), so none of its answers is
-    taken, and it is judged again from its first call, one call at a time, in a fresh process
-    (which has seen only them); none runs out of time."""
+    whose answers its process holds ``runner.FLUSH`` (16) at a time: 21 to 36 come back from
+    the process that answered 0 to 20, and the rest has not answered by the time the batch
+    used more than quick calls would (``runner.PATIENCE``), so none of those answers is taken,
+    and they are judged again from 37, one call at a time, in a fresh process (which has seen
+    only them); none runs out of time."""
     args = [(i, "burn") if i in (40, 41) else (i,) for i in range(AHEAD)]
     harness = FunctionTests("probe", args, [None] * AHEAD, timeout=1)
     expected = [
-        ("returned", list(range(i + 1) if i < 21 else range(21, i + 1))) for i in range(AHEAD)
+        ("returned", list(range(i + 1) if i < 37 else range(37, i + 1))) for i in range(AHEAD)
     ]
     assert records(sandbox, harness, PROBE) == expected
 

@@ -619,7 +619,7 @@ CPUS = len(os.sched_getaffinity(0))
 
 class Unsure(Exception):
     """A call answered ahead (:meth:`Channel.send_ahead`) whose CPU time T cannot bound by its
-    limit, or one whose failure T cannot pin on it (its process holds the answers to a batch
+    limit, or one whose failure T cannot pin on it (its process may hold the answers to a batch
     until the batch's end): it is run again in a fresh process, and so is each of the
     ``hold`` calls from it on, one at a time."""
 
@@ -744,7 +744,7 @@ class Channel:
         else:
             self.send(request)
             self.since = (self.clock.base, self.clock.started)
-        # Requests after this one still unanswered: the process holds a batch's answers
+        # Requests after this one still unanswered: the process may hold a batch's answers
         # until its end, so while there are any, what fails may be a later call.
         pending = self.ahead
         try:
@@ -813,15 +813,20 @@ def raised(exc: BaseException) -> Record:
     return {"raise": exception_line(exc), "type": builtin.__name__, "args": args}
 
 
+FLUSH = 16
+"""Answers C holds at most before it sends them (one write and one wake-up of T for many,
+while T can read and judge the first of a batch as C answers the rest)."""
+
+
 def serve(sock: socket.socket, namespace: dict[str, Any]) -> None:
     """C: answer calls (and reads of the module's names) until T closes the socket. The
-    answers to requests T sent at once (a batch) go back at once, when none is left: one
-    write and one wake-up of T per batch, not per call."""
+    answers to requests T sent at once (a batch) go back together, when none is left or
+    ``FLUSH`` are held: one write and one wake-up of T for many calls, not one per call."""
     refs: list[Any] = []
     frames = Frames(sock.fileno())
     held: list[bytes] = []
     while True:
-        if held and not frames.ready():
+        if held and (len(held) >= FLUSH or not frames.ready()):
             sock.sendall(b"".join(held))
             held.clear()
         try:
@@ -2217,7 +2222,7 @@ def run_loaded(
     process, the end of its load), so every cycle of its threads counts toward a test.
 
     Calls (``run_calls``) are sent ahead in batches (:meth:`Channel.send_ahead`), whose
-    answers the process holds until the batch's end: a test whose answer came with no round
+    answers the process may hold until the batch's end: a test whose answer came with no round
     trip since its batch was sent, and cannot be shown to have kept its CPU limit, or whose
     failure may be a later call's (:class:`Unsure`), is run again in a fresh process, and
     so is each test of its batch after it, one at a time.
