@@ -2004,12 +2004,14 @@ def load(t_end: socket.socket, zygote_pid: int, timeout: float, wall: float | No
 
 
 def child_channel(
-    t_end: socket.socket, timeout: float, wall: float | None = None
+    t_end: socket.socket, timeout: float, wall: float | None = None, requested: bool = False
 ) -> tuple[int, Channel]:
-    """A fresh child from the zygote (which runs none of the candidate's code)."""
+    """A fresh child from the zygote (which runs none of the candidate's code); ``requested``:
+    T asked for it already (:func:`request_child`)."""
     try:
         t_end.settimeout(timeout * WALL_FACTOR if wall is None else wall)
-        t_end.sendall(frame({"fork": True}))
+        if not requested:
+            request_child(t_end)
         msg, fds, _flags, _addr = socket.recv_fds(t_end, 256, 3)
         pid = int(json.loads(msg.split(b"\n", 1)[1])["child"])
         socks = [socket.socket(fileno=fd) for fd in fds]
@@ -2018,6 +2020,13 @@ def child_channel(
         raise RemoteError("the candidate's process could not start a test") from None
     socks += [None] * (3 - len(socks))  # type: ignore[list-item]
     return pid, Channel(socks[0], Clock(pid, timeout, wall), socks[1], socks[2])
+
+
+def request_child(t_end: socket.socket) -> None:
+    """Ask the zygote for a child. T asks for the first one before the zygote is ready
+    (:func:`main`): the zygote forks it as soon as it has compiled the code, while T waits,
+    with no round trip between them on the way."""
+    t_end.sendall(frame({"fork": True}))
 
 
 MAX_NAMES = 1 << 20
@@ -2134,7 +2143,9 @@ def prompt_names(prompt: Record | None) -> Callable[[list[Channel]], dict[str, A
     return names
 
 
-def run_asserts(job: Record, t_end: socket.socket, setup: str, report: Reporter) -> None:
+def run_asserts(
+    job: Record, t_end: socket.socket, setup: str, report: Reporter, requested: bool
+) -> None:
     from_prompt = prompt_names(job.get("prompt"))
     tests: list[Callable[[list[Channel]], Record]] = []
     for index, snippet in enumerate(job["tests"]):
@@ -2151,10 +2162,11 @@ def run_asserts(job: Record, t_end: socket.socket, setup: str, report: Reporter)
             return {"status": "passed"}
 
         tests.append(test)
-    run_loaded(tests, t_end, job["timeout"], report, bool(job.get("stop_at_first_failure")))
+    stop = bool(job.get("stop_at_first_failure"))
+    run_loaded(tests, t_end, job["timeout"], report, stop, requested)
 
 
-def run_calls(job: Record, t_end: socket.socket, report: Reporter) -> None:
+def run_calls(job: Record, t_end: socket.socket, report: Reporter, requested: bool) -> None:
     """Each call's result crosses as itself when short, else as a digest (of its
     :func:`loosened` encoding where the job is ``loose``); a call marked ``whole`` (the host
     compares its result with a tolerance) sends it whole while ``RETURN_BUDGET`` lasts."""
@@ -2196,7 +2208,8 @@ def run_calls(job: Record, t_end: socket.socket, report: Reporter) -> None:
             return {"status": "returned", "digest": value_digest(digested)}
 
         calls.append(call)
-    run_loaded(calls, t_end, job["timeout"], report, bool(job.get("stop_at_first_failure")))
+    stop = bool(job.get("stop_at_first_failure"))
+    run_loaded(calls, t_end, job["timeout"], report, stop, requested)
 
 
 PASSES = ("passed", "returned")
@@ -2209,6 +2222,7 @@ def run_loaded(
     timeout: float,
     report: Reporter,
     stop_at_first_failure: bool = False,
+    requested: bool = False,
 ) -> None:
     """The tests in order, each against a process that has loaded the candidate's code. A
     fork per test is the cost of a call-heavy row, so a process answers test after test for
@@ -2229,12 +2243,14 @@ def run_loaded(
 
     A load that fails in the first test's process is the code's load error (no test runs);
     in a later one, that test's failure. With ``stop_at_first_failure`` (all-or-nothing
-    scoring), no test runs after one that did not pass (or return)."""
+    scoring), no test runs after one that did not pass (or return). ``requested``: the first
+    test's process is asked for already (:func:`request_child`)."""
     box: list[Channel] = []
     index = hold = 0
     try:
         while index < len(tests):
-            found = judge(tests[index], t_end, timeout, loads=True, box=box)
+            found = judge(tests[index], t_end, timeout, loads=True, box=box, requested=requested)
+            requested = False
             if found["status"] == "unsure":
                 hold = found["hold"]
                 continue  # again, alone, in a fresh process: its first test is timed exactly
@@ -2265,6 +2281,7 @@ def judge(
     *,
     loads: bool = False,
     box: list[Channel] | None = None,
+    requested: bool = False,
 ) -> Record:
     """Run one test against a fresh child (which first ``loads`` the candidate's code), or
     against the one a previous test left in ``box``; the verdict is T's alone. The child is
@@ -2274,7 +2291,7 @@ def judge(
     loaded = bool(box)
     try:
         if not box:
-            pid, channel = child_channel(t_end, timeout, wall)
+            pid, channel = child_channel(t_end, timeout, wall, requested)
             box.append(channel)
             if loads:
                 await_load(channel, pid)
@@ -2504,7 +2521,12 @@ def main() -> None:
     key_memory.close()
     job = read_job(0)  # only now: the zygote never had the tests in its memory
     report.limit = record_limit(job["count"])
+    # A job of calls or asserts runs its first test in a process that loads the code: asked
+    # for now (the zygote forks it once ready, a process it ends if it cannot compile the code).
+    requested = job["kind"] in ("asserts", "calls") and job["count"] > 0
     try:
+        if requested:
+            request_child(t_end)
         limits = (program or {}).get("compile_limits")
         build_wall = limits["wall"] + PCH_WALL if limits else None
         loaded = load(t_end, zygote_pid, job["timeout"] * 2, build_wall)
@@ -2518,9 +2540,9 @@ def main() -> None:
                 }
             )
         elif job["kind"] == "asserts":
-            run_asserts(job, t_end, setup, report)
+            run_asserts(job, t_end, setup, report, requested)
         elif job["kind"] == "calls":
-            run_calls(job, t_end, report)
+            run_calls(job, t_end, report, requested)
         else:
             run_stdio(job, t_end, report)
     finally:
