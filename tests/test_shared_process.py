@@ -57,7 +57,8 @@ FAILURES = {
     "runs out of time": ("spin", "timeout"),
 }
 """How the call at FAILS ends, and the status of its test."""
-FAILS = 3
+FAILS = 5
+"""The first call of a batch (calls 5 to 9: ``runner.GROWTH``), so none before it is run again."""
 TESTS = 10
 
 
@@ -101,7 +102,7 @@ def test_the_records_of_many_calls_come_in_few_sealed_lines_and_all_count(
 def test_a_failed_call_loses_no_other_test_and_leaves_the_next_nothing(
     sandbox: Sandbox, failure: str
 ) -> None:
-    """Ten calls, the fourth of which changes the module's state and then does not return: the
+    """Ten calls, the sixth of which changes the module's state and then does not return: the
     nine others return, and those after it see nothing of the process it ended in."""
     how, status = FAILURES[failure]
     args = [(i, how) if i == FAILS else (i,) for i in range(TESTS)]
@@ -112,39 +113,49 @@ def test_a_failed_call_loses_no_other_test_and_leaves_the_next_nothing(
 
 AHEAD = 43
 """Quick calls enough for the runner to send them to the candidate's process in batches, with
-no round trip between (doubling from one call to ``runner.MAX_AHEAD``): calls 15 to 30 are
-one batch, 31 to 42 the next."""
+no round trip between (``runner.GROWTH`` times larger each, from one call): calls 5 to 20
+are one batch, 21 to 42 the next."""
 
 
 @pytest.mark.parametrize("failure", ["raises", "runs out of time"])
 def test_a_call_failing_among_calls_sent_ahead_leaves_the_next_nothing(
     sandbox: Sandbox, failure: str
 ) -> None:
-    """Call 20, in the middle of a batch, changes the module's state and then does not return:
-    the calls sent with it are answered again, by a fresh process that has seen only them."""
+    """Call 12, in the middle of a batch, changes the module's state and then does not return:
+    the calls sent with it after it are answered again, by a fresh process that has seen only
+    them. One that runs out of time holds back the answers of its batch (its process holds
+    them, ``runner.FLUSH`` at most, until the batch's end), so the batch is judged again from
+    its first call (5), one call at a time, in a fresh process: 12's timeout is its own."""
     how, status = FAILURES[failure]
-    args = [(i, how) if i == 20 else (i,) for i in range(AHEAD)]
+    args = [(i, how) if i == 12 else (i,) for i in range(AHEAD)]
     harness = FunctionTests("probe", args, [None] * AHEAD, timeout=1)
+    first = 5 if status == "timeout" else 0
     expected = [
-        ("returned", list(range(i + 1) if i < 20 else range(21, i + 1))) for i in range(AHEAD)
+        (
+            "returned",
+            list(
+                range(i + 1) if i < first else range(first, i + 1) if i < 12 else range(13, i + 1)
+            ),
+        )
+        for i in range(AHEAD)
     ]
-    expected[20] = (status, None)
+    expected[12] = (status, None)
     assert records(sandbox, harness, PROBE) == expected
 
 
-def test_a_call_sent_ahead_is_taken_only_if_its_batch_kept_its_cpu_limit(sandbox: Sandbox) -> None:
-    """Calls 40 and 41 use 0.6 s of CPU each under a 1 s limit, sent in one batch: 40's answer
-    is taken, but 41's came after the batch had used 1.2 s, part of which could be its own,
-    so it is run again, alone, in a fresh process (which has seen only it); none runs out
-    of time, and call 42 is answered by that process."""
+def test_a_batch_slower_than_quick_calls_is_judged_again_call_by_call(sandbox: Sandbox) -> None:
+    """Calls 40 and 41 use 0.6 s of CPU each under a 1 s limit, sent in one batch (21 to 42),
+    whose answers its process holds ``runner.FLUSH`` (16) at a time: 21 to 36 come back from
+    the process that answered 0 to 20, and the rest has not answered by the time the batch
+    used more than quick calls would (``runner.PATIENCE``), so none of those answers is taken,
+    and they are judged again from 37, one call at a time, in a fresh process (which has seen
+    only them); none runs out of time."""
     args = [(i, "burn") if i in (40, 41) else (i,) for i in range(AHEAD)]
     harness = FunctionTests("probe", args, [None] * AHEAD, timeout=1)
-    expected = [("returned", list(range(i + 1))) for i in range(41)]
-    assert records(sandbox, harness, PROBE) == [
-        *expected,
-        ("returned", [41]),
-        ("returned", [41, 42]),
+    expected = [
+        ("returned", list(range(i + 1) if i < 37 else range(37, i + 1))) for i in range(AHEAD)
     ]
+    assert records(sandbox, harness, PROBE) == expected
 
 
 @pytest.mark.parametrize("failure", FAILURES)

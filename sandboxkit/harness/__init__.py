@@ -202,12 +202,34 @@ def _namedtuple_type(value: Any) -> tuple[str, tuple[str, ...]] | None:
     return None
 
 
+def plain_alike(value: Any, expected: Any) -> bool:
+    """Whether ``value`` (a record's, as JSON read it) and ``expected`` are of one plain type
+    (JSON's own: it decodes as itself), or lists of the same length whose items pairwise
+    are: ``==`` then says what :func:`strict_equal` would."""
+    plain = runner._PLAIN
+    t = type(value)
+    if t is not type(expected):
+        return False
+    if t in plain:
+        return True
+    return (
+        t is list
+        and len(value) == len(expected)
+        and all(
+            type(a) is type(b) and type(a) in plain for a, b in zip(value, expected, strict=True)
+        )
+    )
+
+
 def returned(record: dict[str, Any], expected: Any) -> bool:
     """Whether a call's record holds the expected value: compared as itself, or (a long value)
     by digest, which strict comparison would also accept only if ``expected`` equals itself
     through the codec (no NaN in it, say)."""
     if "digest" not in record:
-        return strict_equal(runner.decode(record.get("value")), expected)
+        value = record.get("value")
+        if plain_alike(value, expected):  # decodes as itself, and == is strict equality here
+            return bool(value == expected)
+        return strict_equal(runner.decode(value), expected)
     data = runner.encode(expected)
     return record["digest"] == runner.value_digest(data) and strict_equal(
         runner.decode(data), expected

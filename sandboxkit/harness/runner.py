@@ -60,6 +60,7 @@ import base64
 import builtins
 import contextlib
 import json
+import json.scanner
 import math
 import mmap
 import os
@@ -190,8 +191,12 @@ def encode(value: Any, refs: list[Any] | None = None, depth: int = 0) -> JSON:
     # Subclasses of builtins are reduced to their builtin value through the builtin's own
     # methods, so an overridden __eq__, __str__ or __iter__ never reaches the judge.
     t = type(value)
-    if value is None or t is bool:
-        return value
+    if value is None or t is bool or t is str or (t is int and -_WIDE < value < _WIDE):
+        return value  # exactly a plain type: itself (the commonest values first)
+    if t is list:
+        return _items(list.__iter__(value), refs, depth + 1)
+    if t is tuple:
+        return {"$t": _items(tuple.__iter__(value), refs, depth + 1)}
     if isinstance(value, int):
         whole = int.__int__(value)
         return whole if -_WIDE < whole < _WIDE else {"$i": hex(whole)}
@@ -399,6 +404,45 @@ def decode(data: JSON, channel: Channel | None = None, refs: list[Any] | None = 
 # -- framing ----------------------------------------------------------------------------------
 
 
+def _unjsonable(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+_C_ENCODER = getattr(json.encoder, "c_make_encoder", None)
+_C_SCANNER = getattr(json.scanner, "c_make_scanner", None)
+_ENCODE = (
+    _C_ENCODER(None, _unjsonable, json.encoder.encode_basestring_ascii, None, ": ", ", ", 0, 0, 1)
+    if _C_ENCODER is not None
+    else None
+)
+_SCAN = _C_SCANNER(json.JSONDecoder()) if _C_SCANNER is not None else None
+
+
+def dumps(obj: Any) -> str:
+    """``json.dumps(obj)``, the same text, without its set-up on every call (a frame's or a
+    record's, thousands a run): the C encoder made once. Data here is acyclic (the codec's,
+    or JSON read): a cycle is a ``RecursionError``, not ``json.dumps``'s ``ValueError``."""
+    if _ENCODE is None:
+        return json.dumps(obj)
+    return "".join(_ENCODE(obj, 0))
+
+
+def loads(data: bytes) -> Any:
+    """One JSON value, exactly the whole of ``data`` (UTF-8), as ``json.loads`` reads it,
+    without its set-up on every call: the C scanner made once (any other text is a
+    ``ValueError``)."""
+    if _SCAN is None:
+        return json.loads(data)
+    text = data.decode()
+    try:
+        value, end = _SCAN(text, 0)
+    except StopIteration:
+        raise ValueError("not JSON") from None
+    if end != len(text):
+        raise ValueError("not one JSON value")
+    return value
+
+
 def read_some(fd: int, n: int, clock: Clock | None) -> bytes:
     """Up to ``n`` bytes from ``fd`` (b"" at its end); with a ``clock``, from a non-blocking
     descriptor, waiting on the clock whenever there is nothing to read yet."""
@@ -436,7 +480,7 @@ def read_frame(fd: int, limit: int = MAX_FRAME, clock: Clock | None = None) -> A
     size = int(header)
     if size > limit:
         raise CodecError("frame too large")
-    return json.loads(read_exact(fd, size, clock))
+    return loads(read_exact(fd, size, clock))
 
 
 class Frames:
@@ -453,9 +497,18 @@ class Frames:
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.buffer = bytearray()
+        self.fills = 0
+        """Reads from the descriptor so far (a frame read with none since came with the
+        frame before it)."""
+
+    def ready(self) -> bool:
+        """Whether a whole frame waits in this reader (the next read needs no system call)."""
+        buffer = self.buffer
+        newline = buffer.find(b"\n", 0, 13)
+        return newline >= 0 and len(buffer) > newline + int(buffer[:newline] or b"-1")
 
     def read(self, limit: int = MAX_FRAME, clock: Clock | None = None) -> Any:
-        return json.loads(self.raw(limit, clock)[1])
+        return loads(self.raw(limit, clock)[1])
 
     def raw(self, limit: int = MAX_FRAME, clock: Clock | None = None) -> tuple[bytes, bytes]:
         """The next frame as it came (its header and JSON text), and its JSON text."""
@@ -481,10 +534,11 @@ class Frames:
         if not chunk:
             raise EOFError
         self.buffer += chunk
+        self.fills += 1
 
 
 def frame(obj: JSON) -> bytes:
-    data = json.dumps(obj).encode()
+    data = dumps(obj).encode()
     if len(data) > MAX_FRAME:
         raise CodecError(f"its encoding is {len(data)} bytes, over the limit of {MAX_FRAME}")
     return b"%d\n" % len(data) + data
@@ -522,11 +576,14 @@ class Clock:
         self.backstop = self.started + self.wall
         self.check_at = self.started + limit / CPUS
 
-    def following(self, used: float | None = None) -> Clock:
-        """The next test's clock on the same process: based at the CPU time it has used by
-        now (``used``, where just read), so that no cycle between two tests (a thread's)
-        escapes both clocks."""
-        return Clock(self.pid, self.limit, self.wall, base=self.used() if used is None else used)
+    def rebase(self, used: float | None = None) -> None:
+        """Become the next test's clock on the same process: based at the CPU time it has
+        used by now (``used``, where just read), so that no cycle between two tests (a
+        thread's) escapes both clocks."""
+        self.base = self.used() if used is None else used
+        self.started = time.monotonic()
+        self.backstop = self.started + self.wall
+        self.check_at = self.started + self.limit / CPUS
 
     def past_backstop(self) -> str:
         return f"still running after {self.wall:g}s of wall-clock time"
@@ -562,12 +619,25 @@ CPUS = len(os.sched_getaffinity(0))
 
 class Unsure(Exception):
     """A call answered ahead (:meth:`Channel.send_ahead`) whose CPU time T cannot bound by its
-    limit: it is run again, alone, in a fresh process."""
+    limit, or one whose failure T cannot pin on it (its process may hold the answers to a batch
+    until the batch's end): it is run again in a fresh process, and so is each of the
+    ``hold`` calls from it on, one at a time."""
+
+    def __init__(self, hold: int = 1) -> None:
+        super().__init__()
+        self.hold = hold
 
 
-MAX_AHEAD = 32
+MAX_AHEAD = 256
 """Calls sent to a process at once, at most (:meth:`Channel.send_ahead`)."""
-AHEAD_BYTES = 16 * 1024
+QUICK = 128
+"""A batch that took at most this part of one test's CPU limit is followed by one ``GROWTH``
+times its size (each batch is two wake-ups of the judge and the candidate's process, which a
+loaded machine may make wait); one that has not answered by ``PATIENCE`` times as much is
+judged again, call by call."""
+GROWTH = 4
+PATIENCE = 8
+AHEAD_BYTES = 64 * 1024
 """Bytes of calls sent ahead at once, at most: far below a socket's buffer, so that sending
 them never waits on the candidate's process."""
 
@@ -609,6 +679,12 @@ class Channel:
         the process had answered every request before them."""
         self.reading: float | None = None
         """The process's CPU time read just after the last answer (the next clock's base)."""
+        self.last = 0.0
+        self.fills = -1
+        """The last reading of the process's CPU time, and how many reads of its answers had
+        come before it: answers read since with no read between came before it."""
+        self.patience = clock
+        """The clock of a batch's answers (:data:`PATIENCE`)."""
 
     def request(self, message: dict[str, Any]) -> Any:
         message = dict(message)
@@ -643,15 +719,19 @@ class Channel:
         self.send(b"".join(requests))
         self.since = (self.clock.base, self.clock.started)
         self.ahead, self.leading = len(requests), True
+        self.patience = Clock(
+            self.clock.pid, self.clock.limit * PATIENCE / QUICK, base=self.clock.base
+        )
 
     def settled(self) -> None:
         """After a test that got a value for each of its requests: the next test's clock, and
-        the next batch's size (doubled while batches take a small part of the limit)."""
-        self.clock = self.clock.following(self.reading)
+        the next batch's size (``GROWTH`` times larger while batches take a small part of the
+        limit)."""
+        self.clock.rebase(self.reading)
         self.reading = None
         if not self.ahead:
-            quick = self.clock.base - self.since[0] <= self.clock.limit / (4 * MAX_AHEAD)
-            self.batch = min(2 * self.batch, MAX_AHEAD) if quick else 1
+            quick = self.clock.base - self.since[0] <= self.clock.limit / QUICK
+            self.batch = min(GROWTH * self.batch, MAX_AHEAD) if quick else 1
 
     def exchange(self, request: bytes | None) -> JSON:
         """Send ``request`` (a frame; None: the next of those sent ahead); the value
@@ -664,14 +744,23 @@ class Channel:
         else:
             self.send(request)
             self.since = (self.clock.base, self.clock.started)
+        # Requests after this one still unanswered: the process may hold a batch's answers
+        # until its end, so while there are any, what fails may be a later call.
+        pending = self.ahead
         try:
-            answer = self.frames.read(clock=self.clock)
+            answer = self.frames.read(clock=self.patience if pending else self.clock)
         except TimeUp:
+            if pending:
+                raise Unsure(pending + 1) from None
             raise
         except (EOFError, OSError, ValueError):
+            if pending:
+                raise Unsure(pending + 1) from None
             raise RemoteError("the candidate's process ended during a call") from None
         if trailing:  # answered with no round trip since its batch was sent
-            self.reading = self.clock.used()
+            if self.frames.fills != self.fills:  # else it came with (before) the last reading
+                self.last, self.fills = self.clock.used(), self.frames.fills
+            self.reading = self.last
             late = time.monotonic() - self.since[1] > self.clock.wall
             if late or self.reading - self.since[0] > self.clock.limit:
                 raise Unsure
@@ -724,11 +813,22 @@ def raised(exc: BaseException) -> Record:
     return {"raise": exception_line(exc), "type": builtin.__name__, "args": args}
 
 
+FLUSH = 16
+"""Answers C holds at most before it sends them (one write and one wake-up of T for many,
+while T can read and judge the first of a batch as C answers the rest)."""
+
+
 def serve(sock: socket.socket, namespace: dict[str, Any]) -> None:
-    """C: answer calls (and reads of the module's names) until T closes the socket."""
+    """C: answer calls (and reads of the module's names) until T closes the socket. The
+    answers to requests T sent at once (a batch) go back together, when none is left or
+    ``FLUSH`` are held: one write and one wake-up of T for many calls, not one per call."""
     refs: list[Any] = []
     frames = Frames(sock.fileno())
+    held: list[bytes] = []
     while True:
+        if held and (len(held) >= FLUSH or not frames.ready()):
+            sock.sendall(b"".join(held))
+            held.clear()
         try:
             request = frames.read()
         except (EOFError, OSError, ValueError):
@@ -752,9 +852,9 @@ def serve(sock: socket.socket, namespace: dict[str, Any]) -> None:
         except BaseException as exc:  # the candidate's own exception, SystemExit included
             answer = raised(exc)
         try:
-            sock.sendall(frame(answer))
+            held.append(frame(answer))
         except (TypeError, ValueError, RecursionError) as exc:
-            sock.sendall(frame({"raise": "unsendable result: " + exception_line(exc)}))
+            held.append(frame({"raise": "unsendable result: " + exception_line(exc)}))
 
 
 def describe(namespace: dict[str, Any]) -> Names:
@@ -853,8 +953,8 @@ def zygote(
             # what forbid_processes needs, and the standard modules the code imports.
             for name in ("traceback",) if program is not None else ("ctypes", "struct"):
                 __import__(name)
-            if program is None and not bans:  # a module already loaded is imported
-                preimport(imported_modules(tree))  # unseen by the bans' audit hook
+            if program is None and not bans and "import" in code:  # a module already
+                preimport(imported_modules(tree))  # loaded is imported unseen by the bans' hook
         ctl.sendall(frame({"ready": True}))
     except BuildError as exc:  # a compile error (Z meets no other kind)
         ctl.sendall(frame({"load_error": str(exc)[:MAX_RECORD], "build": "compile"}))
@@ -1338,6 +1438,23 @@ def forbid_storage() -> None:
     install_filter(body, returns, checks)
 
 
+_MADE: dict[str, Any] = {}
+
+
+def libc() -> Any:
+    """The C library through ctypes, loaded once (T does first): the processes forked after
+    inherit it (each load costs as much as a small test), with the type of a filter's
+    program (made by the zygote, before its children)."""
+    if not _MADE:
+        import ctypes
+
+        class Program(ctypes.Structure):
+            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+        _MADE.update(libc=ctypes.CDLL(None, use_errno=True), program=Program)
+    return _MADE["libc"]
+
+
 def install_filter(body: list[Instruction], returns: list[int], labels: dict[str, int]) -> None:
     """Assemble a seccomp filter (classic BPF: ``body``, then a return of each of
     ``returns``; ``labels`` name instructions of the body by index) and install it on this
@@ -1356,14 +1473,10 @@ def install_filter(body: list[Instruction], returns: list[int], labels: dict[str
         for i, (op, k, yes, no) in enumerate(body)
     ) + b"".join(struct.pack("HBBI", 0x06, 0, 0, value) for value in returns)
     filters = ctypes.create_string_buffer(code)
-
-    class Program(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
-    program = Program(len(code) // 8, ctypes.addressof(filters))
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(38, 1, 0, 0, 0) == 0:  # PR_SET_NO_NEW_PRIVS, which a filter needs
-        libc.prctl(22, 2, ctypes.byref(program), 0, 0)  # PR_SET_SECCOMP, a filter
+    c = libc()
+    program = _MADE["program"](len(code) // 8, ctypes.addressof(filters))
+    if c.prctl(38, 1, 0, 0, 0) == 0:  # PR_SET_NO_NEW_PRIVS, which a filter needs
+        c.prctl(22, 2, ctypes.byref(program), 0, 0)  # PR_SET_SECCOMP, a filter
 
 
 def child_stdio(sock: socket.socket, err: socket.socket) -> None:
@@ -1677,7 +1790,7 @@ class Reporter:
         self.held.append(record)
         now = time.monotonic()
         if now - self.flushed >= self.HOLD or "done" in record or len(self.held) >= self.LINE:
-            line = json.dumps({"records": self.held})
+            line = dumps({"records": self.held})
             self.held = []
             sys.stdout.write(f"{seal(self.key, line)} {line}\n")
             sys.stdout.flush()
@@ -1767,12 +1880,8 @@ def tokens_digest(text: str | bytes, case_sensitive: bool = True) -> str:
 
 
 def make_undumpable() -> None:
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
-    except (OSError, AttributeError):
-        pass
+    with contextlib.suppress(OSError, AttributeError):
+        libc().prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
 
 
 def read_key() -> mmap.mmap:
@@ -1832,10 +1941,8 @@ def take_oom_score() -> None:
     privilege; writing the file needs the process dumpable, which Z, like T, is not: it is for
     as long as the write, before anything of the candidate's exists). Where the kernel refuses,
     Z keeps T's score, as before the judge had a score of its own."""
-    import ctypes
-
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE
+        libc().prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE
     except (OSError, AttributeError):
         return
     try:
@@ -1897,12 +2004,14 @@ def load(t_end: socket.socket, zygote_pid: int, timeout: float, wall: float | No
 
 
 def child_channel(
-    t_end: socket.socket, timeout: float, wall: float | None = None
+    t_end: socket.socket, timeout: float, wall: float | None = None, requested: bool = False
 ) -> tuple[int, Channel]:
-    """A fresh child from the zygote (which runs none of the candidate's code)."""
+    """A fresh child from the zygote (which runs none of the candidate's code); ``requested``:
+    T asked for it already (:func:`request_child`)."""
     try:
         t_end.settimeout(timeout * WALL_FACTOR if wall is None else wall)
-        t_end.sendall(frame({"fork": True}))
+        if not requested:
+            request_child(t_end)
         msg, fds, _flags, _addr = socket.recv_fds(t_end, 256, 3)
         pid = int(json.loads(msg.split(b"\n", 1)[1])["child"])
         socks = [socket.socket(fileno=fd) for fd in fds]
@@ -1911,6 +2020,13 @@ def child_channel(
         raise RemoteError("the candidate's process could not start a test") from None
     socks += [None] * (3 - len(socks))  # type: ignore[list-item]
     return pid, Channel(socks[0], Clock(pid, timeout, wall), socks[1], socks[2])
+
+
+def request_child(t_end: socket.socket) -> None:
+    """Ask the zygote for a child. T asks for the first one before the zygote is ready
+    (:func:`main`): the zygote forks it as soon as it has compiled the code, while T waits,
+    with no round trip between them on the way."""
+    t_end.sendall(frame({"fork": True}))
 
 
 MAX_NAMES = 1 << 20
@@ -2027,7 +2143,9 @@ def prompt_names(prompt: Record | None) -> Callable[[list[Channel]], dict[str, A
     return names
 
 
-def run_asserts(job: Record, t_end: socket.socket, setup: str, report: Reporter) -> None:
+def run_asserts(
+    job: Record, t_end: socket.socket, setup: str, report: Reporter, requested: bool
+) -> None:
     from_prompt = prompt_names(job.get("prompt"))
     tests: list[Callable[[list[Channel]], Record]] = []
     for index, snippet in enumerate(job["tests"]):
@@ -2044,10 +2162,11 @@ def run_asserts(job: Record, t_end: socket.socket, setup: str, report: Reporter)
             return {"status": "passed"}
 
         tests.append(test)
-    run_loaded(tests, t_end, job["timeout"], report, bool(job.get("stop_at_first_failure")))
+    stop = bool(job.get("stop_at_first_failure"))
+    run_loaded(tests, t_end, job["timeout"], report, stop, requested)
 
 
-def run_calls(job: Record, t_end: socket.socket, report: Reporter) -> None:
+def run_calls(job: Record, t_end: socket.socket, report: Reporter, requested: bool) -> None:
     """Each call's result crosses as itself when short, else as a digest (of its
     :func:`loosened` encoding where the job is ``loose``); a call marked ``whole`` (the host
     compares its result with a tolerance) sends it whole while ``RETURN_BUDGET`` lasts."""
@@ -2067,6 +2186,7 @@ def run_calls(job: Record, t_end: socket.socket, report: Reporter) -> None:
             out.append(requests[at])
         return out
 
+    inline = min(INLINE_VALUE, max(2 * DIGEST_BYTES, report.limit - 100))
     for index in range(len(requests)):
 
         def call(box: list[Channel], index: int = index, whole: bool = index in wholes) -> Record:
@@ -2074,8 +2194,10 @@ def run_calls(job: Record, t_end: socket.socket, report: Reporter) -> None:
             if not channel.ahead and channel.batch > 1:
                 channel.send_ahead(ahead(index, channel.batch))
             data = channel.exchange(None if channel.ahead else requests[index])
-            inline = min(INLINE_VALUE, max(2 * DIGEST_BYTES, report.limit - 100))
-            if len(json.dumps(data)) <= inline:  # the host decodes it (a wrong result if not)
+            t = type(data)  # a number as JSON reads it is short: no need to measure it
+            if (t is int and -_WIDE < data < _WIDE) or t is float or t is bool or data is None:
+                return {"status": "returned", "value": data}
+            if len(dumps(data)) <= inline:  # the host decodes it (a wrong result if not)
                 return {"status": "returned", "value": data}
             data = encode(channel.value(data))
             size = len(json.dumps(data))
@@ -2086,7 +2208,8 @@ def run_calls(job: Record, t_end: socket.socket, report: Reporter) -> None:
             return {"status": "returned", "digest": value_digest(digested)}
 
         calls.append(call)
-    run_loaded(calls, t_end, job["timeout"], report, bool(job.get("stop_at_first_failure")))
+    stop = bool(job.get("stop_at_first_failure"))
+    run_loaded(calls, t_end, job["timeout"], report, stop, requested)
 
 
 PASSES = ("passed", "returned")
@@ -2099,6 +2222,7 @@ def run_loaded(
     timeout: float,
     report: Reporter,
     stop_at_first_failure: bool = False,
+    requested: bool = False,
 ) -> None:
     """The tests in order, each against a process that has loaded the candidate's code. A
     fork per test is the cost of a call-heavy row, so a process answers test after test for
@@ -2111,20 +2235,29 @@ def run_loaded(
     its process's CPU time from where the previous test's clock stopped (for a fresh
     process, the end of its load), so every cycle of its threads counts toward a test.
 
-    Calls (``run_calls``) are sent ahead in batches (:meth:`Channel.send_ahead`): a test
-    whose answer came with no round trip since its batch was sent, and cannot be shown to
-    have kept its CPU limit, is run again, alone, in a fresh process.
+    Calls (``run_calls``) are sent ahead in batches (:meth:`Channel.send_ahead`), whose
+    answers the process may hold until the batch's end: a test whose answer came with no round
+    trip since its batch was sent, and cannot be shown to have kept its CPU limit, or whose
+    failure may be a later call's (:class:`Unsure`), is run again in a fresh process, and
+    so is each test of its batch after it, one at a time.
 
     A load that fails in the first test's process is the code's load error (no test runs);
     in a later one, that test's failure. With ``stop_at_first_failure`` (all-or-nothing
-    scoring), no test runs after one that did not pass (or return)."""
+    scoring), no test runs after one that did not pass (or return). ``requested``: the first
+    test's process is asked for already (:func:`request_child`)."""
     box: list[Channel] = []
-    index = 0
+    index = hold = 0
     try:
         while index < len(tests):
-            found = judge(tests[index], t_end, timeout, loads=True, box=box)
+            found = judge(tests[index], t_end, timeout, loads=True, box=box, requested=requested)
+            requested = False
             if found["status"] == "unsure":
+                hold = found["hold"]
                 continue  # again, alone, in a fresh process: its first test is timed exactly
+            if hold:  # a test of a batch that was unsure: the next one runs alone too
+                hold -= 1
+                if box:
+                    box[0].batch = 1
             if found["status"] == "load_error":
                 if index == 0:
                     report.emit({"load_error": found["detail"], "timeout": found["timeout"]})
@@ -2148,6 +2281,7 @@ def judge(
     *,
     loads: bool = False,
     box: list[Channel] | None = None,
+    requested: bool = False,
 ) -> Record:
     """Run one test against a fresh child (which first ``loads`` the candidate's code), or
     against the one a previous test left in ``box``; the verdict is T's alone. The child is
@@ -2157,7 +2291,7 @@ def judge(
     loaded = bool(box)
     try:
         if not box:
-            pid, channel = child_channel(t_end, timeout, wall)
+            pid, channel = child_channel(t_end, timeout, wall, requested)
             box.append(channel)
             if loads:
                 await_load(channel, pid)
@@ -2169,8 +2303,8 @@ def judge(
         return record
     except LoadFailed as exc:
         return {"status": "load_error", "detail": str(exc), "timeout": exc.timeout}
-    except Unsure:
-        return {"status": "unsure"}
+    except Unsure as exc:
+        return {"status": "unsure", "hold": exc.hold}
     except TimeUp as exc:
         return {"status": "timeout", "limit": exc.limit, "detail": str(exc)}
     except Banned as exc:
@@ -2387,7 +2521,12 @@ def main() -> None:
     key_memory.close()
     job = read_job(0)  # only now: the zygote never had the tests in its memory
     report.limit = record_limit(job["count"])
+    # A job of calls or asserts runs its first test in a process that loads the code: asked
+    # for now (the zygote forks it once ready, a process it ends if it cannot compile the code).
+    requested = job["kind"] in ("asserts", "calls") and job["count"] > 0
     try:
+        if requested:
+            request_child(t_end)
         limits = (program or {}).get("compile_limits")
         build_wall = limits["wall"] + PCH_WALL if limits else None
         loaded = load(t_end, zygote_pid, job["timeout"] * 2, build_wall)
@@ -2401,9 +2540,9 @@ def main() -> None:
                 }
             )
         elif job["kind"] == "asserts":
-            run_asserts(job, t_end, setup, report)
+            run_asserts(job, t_end, setup, report, requested)
         elif job["kind"] == "calls":
-            run_calls(job, t_end, report)
+            run_calls(job, t_end, report, requested)
         else:
             run_stdio(job, t_end, report)
     finally:
