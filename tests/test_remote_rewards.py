@@ -407,8 +407,13 @@ def test_faults_cost_rewards_not_crashes_or_sandboxes(
             reward.close()
         assert emu.live_sandboxes() == 0
     assert len(scores) == n
-    for name, score in zip(names, scores, strict=True):
-        assert score is None or score == ADD_ANSWERS[name][1], (name, score)
+    # A completion whose sandbox dies under it twice is charged with it (docs/isolation.md):
+    # a right answer may score 0.0 only that way, so at most once per two deaths.
+    charged = [
+        (k, s) for k, s in zip(names, scores, strict=True) if s not in (None, ADD_ANSWERS[k][1])
+    ]
+    assert all(s == 0.0 for _, s in charged), charged
+    assert len(charged) <= faults.injected["died"] // 2, (charged, faults.injected)
     assert sum(s is not None for s in scores) >= n * 3 // 4, scores
     assert faults.injected["rate_limited"] + faults.injected["server_error"] >= 1, faults.injected
     assert faults.injected["died"] >= 1
