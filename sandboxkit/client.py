@@ -162,6 +162,13 @@ class SandboxClient:
     def __init__(self, backend: Backend | SandboxClient) -> None:
         # A client passes for a Backend (its sync twins have the protocol's names): wrapping it
         # again would hand sync methods to code that awaits them, so it is unwrapped.
+        if isinstance(backend, str):
+            raise TypeError(
+                f"SandboxClient wraps a backend object; for the backend named {backend!r}, "
+                f"call sandboxkit.get_backend({backend!r})"
+            )
+        if not isinstance(backend, (SandboxClient, Backend)):
+            raise TypeError(f"SandboxClient wraps a Backend, got {type(backend).__name__}")
         self._backend: Backend = backend.backend if isinstance(backend, SandboxClient) else backend
 
     @property

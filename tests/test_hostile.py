@@ -514,6 +514,28 @@ def test_closed_and_hijacked_descriptors(hostile: tuple[SandboxClient, Sandbox, 
     assert code == 0 and not timed_out and out == "before\n"
 
 
+@on_docker_too
+def test_a_command_inherits_no_descriptor_but_its_stdio(
+    hostile: tuple[SandboxClient, Sandbox, str],
+) -> None:
+    """A descriptor the host or its launcher left open is a channel the program did not ask
+    for: a pipe's read end, a filter's bytes, a socket. Twice: the second exec of a sandbox
+    must not inherit what the first one left."""
+    _, sb, _ = hostile
+    prog = (
+        "import os\n"
+        "held = []\n"
+        "for fd in range(1024):\n"
+        "    try: os.fstat(fd)\n"
+        "    except OSError: continue\n"
+        "    held.append(fd)\n"
+        "print(held)\n"
+    )
+    for _ in range(2):
+        code, out, err, _ = run(sb, prog, timeout=20)
+        assert (code, out) == (0, "[0, 1, 2]\n"), err
+
+
 _SCAN_MEMORY = r"""
 import re, sys
 prefix = bytes([0x7A, 0x71, 0x39, 0x5F])  # built at run time: not in this program's text

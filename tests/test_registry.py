@@ -228,6 +228,15 @@ def test_a_name_a_client_or_a_backend_becomes_a_client(clean_env: Path) -> None:
         as_client(42)  # type: ignore[arg-type]
 
 
+def test_a_client_made_from_a_name_says_how_to_get_one() -> None:
+    """``SandboxClient("subprocess")`` is what a newcomer writes first: it must not fail later,
+    inside ``sandbox()``, with an AttributeError on a str."""
+    with pytest.raises(TypeError, match=r"call sandboxkit.get_backend\('subprocess'\)"):
+        sandboxkit.SandboxClient("subprocess")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="wraps a Backend, got int"):
+        sandboxkit.SandboxClient(42)  # type: ignore[arg-type]
+
+
 def test_a_client_reads_its_backend_s_own_facts_typed(clean_env: Path) -> None:
     """Facts outside the protocol (the local backend's isolation) are read from the backend as
     its class, never forwarded: a client is no stand-in for its backend's attributes."""

@@ -249,7 +249,12 @@ def bwrap_argv(
     namespace's maps (``judge.write_id_maps``) before it goes on."""
     args = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
     if userns_block_fd is not None:
+        # bwrap's monitor reads and closes the userns block fd, but its child keeps it and
+        # hands it to the command; as the child's --block-fd too, the child reads a second
+        # byte and closes it (the host writes two).
+        assert block_fd is None, "one block fd: the launcher's or bwrap's"
         args += ["--unshare-user", "--userns-block-fd", str(userns_block_fd)]
+        args += ["--block-fd", str(userns_block_fd)]
     for capability in capabilities:
         args += ["--cap-add", capability]
     if seccomp_fd is not None:

@@ -345,7 +345,7 @@ async def spawn(
                 judge.write_id_maps(await _bwrap_child(proc, fd), uid)
             except OSError as exc:
                 raise BackendError(f"could not map the sandbox's uids: {exc}") from exc
-            os.write(maps_w, b"\n")
+            os.write(maps_w, b"\n\n")  # bwrap's monitor's, then its child's (bwrap_argv)
         released = True
     finally:
         if not released:
