@@ -61,8 +61,10 @@ little-endian) + the job ``{"argv", "cwd", "env"}`` as JSON + the stdin bytes, `
 in all, of which what does not fit the first packet (``MAX_PACKET``) follows in packets of its
 own; it is answered by packets ``o`` +
 stdout bytes and ``e`` + stderr bytes (none when empty), then ``x`` + ``{"exit", "timed_out",
-"truncated", "duration"}``, or ``x`` + ``{"error"}`` when it could not start (the host runs
-it the cold way). ``k`` kills the running command, which is then answered as usual.
+"truncated", "duration", "last"}`` (``last``: the template ends after this exec, having no
+fresh namespaces for the next; the host starts a new one), or ``x`` + ``{"error"}`` when it
+could not start (the host runs it the cold way). ``k`` kills the running command, which is
+then answered as usual.
 """
 
 from __future__ import annotations
@@ -112,6 +114,10 @@ LAZY_NETWORK: list[bool] = []
 (``supervise_sockets``, ``argv[5]``: ``lazy``): then an exec starts in the sandbox's own network
 namespace, which no process ever makes a network socket in, and gets one of its own only at its
 first. Else the server makes each exec a new one ahead (``fresh_namespaces``)."""
+SOCKSTAT: list[int] = []
+"""With ``LAZY_NETWORK``: the fd of the sandbox's network namespace's ``sockstat`` (opened
+before the server's /proc is covered) and the number of sockets in use there when the first
+exec could start (``sockets_left``)."""
 SECCOMP_SYSCALL = {"x86_64": 317, "aarch64": 277}
 SECCOMP_SET_MODE_FILTER = 1  # seccomp()'s operation (prctl's mode is SECCOMP_MODE_FILTER)
 SECCOMP_FILTER_FLAG_NEW_LISTENER = 8
@@ -1018,11 +1024,13 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin_r: int) -> bool:
         output.close()
     if host_gone:
         return False
+    fresh = fresh and not (sockets is not None and sockets_left())
     answer = {
         "exit": status,
         "timed_out": timed_out,
         "truncated": outputs[0].truncated or outputs[1].truncated,
         "duration": time.monotonic() - started,
+        "last": not fresh,
     }
     sock.send(b"x" + json.dumps(answer).encode())
     return fresh
@@ -1083,7 +1091,25 @@ def become_server(sock: socket.socket, *, spawn_init: bool) -> str | None:
         fresh_namespaces()
     except OSError as exc:
         return f"a fresh network and /dev/shm per exec cannot be made here ({exc})"
+    if LAZY_NETWORK:
+        SOCKSTAT.append(sockets_in_use())
     return None
+
+
+def sockets_in_use() -> int:
+    """The sockets alive in the sandbox's own network namespace (``sockets: used``)."""
+    return int(os.pread(SOCKSTAT[0], 64, 0).split()[2])
+
+
+def sockets_left() -> bool:
+    """Whether an exec that has ended (every process of it reaped) left a socket alive in the
+    sandbox's network namespace, which the next exec shares (``LAZY_NETWORK``): a Unix socket
+    can outlive its processes, in flight in a cycle of sockets that hold each other's
+    descriptors, until the kernel's garbage collector runs, which may be after the next exec
+    has started (its abstract name, were it bound to one, would then be taken). The template
+    then ends, and the host starts a new one (in a new sandbox network namespace) for the
+    next exec."""
+    return sockets_in_use() != SOCKSTAT[1]
 
 
 def hide_serving_processes() -> None:
@@ -1184,6 +1210,7 @@ def main() -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     if sys.argv[5] == "lazy":
         LAZY_NETWORK.append(True)
+        SOCKSTAT.append(os.open("/proc/self/net/sockstat", os.O_RDONLY))
     # First: nothing may run while this process holds the capability bwrap kept for it.
     reason = become_server(sock, spawn_init=sys.argv[2] == "spawn")
     if sys.argv[4]:

@@ -288,7 +288,7 @@ class WarmTemplate:
         finally:
             if stuck is not None:
                 stuck.cancel()
-        self._finish(failed=False)
+        self._finish(failed=answer.get("last") is True)  # it ends: the next exec starts another
         if "error" in answer:
             raise ColdPath(str(answer["error"]))
         return _result(answer, b"".join(awaited.out), b"".join(awaited.err))
