@@ -645,6 +645,11 @@ def loopback_up() -> None:
         fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", IFF_UP_LOOPBACK_RUNNING))
 
 
+POLL_LISTENER = select.poll()
+"""Tells a notification (POLLIN) on an exec's listener from the end of its processes (POLLHUP,
+which may come before the server sees the command's end), made once: not an object per exec."""
+
+
 class SocketSupervision:
     """The server's side of an exec's network sockets (``LAZY_NETWORK``): ``control``, on which
     the command sends the listener of its syscall filter (``command``), then that listener,
@@ -668,10 +673,18 @@ class SocketSupervision:
         if self.control is not None and self.control.fileno() in readable:
             with contextlib.suppress(OSError):  # no listener: the command ended first
                 _, fds, _, _ = socket.recv_fds(self.control, 1, 1)
-                self.listener = fds[0] if fds else -1
+                if fds:
+                    self.listener = fds[0]
+                    POLL_LISTENER.register(self.listener, select.POLLIN)
             self.control.close()
             self.control = None
         elif self.listener >= 0 and self.listener in readable:
+            events = dict(POLL_LISTENER.poll(0)).get(self.listener, 0)
+            if not events & select.POLLIN:
+                if events & select.POLLHUP:  # the exec's processes are gone: none will come
+                    self.end()
+                return  # else withdrawn: its caller was killed
+
             try:
                 pid = os.fork()
             except OSError as exc:  # out of memory or processes: this socket fails as it would
@@ -682,6 +695,7 @@ class SocketSupervision:
             if pid == 0:
                 supervise_sockets(self.listener)
             self.pid = pid
+            POLL_LISTENER.unregister(self.listener)
             os.close(self.listener)
             self.listener = -1
 
@@ -689,11 +703,15 @@ class SocketSupervision:
         """At the exec's end, before its init is reaped (``reap``): kill P."""
         if self.control is not None:
             self.control.close()
+            self.control = None
         if self.listener >= 0:
+            POLL_LISTENER.unregister(self.listener)
             os.close(self.listener)
+            self.listener = -1
         if self.pid:
             os.kill(self.pid, signal.SIGKILL)
             os.waitpid(self.pid, 0)
+            self.pid = 0
 
 
 def supervise_sockets(listener: int) -> NoReturn:
