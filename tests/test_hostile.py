@@ -2539,7 +2539,7 @@ time.sleep(0.3)
 print("flooding", flush=True)
 {DYING_MID_SOCKETS[ending]}
 """
-    code, out, _, timed_out = run(sb, program, timeout=5)
+    code, out, _, timed_out = run(sb, program, timeout=3)
     assert out == "flooding\n" and timed_out == (ending == "times out"), (code, out)
     echo = NETWORK_SOCKETS["a TCP echo over loopback from threads that make their sockets at once"]
     assert run(sb, echo[0], timeout=60) == (0, f"{echo[1]}\n", "", False)
