@@ -2523,6 +2523,8 @@ def test_an_exec_that_ends_in_the_midst_of_socket_calls_leaves_the_next_working(
     """Each network socket of a warm exec is a notification to its supervisor: an exec that
     ends (killed, exited, timed out, or leaving a child behind) with many in flight must not
     hold up its own end nor the next exec, whose sockets work."""
+    if ending == "times out" and tier != "namespaces":
+        pytest.skip("a cold exec has no supervisor to time out on (its timeouts: tested above)")
     client, sb, _ = hostile
     program = f"""
 import os, signal, socket, sys, threading, time
