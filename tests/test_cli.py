@@ -132,6 +132,11 @@ def test_doctor_passes_for_the_local_backend_and_never_prints_secrets(
     assert re.search(r"\[ok  \] smoke test +ran python in a sandbox", out)
     if os.uname().machine == "x86_64":  # the fast path, with the init it can use here
         assert re.search(r"\[ok  \] warm template +execs fork from a warm .*\(tiny init\)", out)
+        lazy = seccomp.host_filter() is not None and seccomp.user_notification() is None
+        network = "for each exec that makes a network socket" if lazy else "ahead for every exec"
+        assert re.search(
+            rf"\[ok  \] warm template +execs fork .*; a network namespace {network}", out
+        )
     if seccomp.native_arch() is not None and seccomp.unsupported() is None:
         assert re.search(r"\[ok  \] seccomp +syscall filter on \(\w+\): \d+ calls allowed", out)
     limits = ("process limit", "memory limit", "cpu limit", "disk limit")

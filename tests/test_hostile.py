@@ -2247,6 +2247,21 @@ for i in range(COUNT):  # a count to pass on: made and removed, nothing left to 
     os.remove(os.path.join(DIR, f"n{i}"))
 print("planted", COUNT)
 """
+IN_FLIGHT_PLANT = r"""
+import socket
+# A listening TCP socket and a Unix one bound to an abstract name, kept alive after the exec
+# by a cycle of sockets in flight, each holding the other's descriptor (until the kernel's
+# garbage collector runs, which may be after the next exec started).
+a, b = socket.socketpair()
+named = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+named.bind(b"\0sbx-MARK")
+server = socket.socket()
+server.bind(("127.0.0.1", PORT))
+server.listen()
+socket.send_fds(a, [b"x"], [a.fileno(), b.fileno(), named.fileno(), server.fileno()])
+socket.send_fds(b, [b"x"], [a.fileno(), b.fileno()])
+print("planted")
+"""
 SNMP_LOOK = r"""
 def counters(section, *names):
     lines = [line.split() for line in open("/proc/net/snmp") if line.startswith(section + ":")]
@@ -2262,6 +2277,14 @@ LOOKS = {
         "except OSError as exc:\n    print(exc)"
     ),
     "snmp": SNMP_LOOK,
+    "connect": (
+        "import socket\ntry:\n    socket.create_connection(('127.0.0.1', PORT), timeout=10)\n"
+        "    print('connected')\nexcept OSError as exc:\n    print(type(exc).__name__)"
+    ),
+    "abstract": (
+        "import socket\ntry:\n    socket.socket(socket.AF_UNIX).bind(b'\\0sbx-MARK')\n"
+        "    print('free')\nexcept OSError as exc:\n    print(exc)"
+    ),
     "lo": "print(open('/proc/net/dev').read().split('lo:')[1].split()[:10])",
     "shm": (
         "import os\ns = os.stat('/dev/shm')\n"
@@ -2278,6 +2301,12 @@ KERNEL_STATE = {  # what an exec plants, what the next looks at, what a new sand
     "TCP counters": (TIME_WAIT_PLANT, "snmp", "0 0 0 0\n0 0 0"),
     "UDP counters": (UDP_PLANT, "snmp", "0 0 0 0\n0 0 0"),
     "loopback byte and packet counters": (UDP_PLANT, "lo", str(["0"] * 10)),
+    "a listening port kept open in flight, connected to": (
+        IN_FLIGHT_PLANT,
+        "connect",
+        "ConnectionRefusedError",
+    ),
+    "an abstract Unix name kept bound in flight": (IN_FLIGHT_PLANT, "abstract", "free"),
     "/dev/shm's extended attributes, mode and times": (SHM_MARK_PLANT, "shm", "[] 0o40755 False"),
     "a /dev/shm inode number": (INODE_PLANT, "inode", None),
 }
@@ -2388,6 +2417,135 @@ def test_what_a_trl_rollout_leaves_in_the_kernel_reaches_none_after_reset(
     assert before == (expected or before), before
     assert reused == 1 or tier == "rlimits", reused
     assert seen == before, (before, seen)
+
+
+NETWORK_SOCKETS = {  # a program, what it prints wherever an exec runs
+    "a TCP echo over loopback from threads that make their sockets at once": (
+        r"""
+import socket, threading
+echoed = []
+def echo(i):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    client = socket.create_connection(server.getsockname())
+    peer, _ = server.accept()
+    client.sendall(b"%d" % i)
+    peer.sendall(peer.recv(16) * 2)
+    echoed.append(client.recv(16))
+threads = [threading.Thread(target=echo, args=(i,)) for i in range(16)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(sorted(echoed) == sorted(b"%d%d" % (i, i) for i in range(16)))
+""",
+        "True",
+    ),
+    "UDP and IPv6 sockets": (
+        r"""
+import socket
+for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+    inbox = socket.socket(family, socket.SOCK_DGRAM)
+    inbox.bind((host, 0))
+    socket.socket(family, socket.SOCK_DGRAM).sendto(b"datagram", inbox.getsockname())
+    print(inbox.recv(16))
+""",
+        "b'datagram'\nb'datagram'",
+    ),
+    "the kernel's errors: no capability, bad arguments, a full descriptor table": (
+        r"""
+import ctypes, os, resource, socket
+libc = ctypes.CDLL(None, use_errno=True)
+def error(*args):
+    fd = libc.socket(*args)
+    return os.close(fd) if fd >= 0 else ctypes.get_errno()
+raw = error(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+print(raw, error(socket.AF_INET, 77, 0), error(socket.AF_INET6, socket.SOCK_STREAM, -1))
+print(error(socket.AF_NETLINK, socket.SOCK_RAW, 99), error(44, socket.SOCK_STREAM, 0))
+free = os.open(os.devnull, os.O_RDONLY)
+os.close(free)
+resource.setrlimit(resource.RLIMIT_NOFILE, (free, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+print(error(socket.AF_INET, socket.SOCK_STREAM, 0))
+""",
+        "1 22 22\n93 97\n24",
+    ),
+    "close-on-exec and non-blocking as asked, and no other descriptor": (
+        r"""
+import ctypes, fcntl, os, socket
+libc = ctypes.CDLL(None, use_errno=True)
+plain = libc.socket(socket.AF_INET, socket.SOCK_STREAM, 0)
+flags = socket.SOCK_CLOEXEC | socket.SOCK_NONBLOCK
+flagged = libc.socket(socket.AF_INET, socket.SOCK_DGRAM | flags, 0)
+print(fcntl.fcntl(plain, fcntl.F_GETFD), os.get_blocking(plain))
+print(fcntl.fcntl(flagged, fcntl.F_GETFD), os.get_blocking(flagged))
+print(sorted(os.listdir("/proc/self/fd"), key=int))
+""",
+        "0 True\n1 False\n['0', '1', '2', '3', '4', '5']",
+    ),
+    "a netlink socket sees the exec's own devices": (
+        "import socket\nprint(socket.if_nameindex())",
+        "[(1, 'lo')]",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(NETWORK_SOCKETS))
+def test_network_sockets_work_in_an_exec_as_in_a_new_sandbox(
+    hostile: tuple[SandboxClient, Sandbox, str], tier: str, case: str
+) -> None:
+    """A warm exec starts in the sandbox's own network namespace and gets one of its own
+    only at its first network socket, made by a supervisor with none of its capabilities:
+    its sockets must be what a cold exec's are, concurrent ones included (threads racing
+    the supervisor), with the kernel's errors (a raw socket needs a capability the command
+    lacks; the descriptor table is the caller's), its flags, and nothing else in its hands."""
+    if tier == "rlimits" and case.startswith("a netlink socket"):
+        pytest.skip("the rlimits tier shares the host's network (docs/isolation.md)")
+    client, sb, _ = hostile
+    program, expected = NETWORK_SOCKETS[case]
+    assert run(sb, program, timeout=60) == (0, f"{expected}\n", "", False)
+    assert client.backend_as(SubprocessBackend).last_cold_reason is None  # warm where warm
+
+
+DYING_MID_SOCKETS = {
+    "killed by itself": "os.kill(os.getpid(), signal.SIGKILL)",
+    "exits from a thread": "os._exit(3)",
+    "exits, leaving a child that goes on": "os._exit(0) if os.fork() else flood()",
+    "times out": "time.sleep(60)",
+}
+"""How an exec whose threads make sockets as fast as they can ends, mid-call."""
+
+
+@pytest.mark.parametrize("ending", list(DYING_MID_SOCKETS))
+def test_an_exec_that_ends_in_the_midst_of_socket_calls_leaves_the_next_working(
+    hostile: tuple[SandboxClient, Sandbox, str], tier: str, ending: str
+) -> None:
+    """Each network socket of a warm exec is a notification to its supervisor: an exec that
+    ends (killed, exited, timed out, or leaving a child behind) with many in flight must not
+    hold up its own end nor the next exec, whose sockets work."""
+    if ending == "times out" and tier != "namespaces":
+        pytest.skip("a cold exec has no supervisor to time out on (its timeouts: tested above)")
+    client, sb, _ = hostile
+    program = f"""
+import os, signal, socket, sys, threading, time
+def flood():
+    while True:
+        for family in (socket.AF_INET, socket.AF_INET6, socket.AF_NETLINK):
+            try:
+                socket.socket(family, socket.SOCK_DGRAM).close()
+            except OSError:
+                pass
+for _ in range(8):
+    threading.Thread(target=flood, daemon=True).start()
+time.sleep(0.3)
+print("flooding", flush=True)
+{DYING_MID_SOCKETS[ending]}
+"""
+    code, out, _, timed_out = run(sb, program, timeout=3)
+    assert out == "flooding\n" and timed_out == (ending == "times out"), (code, out)
+    echo = NETWORK_SOCKETS["a TCP echo over loopback from threads that make their sockets at once"]
+    assert run(sb, echo[0], timeout=60) == (0, f"{echo[1]}\n", "", False)
+    assert client.backend_as(SubprocessBackend).last_cold_reason is None  # warm where warm
 
 
 # -- a host uid per sandbox -------------------------------------------------------------------

@@ -20,9 +20,11 @@ from sandboxkit.local.seccomp import (
     AUDIT_ARCH,
     BASE,
     COMMAND,
+    NETWORK_SOCKETS,
     RET_ALLOW,
     RET_ERRNO,
     RET_KILL_PROCESS,
+    RET_USER_NOTIF,
     UNLISTED,
     WHOLE,
     Rule,
@@ -190,6 +192,28 @@ def test_arguments_decide_clone_personality_socket_and_socketpair(arch: str, whi
             allowed = family in (unix, inet, inet6, netlink)
             expected = RET_ALLOW if allowed else EAFNOSUPPORT
             assert verdict(code, nr(name, arch), audit, family) == expected, (name, family)
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_warm_commands_send_their_network_sockets_to_the_exec_supervisor(arch: str) -> None:
+    """Where the kernel can hand a socket over, the warm command program sends ``socket`` of
+    every family but Unix (by the low 32 bits the kernel reads) to the exec's supervisor,
+    which makes the exec's network namespace at the first: the template's program, stacked
+    under it, has refused the families it does not allow (its errno wins over a
+    notification). ``socketpair`` (Unix only, in the kernel) and the rest are unchanged."""
+    code = program((*COMMAND, NETWORK_SOCKETS), arch, RET_ALLOW)
+    audit = AUDIT_ARCH[arch]
+    for family in (*range(64), 1 << 32 | 1, 1 << 32 | 2, 0xFFFFFFFF):
+        expected = RET_ALLOW if family & 0xFFFFFFFF == 1 else RET_USER_NOTIF
+        assert verdict(code, nr("socket", arch), audit, family) == expected, family
+        assert verdict(code, nr("socketpair", arch), audit, family) == RET_ALLOW, family
+    assert verdict(code, nr("unshare", arch), audit) == EPERM
+    assert verdict(code, nr("read", arch), audit) == RET_ALLOW
+    host = seccomp.host_filter()
+    if host is not None and seccomp.user_notification() is None:
+        assert host.lazy_network and host.command == program(
+            (*COMMAND, NETWORK_SOCKETS), host.arch, RET_ALLOW
+        )
 
 
 @pytest.mark.parametrize("arch", ARCHES)

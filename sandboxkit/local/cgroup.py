@@ -191,7 +191,7 @@ def _memory_options() -> set[str]:
     return {o for w in words if w.startswith("cgroup.memory=") for o in w[14:].split(",")}
 
 
-def _kernel_before(version: tuple[int, int]) -> bool:
+def kernel_before(version: tuple[int, int]) -> bool:
     """Whether the running kernel is older than ``version`` (major, minor)."""
     found = re.match(r"(\d+)\.(\d+)", os.uname().release)
     return found is not None and (int(found[1]), int(found[2])) < version
@@ -252,7 +252,7 @@ class Cgroups:
         options = _memory_options()
         v1 = self.memory_version == 1
         tcp = not v1 or _takes(self.memory, _V1_TCP, str(1 << 30))
-        kmem = "nokmem" not in options and not (v1 and _kernel_before((4, 6)))
+        kmem = "nokmem" not in options and not (v1 and kernel_before((4, 6)))
         return (
             *(() if tcp and "nosocket" not in options else ("socket buffers",)),
             *(() if kmem else ("kernel objects",)),

@@ -11,10 +11,18 @@ one:
   (``INIT_X86_64``, a few instructions that sleep), started with ``posix_spawn`` (no copy of
   S's memory) and SIGCHLD ignored (so the kernel reaps whatever is orphaned to it), and forks
   H, the command, into it as pid 2: H takes a user namespace of its own (so it has no
-  capability over S's namespaces) and an IPC one, inherits the network and mount namespaces
-  S made for it alone (``fresh_namespaces``: lo up, a new /dev/shm), drops its capabilities
+  capability over S's namespaces) and an IPC one, inherits the mount namespace S made for it
+  alone (``fresh_namespaces``: a new /dev/shm), drops its capabilities
   (``enter_exec_namespaces``), takes limits and its OOM score, a new session, its own stdio,
-  cwd and environment, and the commands' syscall filter. When H ends, S kills G, and the death of G
+  cwd and environment, and the commands' syscall filter. Its network namespace is the
+  sandbox's own, where no process makes a network socket: the filter sends each one to the
+  exec's supervisor P, which S forks at the first (``supervise_sockets``), and which makes the
+  exec's own network namespace (lo up) and the socket there. An exec that makes none has
+  nothing to leave in a network namespace: a command cannot change one without a network
+  socket (its routes, devices and sysctls need capabilities it lacks), and its Unix sockets
+  (their abstract names included) go with its processes. Where the kernel cannot hand a
+  socket over (before Linux 5.9), S makes each exec's network namespace ahead instead. When
+  H ends, S kills G, and the death of G
   kills everything left in the namespace (as does a kill of G on timeout). All the command
   can name by pid is G and its own processes, which die with its exec: S as the commands'
   init would save G, but a command can lower the limits, priority and CPUs of any process of
@@ -40,7 +48,9 @@ timeout, so an exec costs the host one request and one answer.
 Protocol on the SOCK_SEQPACKET socket whose fd is ``argv[1]`` (``argv[2]``: ``spawn`` to use
 the tiny init where it runs, ``fork`` not to; ``argv[3]``: a JSON list of public ``-c``
 programs to compile now; ``argv[4]``: the seccomp program each command gets, in hex, or
-nothing; ``argv[5]``, if given: a site ``sys.path`` to take instead of learning it): the
+nothing; ``argv[5]``: ``lazy`` where that filter sends network sockets to a supervisor
+(``LAZY_NETWORK``), else ``eager``; ``argv[6]``, if given: a site ``sys.path`` to take
+instead of learning it): the
 template sends ``{"ready": true, "site_path", "learnt", "init"}`` (``init``: whether the tiny
 init is used) or ``{"ready": false, "reason"}``. A request is ``r`` + a JSON header
 ``{"limits", "cap", "timeout", "capabilities", "judge", "size"}`` (``capabilities``: the
@@ -51,8 +61,10 @@ little-endian) + the job ``{"argv", "cwd", "env"}`` as JSON + the stdin bytes, `
 in all, of which what does not fit the first packet (``MAX_PACKET``) follows in packets of its
 own; it is answered by packets ``o`` +
 stdout bytes and ``e`` + stderr bytes (none when empty), then ``x`` + ``{"exit", "timed_out",
-"truncated", "duration"}``, or ``x`` + ``{"error"}`` when it could not start (the host runs
-it the cold way). ``k`` kills the running command, which is then answered as usual.
+"truncated", "duration", "last"}`` (``last``: the template ends after this exec, having no
+fresh namespaces for the next; the host starts a new one), or ``x`` + ``{"error"}`` when it
+could not start (the host runs it the cold way). ``k`` kills the running command, which is
+then answered as usual.
 """
 
 from __future__ import annotations
@@ -90,11 +102,30 @@ EXEC_NAMESPACES = CLONE_NEWIPC
 """Namespaces each exec's command gets fresh, with its user namespace (``enter_exec_namespaces``):
 IPC, as a cold exec's (SysV shared memory, semaphores and message queues and POSIX message
 queues would otherwise outlast the exec in the template's). Its network and mount namespaces
-are fresh too, made ahead by the server (``fresh_namespaces``)."""
+are fresh too: its mount namespace made ahead by the server (``fresh_namespaces``), its
+network namespace made by its supervisor at its first network socket (``supervise_sockets``), or
+ahead by the server where the kernel cannot hand sockets over (``LAZY_NETWORK``)."""
 MS_NOSUID_NODEV = 0x2 | 0x4
 MS_RDONLY_NOSUID_NODEV_NOEXEC = 0x1 | MS_NOSUID_NODEV | 0x8
 SIOCSIFFLAGS = 0x8914
 IFF_UP_LOOPBACK_RUNNING = 0x1 | 0x8 | 0x40
+LAZY_NETWORK: list[bool] = []
+"""Holds True where the command filter sends network sockets to a supervisor
+(``supervise_sockets``, ``argv[5]``: ``lazy``): then an exec starts in the sandbox's own network
+namespace, which no process ever makes a network socket in, and gets one of its own only at its
+first. Else the server makes each exec a new one ahead (``fresh_namespaces``)."""
+SOCKSTAT: list[int] = []
+"""With ``LAZY_NETWORK``: the fd of the sandbox's network namespace's ``sockstat`` (opened
+before the server's /proc is covered) and the number of sockets in use there when the first
+exec could start (``sockets_left``)."""
+SECCOMP_SYSCALL = {"x86_64": 317, "aarch64": 277}
+SECCOMP_SET_MODE_FILTER = 1  # seccomp()'s operation (prctl's mode is SECCOMP_MODE_FILTER)
+SECCOMP_FILTER_FLAG_NEW_LISTENER = 8
+NOTIF_RECV, NOTIF_SEND, NOTIF_ADDFD = 0xC0502100, 0xC0182101, 0x40182103  # SECCOMP_IOCTL_*
+ADDFD_FLAG_SEND = [2]
+"""SECCOMP_ADDFD_FLAG_SEND (Linux 5.14: install and answer at once), emptied by a supervisor
+whose kernel lacks it (it then answers after installing)."""
+SOCK_CLOEXEC = 0o2000000
 SHARED_MEMORY: list[bytes] = []
 """The options of the template's /dev/shm (bwrap's: size and mode), learnt before any command
 ran, with which each exec gets a fresh one (``fresh_namespaces``)."""
@@ -217,7 +248,42 @@ class SeccompProgram(ctypes.Structure):  # struct sock_fprog
 
 
 COMMAND_FILTER: list[SeccompProgram] = []
-"""The syscall filter each command gets on top of the template's (``argv[3]``), if any."""
+"""The syscall filter each command gets on top of the template's (``argv[4]``), if any."""
+SECCOMP_NUMBER = SECCOMP_SYSCALL.get(os.uname().machine, -1)
+
+
+class SeccompData(ctypes.Structure):
+    _fields_ = [
+        ("nr", ctypes.c_int),
+        ("arch", ctypes.c_uint32),
+        ("instruction_pointer", ctypes.c_uint64),
+        ("args", ctypes.c_uint64 * 6),
+    ]
+
+
+class Notification(ctypes.Structure):  # struct seccomp_notif
+    _fields_ = [
+        ("id", ctypes.c_uint64),
+        ("pid", ctypes.c_uint32),
+        ("flags", ctypes.c_uint32),
+        ("data", SeccompData),
+    ]
+
+
+class Response(ctypes.Structure):  # struct seccomp_notif_resp
+    _fields_ = [
+        ("id", ctypes.c_uint64),
+        ("val", ctypes.c_int64),
+        ("error", ctypes.c_int32),
+        ("flags", ctypes.c_uint32),
+    ]
+
+
+class AddFd(ctypes.Structure):  # struct seccomp_notif_addfd
+    _fields_ = [
+        (name, ctypes.c_uint64 if name == "id" else ctypes.c_uint32)
+        for name in ("id", "flags", "srcfd", "newfd", "newfd_flags")
+    ]
 
 
 def exit_code(status: int) -> int:
@@ -415,12 +481,18 @@ def read_exactly(fd: int, size: int) -> bytes:
 
 
 def command(
-    limits: list[Any], fds: tuple[int, int, int], judge: bool = False, *, pwd: bool = False
+    limits: list[Any],
+    fds: tuple[int, int, int],
+    judge: bool = False,
+    *,
+    pwd: bool = False,
+    control: int = -1,
 ) -> None:
     """H: become the command whose job is at the front of ``fds[0]``; the trusted runner
     (``judge``) keeps the server's OOM score, below every other command's. With ``pwd``, its
-    environment's ``PWD`` is its cwd, as bwrap's ``--chdir`` sets it for a cold exec. Never
-    returns."""
+    environment's ``PWD`` is its cwd, as bwrap's ``--chdir`` sets it for a cold exec. With
+    ``control`` (``LAZY_NETWORK``), the listener of its syscall filter goes to the server on
+    that socket, before any of the command's code runs. Never returns."""
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)  # as a fresh interpreter
         os.setsid()
@@ -442,11 +514,28 @@ def command(
         job = read_job(fds[0])
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
-        os.closerange(3, 65536)
+        if control >= 0:
+            os.dup2(control, 3)
+        os.closerange(3 if control < 0 else 4, 65536)
         for seccomp in COMMAND_FILTER:  # no_new_privs: set by bwrap, inherited
-            if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(seccomp), 0, 0):
+            if control >= 0:  # the listener is fd 4, sent and closed below
+                failed = libc.syscall(
+                    SECCOMP_NUMBER,
+                    SECCOMP_SET_MODE_FILTER,
+                    SECCOMP_FILTER_FLAG_NEW_LISTENER,
+                    ctypes.byref(seccomp),
+                )
+            else:
+                failed = libc.prctl(
+                    PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(seccomp), 0, 0
+                )
+            if failed < 0:
                 code = ctypes.get_errno()
                 raise OSError(code, f"seccomp: {os.strerror(code)}")
+        if control >= 0:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, fileno=3) as server:
+                socket.send_fds(server, [b"l"], [4])
+            os.close(4)
         argv, env = job["argv"], job["env"] | ({"PWD": job["cwd"]} if pwd else {})
         os.environ.clear()
         os.environ.update(env)
@@ -465,7 +554,7 @@ def command(
 
 
 def namespace_init(
-    limits: list[Any], keep: list[int], fds: tuple[int, int, int], judge: bool
+    limits: list[Any], keep: list[int], fds: tuple[int, int, int], judge: bool, control: int
 ) -> None:
     """G, pid 1 of the exec's fresh pid namespace: run the command, reap, exit with its status
     (and so kill whatever it left). Never returns. (Should the server die, the kernel kills
@@ -474,7 +563,7 @@ def namespace_init(
         enter_exec_namespaces(keep)
         child = os.fork()
         if child == 0:
-            command(limits, fds, judge, pwd=True)
+            command(limits, fds, judge, pwd=True, control=control)
         while True:
             pid, status = os.wait()
             if pid == child:
@@ -528,25 +617,171 @@ def enter_exec_namespaces(keep: list[int]) -> None:
 
 
 def fresh_namespaces() -> None:
-    """S: move into a new network namespace, its loopback device up, and a new copy of the
-    server's mount namespace with a new tmpfs on /dev/shm (the options of bwrap's), as bwrap
-    makes them for a cold exec. The next exec inherits them, and no later exec: S moves on
-    as soon as it has started an exec's command, so that this work (about 1 ms of CPU, most
-    of it the kernel's making the loopback device) overlaps the command's run rather than
-    delaying the next request, and the namespaces die with the last process of the exec (their
-    teardown runs in a kernel worker). Both belong to S's user namespace, in
-    which commands hold no capability: they cannot reconfigure them either. So nothing an
-    exec leaves there (sockets in TIME_WAIT, whose ports and addresses carry bytes for 60 s,
-    the counters of ``/proc/net``, /dev/shm's files, metadata and inode numbers) reaches the
-    next."""
-    if libc.setns(BASE_MOUNT_NS[0], CLONE_NEWNS) != 0 or libc.unshare(CLONE_NEWNET | CLONE_NEWNS):
+    """S: move into a new copy of the server's mount namespace with a new tmpfs on /dev/shm
+    (the options of bwrap's), and (unless ``LAZY_NETWORK``) a new network namespace, its
+    loopback device up, as bwrap makes them for a cold exec. The next exec inherits them, and
+    no later exec: S moves on as soon as it has started an exec's command, so that this work
+    (with a network namespace about 1 ms of CPU, most of it the kernel's making the loopback
+    device) overlaps the command's run rather than delaying the next request, and the
+    namespaces die with the last process of the exec (their teardown runs in a kernel worker).
+    Both belong to S's user namespace, in which commands hold no capability: they cannot
+    reconfigure them either. So nothing an exec leaves there (sockets in TIME_WAIT, whose
+    ports and addresses carry bytes for 60 s, the counters of ``/proc/net``, /dev/shm's files,
+    metadata and inode numbers) reaches the next."""
+    flags = CLONE_NEWNS if LAZY_NETWORK else CLONE_NEWNET | CLONE_NEWNS
+    if libc.setns(BASE_MOUNT_NS[0], CLONE_NEWNS) != 0 or libc.unshare(flags):
         errno = ctypes.get_errno()
         raise OSError(errno, f"namespaces: {os.strerror(errno)}")
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", IFF_UP_LOOPBACK_RUNNING))
+    if not LAZY_NETWORK:
+        loopback_up()
     if libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID_NODEV, SHARED_MEMORY[0]) != 0:
         errno = ctypes.get_errno()
         raise OSError(errno, f"mount /dev/shm: {os.strerror(errno)}")
+
+
+def loopback_up() -> None:
+    """Bring up this process's network namespace's loopback device, as bwrap does."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", IFF_UP_LOOPBACK_RUNNING))
+
+
+POLL_LISTENER = select.poll()
+"""Tells a notification (POLLIN) on an exec's listener from the end of its processes (POLLHUP,
+which may come before the server sees the command's end), made once: not an object per exec."""
+
+
+class SocketSupervision:
+    """The server's side of an exec's network sockets (``LAZY_NETWORK``): ``control``, on which
+    the command sends the listener of its syscall filter (``command``), then that listener,
+    and from the exec's first network socket the supervisor P that makes them
+    (``supervise_sockets``), forked then (an exec that makes none pays for no fork, and no
+    network namespace), and killed at the exec's end."""
+
+    def __init__(self) -> None:
+        self.control: socket.socket | None
+        self.control, self.command_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.listener = -1
+        self.pid = 0
+
+    def watched(self) -> list[int]:
+        if self.control is not None:
+            return [self.control.fileno()]
+        return [self.listener] if self.listener >= 0 else []
+
+    def read(self, readable: list[int]) -> None:
+        """Take the listener, or fork P for the notification it holds."""
+        if self.control is not None and self.control.fileno() in readable:
+            with contextlib.suppress(OSError):  # no listener: the command ended first
+                _, fds, _, _ = socket.recv_fds(self.control, 1, 1)
+                if fds:
+                    self.listener = fds[0]
+                    POLL_LISTENER.register(self.listener, select.POLLIN)
+            self.control.close()
+            self.control = None
+        elif self.listener >= 0 and self.listener in readable:
+            events = dict(POLL_LISTENER.poll(0)).get(self.listener, 0)
+            if not events & select.POLLIN:
+                if events & select.POLLHUP:  # the exec's processes are gone: none will come
+                    self.end()
+                return  # else withdrawn: its caller was killed
+
+            try:
+                pid = os.fork()
+            except OSError as exc:  # out of memory or processes: this socket fails as it would
+                notification = Notification()
+                if libc.ioctl(self.listener, NOTIF_RECV, ctypes.byref(notification)) == 0:
+                    respond(self.listener, notification.id, 0, -(exc.errno or 12))  # ENOMEM
+                return
+            if pid == 0:
+                supervise_sockets(self.listener)
+            self.pid = pid
+            POLL_LISTENER.unregister(self.listener)
+            os.close(self.listener)
+            self.listener = -1
+
+    def end(self) -> None:
+        """At the exec's end, before its init is reaped (``reap``): kill P."""
+        if self.control is not None:
+            self.control.close()
+            self.control = None
+        if self.listener >= 0:
+            POLL_LISTENER.unregister(self.listener)
+            os.close(self.listener)
+            self.listener = -1
+        if self.pid:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+            self.pid = 0
+
+
+def supervise_sockets(listener: int) -> NoReturn:
+    """P, forked by the server at an exec's first network socket: make the exec's network
+    namespace (loopback up, as ``fresh_namespaces`` would), drop every capability, then make
+    each network socket the exec asks for (the notifications of its syscall filter's
+    ``listener``) there, and install it in the caller. Never returns; the server kills it.
+
+    Made without capabilities and as the command's uid and gid, a socket is what the command
+    would get itself: a raw socket fails (EPERM), a bogus type or protocol with the kernel's
+    errno, a full descriptor table with EMFILE (the caller's own limit: the kernel installs
+    the socket in the caller's context). Nothing of the caller's memory is read (the
+    arguments are values), so no check that its notification is still valid is needed before
+    acting: installing and answering fail with ENOENT once the caller is gone, and the kernel
+    wakes a caller that is killed or signalled. P holds nothing but the listener, is not
+    dumpable and is in the server's pid namespace, where commands cannot name it."""
+    try:
+        os.closerange(0, listener)
+        os.closerange(listener + 1, 65536)
+        failure = 0
+        try:
+            if libc.unshare(CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), "unshare")
+            loopback_up()
+        except OSError as exc:  # every socket of this exec fails as the kernel said
+            failure = exc.errno or 12
+        header, sets = NO_CAPABILITIES
+        if libc.capset(ctypes.byref(header), sets) != 0:
+            os._exit(1)  # the listener closes: the exec's network sockets fail (ENOSYS)
+        notification = Notification()
+        while True:
+            ctypes.memset(ctypes.byref(notification), 0, ctypes.sizeof(notification))
+            if libc.ioctl(listener, NOTIF_RECV, ctypes.byref(notification)) != 0:
+                if ctypes.get_errno() in (2, 4):  # ENOENT (its caller is gone), EINTR
+                    continue
+                os._exit(1)
+            hand_over_socket(listener, notification, failure)
+    finally:
+        os._exit(1)
+
+
+def hand_over_socket(listener: int, notification: Notification, failure: int) -> None:
+    """Make the socket ``notification`` asks for (``socket(domain, type, protocol)``, the
+    kernel's ints) and install it in the caller (close-on-exec as its type says), or answer
+    with the error; ``failure``: this exec has no network namespace, for that reason."""
+    domain, kind, protocol = (ctypes.c_int(arg).value for arg in notification.data.args[:3])
+    fd = libc.socket(domain, kind, protocol) if not failure else -1
+    code = failure or (ctypes.get_errno() if fd < 0 else 0)
+    if fd >= 0:
+        flags = os.O_CLOEXEC if kind & SOCK_CLOEXEC else 0
+        while True:
+            add = AddFd(notification.id, ADDFD_FLAG_SEND[0] if ADDFD_FLAG_SEND else 0, fd, 0, flags)
+            installed = libc.ioctl(listener, NOTIF_ADDFD, ctypes.byref(add))
+            code = ctypes.get_errno() if installed < 0 else 0
+            if code == 22 and ADDFD_FLAG_SEND:  # EINVAL: a kernel before 5.14
+                ADDFD_FLAG_SEND.clear()
+                continue
+            break
+        os.close(fd)
+        if installed >= 0:
+            if not ADDFD_FLAG_SEND:
+                respond(listener, notification.id, installed, 0)
+            return
+    if code != 2:  # ENOENT: the caller is gone
+        respond(listener, notification.id, 0, -code)
+
+
+def respond(listener: int, notification_id: int, value: int, error: int) -> None:
+    """Answer a notification (failing with ENOENT, ignored, once its caller is gone)."""
+    libc.ioctl(listener, NOTIF_SEND, ctypes.byref(Response(notification_id, value, error, 0)))
 
 
 def new_user_namespace(flags: int = 0, *, every_id: bool = False) -> None:
@@ -720,11 +955,16 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin_r: int) -> bool:
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     started = time.monotonic()
+    sockets = SocketSupervision() if LAZY_NETWORK else None
+    control = sockets.command_end.fileno() if sockets is not None else -1
     try:
         init, pid = start_exec()
     except OSError as exc:  # out of processes: the host runs this one the cold way
         for fd in (stdin_r, out_r, out_w, err_r, err_w):
             os.close(fd)
+        if sockets is not None:
+            sockets.command_end.close()
+            sockets.end()
         sock.send(b"x" + json.dumps({"error": str(exc)}).encode())
         return True
     if pid == 0:
@@ -734,14 +974,16 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin_r: int) -> bool:
         keep = request.get("capabilities", [])
         judge = request.get("judge") is True
         if not INIT:
-            namespace_init(request["limits"], keep, (stdin_r, out_w, err_w), judge)
+            namespace_init(request["limits"], keep, (stdin_r, out_w, err_w), judge, control)
         try:
             enter_exec_namespaces(keep)
         except BaseException as exc:
             setup_failed(err_w, exc)
-        command(request["limits"], (stdin_r, out_w, err_w), judge, pwd=True)
+        command(request["limits"], (stdin_r, out_w, err_w), judge, pwd=True, control=control)
     for fd in (stdin_r, out_w, err_w):
         os.close(fd)
+    if sockets is not None:
+        sockets.command_end.close()
     try:  # the next exec's, made while this command runs
         fresh_namespaces()
         fresh = True
@@ -763,10 +1005,13 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin_r: int) -> bool:
             wait = max(0.0, drain_until - time.monotonic())
         elif deadline is not None:
             wait = max(0.0, deadline - time.monotonic())
+        watched = [pidfd, *(sockets.watched() if sockets is not None else [])]
         readable, _, _ = select.select(
-            [*streams, sock.fileno(), *([pidfd] if status is None else [])], [], [], wait
+            [*streams, sock.fileno(), *(watched if status is None else [])], [], [], wait
         )
         ended = pidfd in readable  # in time, unless the server itself ran late: still its end
+        if sockets is not None and status is None and not ended:
+            sockets.read(readable)
         if status is None and not ended and deadline is not None and time.monotonic() >= deadline:
             timed_out = True
             deadline = None
@@ -783,6 +1028,8 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin_r: int) -> bool:
         if ended:
             _, wait_status = os.waitpid(pid, 0)
             status = exit_code(wait_status)
+            if sockets is not None:
+                sockets.end()
             if init != pid:  # the tiny init: its death ends whatever the command left
                 os.kill(init, signal.SIGKILL)
                 reap(init)
@@ -795,11 +1042,13 @@ def serve(sock: socket.socket, request: dict[str, Any], stdin_r: int) -> bool:
         output.close()
     if host_gone:
         return False
+    fresh = fresh and not (sockets is not None and sockets_left())
     answer = {
         "exit": status,
         "timed_out": timed_out,
         "truncated": outputs[0].truncated or outputs[1].truncated,
         "duration": time.monotonic() - started,
+        "last": not fresh,
     }
     sock.send(b"x" + json.dumps(answer).encode())
     return fresh
@@ -860,7 +1109,25 @@ def become_server(sock: socket.socket, *, spawn_init: bool) -> str | None:
         fresh_namespaces()
     except OSError as exc:
         return f"a fresh network and /dev/shm per exec cannot be made here ({exc})"
+    if LAZY_NETWORK:
+        SOCKSTAT.append(sockets_in_use())
     return None
+
+
+def sockets_in_use() -> int:
+    """The sockets alive in the sandbox's own network namespace (``sockets: used``)."""
+    return int(os.pread(SOCKSTAT[0], 64, 0).split()[2])
+
+
+def sockets_left() -> bool:
+    """Whether an exec that has ended (every process of it reaped) left a socket alive in the
+    sandbox's network namespace, which the next exec shares (``LAZY_NETWORK``): a Unix socket
+    can outlive its processes, in flight in a cycle of sockets that hold each other's
+    descriptors, until the kernel's garbage collector runs, which may be after the next exec
+    has started (its abstract name, were it bound to one, would then be taken). The template
+    then ends, and the host starts a new one (in a new sandbox network namespace) for the
+    next exec."""
+    return sockets_in_use() != SOCKSTAT[1]
 
 
 def hide_serving_processes() -> None:
@@ -959,12 +1226,15 @@ def main() -> None:
     sock = socket.socket(fileno=int(sys.argv[1]))
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    if sys.argv[5] == "lazy":
+        LAZY_NETWORK.append(True)
+        SOCKSTAT.append(os.open("/proc/self/net/sockstat", os.O_RDONLY))
     # First: nothing may run while this process holds the capability bwrap kept for it.
     reason = become_server(sock, spawn_init=sys.argv[2] == "spawn")
     if sys.argv[4]:
         code = bytes.fromhex(sys.argv[4])
         COMMAND_FILTER.append(SeccompProgram(len(code) // 8, code))
-    known = json.loads(sys.argv[5]) if len(sys.argv) > 5 else None
+    known = json.loads(sys.argv[6]) if len(sys.argv) > 6 else None
     if reason is None:
         learn_site(known)
         warm_up()

@@ -38,6 +38,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .cgroup import kernel_before
 from .syscalls import SYSCALLS
 
 ARCHES = ("x86_64", "aarch64")
@@ -71,6 +72,10 @@ class Rule:
     of these."""
     arg0_without: int = 0
     """Allowed only when the first argument has none of these bits."""
+    notify: bool = False
+    """A call its argument rules out goes to the warm template's supervisor of the exec
+    (``SECCOMP_RET_USER_NOTIF``), which makes it on the command's behalf, rather than
+    failing."""
 
 
 def allow(
@@ -80,11 +85,12 @@ def allow(
     code: int = errno.EPERM,
     arg0_in: tuple[int, ...] = (),
     arg0_without: int = 0,
+    notify: bool = False,
 ) -> Rule:
     """Calls allowed (with one of the conditions on their first argument, if given)."""
     if arg0_in and arg0_without:
         raise ValueError("one condition per rule")
-    return Rule(names, why, True, code, arg0_in, arg0_without)
+    return Rule(names, why, True, code, arg0_in, arg0_without, notify)
 
 
 def deny(names: str, why: str, code: int = errno.EPERM) -> Rule:
@@ -260,6 +266,16 @@ COMMAND = (
     ),
 )
 WHOLE = (*ALLOWED, *COMMAND, *DENIED)
+NETWORK_SOCKETS = allow(
+    "socket",
+    "a socket of any family but Unix is made by the exec's supervisor, in a network namespace "
+    "it makes for the exec on the first one (``forkserver.supervise_sockets``)",
+    arg0_in=(1,),  # AF_UNIX
+    notify=True,
+)
+"""Stacked on ``COMMAND`` in warm commands where the kernel can hand a socket over
+(``user_notification``): an exec that makes no network socket needs no network namespace of
+its own (docs/isolation.md)."""
 
 # Classic BPF, as seccomp runs it (linux/filter.h, linux/seccomp.h).
 _LD_ABS = 0x20  # BPF_LD | BPF_W | BPF_ABS
@@ -268,6 +284,7 @@ _RET = 0x06  # BPF_RET | BPF_K
 _NR, _ARCH, _ARG0 = 0, 4, 16  # offsets in struct seccomp_data (args[0]'s low half: LE)
 RET_KILL_PROCESS = 0x80000000
 RET_ERRNO = 0x00050000
+RET_USER_NOTIF = 0x7FC00000
 RET_ALLOW = 0x7FFF0000
 UNLISTED = RET_ERRNO | errno.ENOSYS
 """The verdict on a number no rule names."""
@@ -356,7 +373,7 @@ def _search(asm: _Assembler, found: Sequence[tuple[int, Leaf]]) -> None:
         asm.jump(_JSET, rule.arg0_without, false=1)
     for i, value in enumerate(rule.arg0_in):
         asm.jump(_JEQ, value, true=len(rule.arg0_in) - i)  # to the RET_ALLOW
-    asm.ret(RET_ERRNO | rule.errno)
+    asm.ret(RET_USER_NOTIF if rule.notify else RET_ERRNO | rule.errno)
     asm.ret(RET_ALLOW)
 
 
@@ -395,6 +412,10 @@ class SyscallFilter:
     """For the warm template (bwrap loads it)."""
     command: bytes
     """Stacked on ``base`` by the template, in each command."""
+    lazy_network: bool
+    """Whether ``command`` sends network sockets to the exec's supervisor
+    (``NETWORK_SOCKETS``), so that only an exec that makes one gets a network namespace of its
+    own; else each warm exec gets one ahead."""
     whole: bytes
     """``base`` and ``command`` in one program: for cold commands (bwrap loads it) and those of
     the rlimits tier (its launcher loads it)."""
@@ -427,11 +448,23 @@ def unsupported() -> str | None:
     return None
 
 
+def user_notification() -> str | None:
+    """Why this kernel cannot hand a socket made by a supervisor to a command (seccomp user
+    notification, Linux 5.0, with ``SECCOMP_IOCTL_NOTIF_ADDFD``, 5.9), or None."""
+    with open("/proc/sys/kernel/seccomp/actions_avail") as f:
+        if "user_notif" not in f.read().split():
+            return "no seccomp user notification (Linux 5.0)"
+    if kernel_before((5, 9)):
+        return "no SECCOMP_IOCTL_NOTIF_ADDFD (Linux 5.9)"
+    return None
+
+
 @functools.cache
 def host_filter() -> SyscallFilter | None:
     """The filter for this machine, or None where it gets none (see ``unsupported``)."""
     arch = native_arch()
     if arch is None or unsupported() is not None:
         return None
-    command = program(COMMAND, arch, default=RET_ALLOW)
-    return SyscallFilter(arch, program(BASE, arch), command, program(WHOLE, arch))
+    lazy = user_notification() is None
+    command = program((*COMMAND, *([NETWORK_SOCKETS] if lazy else [])), arch, default=RET_ALLOW)
+    return SyscallFilter(arch, program(BASE, arch), command, lazy, program(WHOLE, arch))

@@ -148,6 +148,9 @@ class WarmTemplate:
         # bwrap gives the template the base syscall filter; it stacks this one on each command.
         syscall_filter = confinement.syscall_filter
         argv.append(syscall_filter.command.hex() if syscall_filter is not None else "")
+        argv.append(
+            "lazy" if syscall_filter is not None and syscall_filter.lazy_network else "eager"
+        )
         known = site.known()
         if known is not None:
             argv.append(json.dumps(known))
@@ -165,7 +168,8 @@ class WarmTemplate:
                 stdin_pipe=False,
                 pass_fds=(template_end.fileno(),),
                 rlimits=False,  # the template forks freely; each command gets the limits
-                pids_max=confinement.limits.processes + 4,  # + bwrap init, template, S, G
+                # + bwrap init, template, S, G and the exec's socket supervisor
+                pids_max=confinement.limits.processes + 5,
                 # Only for the template's first act, its own user namespace: a root sandbox
                 # can keep its uid there only with CAP_SETFCAP (see forkserver.become_server),
                 # and the judge's is mapped there only with CAP_SETUID and CAP_SETGID.
@@ -284,7 +288,7 @@ class WarmTemplate:
         finally:
             if stuck is not None:
                 stuck.cancel()
-        self._finish(failed=False)
+        self._finish(failed=answer.get("last") is True)  # it ends: the next exec starts another
         if "error" in answer:
             raise ColdPath(str(answer["error"]))
         return _result(answer, b"".join(awaited.out), b"".join(awaited.err))
