@@ -258,7 +258,7 @@ class FunctionTests:
     to the process with it are dropped with it); those left out count as failed."""
 
     def request(self, code: str) -> RunRequest:
-        calls = [{"call": self.func_name, "args": runner.encode(tuple(a))} for a in self.args]
+        calls = runner.call_texts(self.func_name, self.args)
         job: dict[str, Any] = {"kind": "calls", "timeout": self.timeout, "calls": calls}
         if self.stop_at_first_failure:
             job["stop_at_first_failure"] = True
