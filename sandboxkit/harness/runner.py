@@ -757,13 +757,8 @@ class Channel:
         batch up to it kept one test's CPU limit and backstop; None (nothing taken) for any
         other, which the test's own path judges."""
         frames = self.frames
-        if not self.ahead or self.leading or not frames.ready():
+        if not self.ahead or self.leading or not frames.ready() or not self.kept_limits():
             return None
-        if frames.fills != self.fills:  # else it came with (before) the last reading
-            self.last, self.fills = self.clock.used(), frames.fills
-        late = time.monotonic() - self.since[1] > self.clock.wall
-        if late or self.last - self.since[0] > self.clock.limit:
-            return None  # unsure
         whole, text = frames.raw()
         try:
             answer = loads(text)
@@ -780,6 +775,16 @@ class Channel:
         self.reading = self.last
         self.settled()
         return (data,)
+
+    def kept_limits(self) -> bool:
+        """Whether the batch sent ahead, up to its answer read last (or here already), kept one
+        test's CPU limit and backstop: judged by the process's CPU time when its answers
+        last came (read again only where a read came since: else it came with, so before,
+        the last reading)."""
+        if self.frames.fills != self.fills:
+            self.last, self.fills = self.clock.used(), self.frames.fills
+        late = time.monotonic() - self.since[1] > self.clock.wall
+        return not late and self.last - self.since[0] <= self.clock.limit
 
     def exchange(self, request: bytes | None) -> JSON:
         """Send ``request`` (a frame; None: the next of those sent ahead); the value
@@ -806,12 +811,9 @@ class Channel:
                 raise Unsure(pending + 1) from None
             raise RemoteError("the candidate's process ended during a call") from None
         if trailing:  # answered with no round trip since its batch was sent
-            if self.frames.fills != self.fills:  # else it came with (before) the last reading
-                self.last, self.fills = self.clock.used(), self.frames.fills
-            self.reading = self.last
-            late = time.monotonic() - self.since[1] > self.clock.wall
-            if late or self.reading - self.since[0] > self.clock.limit:
+            if not self.kept_limits():
                 raise Unsure
+            self.reading = self.last
         if "raise" in answer:
             raise remote_exception(answer, self)
         if "banned" in answer:
@@ -2315,7 +2317,7 @@ def run_loaded(
     index = hold = 0
     try:
         while index < len(tests):
-            quick = ready(box[0], index) if box and ready and not hold else None
+            quick = ready(box[0], index) if box and ready else None
             if quick is not None:
                 report.add(quick)
                 index += 1
