@@ -160,6 +160,35 @@ def test_long_results_answered_ahead_cross_as_digests_as_one_answered_alone(
     assert harness.judge(result, request).kind is OutcomeKind.PASSED
 
 
+FORGER = (
+    "import os, stat\n"
+    "def echo(x, head):\n"
+    "    if head:\n"
+    "        for fd in range(3, 256):\n"
+    "            try:\n"
+    "                if stat.S_ISSOCK(os.fstat(fd).st_mode):\n"
+    "                    os.write(fd, head.encode())\n"
+    "            except OSError:\n"
+    "                pass\n"
+    "    return x\n"
+)
+"""``echo(x, head)`` returns ``x``, after writing ``head`` on every socket its process holds."""
+
+
+@pytest.mark.parametrize("head", ["-5\n", "five\n", "99999999999\n"])
+def test_a_forged_frame_head_among_answers_sent_ahead_fails_only_its_call(
+    sandbox: Sandbox, head: str
+) -> None:
+    """Call 40, in the batch of calls 21 to 84, writes on its process's socket a head that
+    begins no frame (negative, not a number, past the frame limit), after the answers of 21 to
+    36 went back: the judge goes on; 40 is an error (judged again alone, it forges again), and
+    every other call returns, those after 36 again from a fresh process."""
+    args = [(i, head if i == 40 else "") for i in range(100)]
+    harness = FunctionTests("echo", args, list(range(100)), timeout=5)
+    expected = [("error", None) if i == 40 else ("returned", i) for i in range(100)]
+    assert records(sandbox, harness, FORGER) == expected
+
+
 def test_a_batch_slower_than_quick_calls_is_judged_again_call_by_call(sandbox: Sandbox) -> None:
     """Calls 40 and 41 use 0.6 s of CPU each under a 1 s limit, sent in one batch (21 to 42),
     whose answers its process holds ``runner.FLUSH`` (16) at a time: 21 to 36 come back from

@@ -502,10 +502,15 @@ class Frames:
         frame before it)."""
 
     def ready(self) -> bool:
-        """Whether a whole frame waits in this reader (the next read needs no system call)."""
+        """Whether a whole frame of at most ``MAX_FRAME`` bytes waits in this reader (the next
+        read needs no system call); False for what begins no frame (reading it says so)."""
         buffer = self.buffer
         newline = buffer.find(b"\n", 0, 13)
-        return newline >= 0 and len(buffer) > newline + int(buffer[:newline] or b"-1")
+        try:
+            size = int(buffer[:newline]) if newline >= 0 else -1
+        except ValueError:
+            return False
+        return 0 <= size <= MAX_FRAME and len(buffer) > newline + size
 
     def read(self, limit: int = MAX_FRAME, clock: Clock | None = None) -> Any:
         return loads(self.raw(limit, clock)[1])
