@@ -143,6 +143,52 @@ def test_a_call_failing_among_calls_sent_ahead_leaves_the_next_nothing(
     assert records(sandbox, harness, PROBE) == expected
 
 
+def test_long_results_answered_ahead_cross_as_digests_as_one_answered_alone(
+    sandbox: Sandbox,
+) -> None:
+    """Calls sent ahead in batches whose results alternate around ``runner.INLINE_VALUE``
+    bytes of JSON: each longer one crosses to the host as its digest (its record within its
+    share of the exec's output), each other as itself, however its answer came; all pass."""
+    code = "def text(n):\n    return 'x' * n\n"
+    sizes = [runner.INLINE_VALUE - 2 + i % 2 for i in range(AHEAD)]  # JSON adds two quotes
+    harness = FunctionTests("text", [(n,) for n in sizes], ["x" * n for n in sizes])
+    request = harness.request(code)
+    result = sandbox.exec(request.argv, stdin=request.stdin, timeout=request.timeout)
+    found = read_records(result, request)
+    forms = [sorted(set(found.tests[i]) & {"value", "digest"}) for i in range(AHEAD)]
+    assert forms == [["digest"] if i % 2 else ["value"] for i in range(AHEAD)]
+    assert harness.judge(result, request).kind is OutcomeKind.PASSED
+
+
+FORGER = (
+    "import os, stat\n"
+    "def echo(x, head):\n"
+    "    if head:\n"
+    "        for fd in range(3, 256):\n"
+    "            try:\n"
+    "                if stat.S_ISSOCK(os.fstat(fd).st_mode):\n"
+    "                    os.write(fd, head.encode())\n"
+    "            except OSError:\n"
+    "                pass\n"
+    "    return x\n"
+)
+"""``echo(x, head)`` returns ``x``, after writing ``head`` on every socket its process holds."""
+
+
+@pytest.mark.parametrize("head", ["-5\n", "five\n", "99999999999\n"])
+def test_a_forged_frame_head_among_answers_sent_ahead_fails_only_its_call(
+    sandbox: Sandbox, head: str
+) -> None:
+    """Call 40, in the batch of calls 21 to 84, writes on its process's socket a head that
+    begins no frame (negative, not a number, past the frame limit), after the answers of 21 to
+    36 went back: the judge goes on; 40 is an error (judged again alone, it forges again), and
+    every other call returns, those after 36 again from a fresh process."""
+    args = [(i, head if i == 40 else "") for i in range(100)]
+    harness = FunctionTests("echo", args, list(range(100)), timeout=5)
+    expected = [("error", None) if i == 40 else ("returned", i) for i in range(100)]
+    assert records(sandbox, harness, FORGER) == expected
+
+
 def test_a_batch_slower_than_quick_calls_is_judged_again_call_by_call(sandbox: Sandbox) -> None:
     """Calls 40 and 41 use 0.6 s of CPU each under a 1 s limit, sent in one batch (21 to 42),
     whose answers its process holds ``runner.FLUSH`` (16) at a time: 21 to 36 come back from

@@ -212,13 +212,10 @@ def plain_alike(value: Any, expected: Any) -> bool:
         return False
     if t in plain:
         return True
-    return (
-        t is list
-        and len(value) == len(expected)
-        and all(
-            type(a) is type(b) and type(a) in plain for a, b in zip(value, expected, strict=True)
-        )
-    )
+    if t is not list or len(value) != len(expected):
+        return False
+    types = list(map(type, value))  # no Python-level step per item: lists may be long
+    return types == list(map(type, expected)) and plain.issuperset(types)
 
 
 def returned(record: dict[str, Any], expected: Any) -> bool:
@@ -258,7 +255,7 @@ class FunctionTests:
     to the process with it are dropped with it); those left out count as failed."""
 
     def request(self, code: str) -> RunRequest:
-        calls = [{"call": self.func_name, "args": runner.encode(tuple(a))} for a in self.args]
+        calls = runner.call_texts(self.func_name, self.args)
         job: dict[str, Any] = {"kind": "calls", "timeout": self.timeout, "calls": calls}
         if self.stop_at_first_failure:
             job["stop_at_first_failure"] = True
@@ -272,8 +269,9 @@ class FunctionTests:
             return early
         passed = 0
         detail = ""
+        missing = {"status": "missing"}
         for i, expected in enumerate(self.expected):
-            record = records.tests.get(i, {"status": "missing"})
+            record = records.tests.get(i, missing)
             status = record.get("status")
             if status == "timeout" or (status == "missing" and result.timed_out):
                 said = f"test {i}: {record.get('detail', 'timed out')}"

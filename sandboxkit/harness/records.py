@@ -79,8 +79,8 @@ def runner_request(
         )
     sent = []
     for i, test in enumerate(tests):
-        try:
-            sent.append(runner.frame(test))
+        try:  # a test in bytes is its JSON text already (``runner.call_texts``)
+            sent.append(runner.framed(test) if type(test) is bytes else runner.frame(test))
         except runner.CodecError as exc:
             raise Unjudgeable(f"the row's test {i} cannot be sent to the runner: {exc}") from None
     per_test = float(job.get("wall") or float(job["timeout"]) * runner.WALL_FACTOR)

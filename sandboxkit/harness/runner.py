@@ -75,7 +75,7 @@ from _blake2 import blake2b  # hashlib's own, without hashlib's imports in every
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing's imports would slow every run; annotations are never evaluated
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Iterable, Iterator
     from typing import Any, TypeAlias
 
     JSON: TypeAlias = Any
@@ -502,10 +502,15 @@ class Frames:
         frame before it)."""
 
     def ready(self) -> bool:
-        """Whether a whole frame waits in this reader (the next read needs no system call)."""
+        """Whether a whole frame of at most ``MAX_FRAME`` bytes waits in this reader (the next
+        read needs no system call); False for what begins no frame (reading it says so)."""
         buffer = self.buffer
         newline = buffer.find(b"\n", 0, 13)
-        return newline >= 0 and len(buffer) > newline + int(buffer[:newline] or b"-1")
+        try:
+            size = int(buffer[:newline]) if newline >= 0 else -1
+        except ValueError:
+            return False
+        return 0 <= size <= MAX_FRAME and len(buffer) > newline + size
 
     def read(self, limit: int = MAX_FRAME, clock: Clock | None = None) -> Any:
         return loads(self.raw(limit, clock)[1])
@@ -529,6 +534,10 @@ class Frames:
         del buffer[:end]
         return whole, whole[newline + 1 :]
 
+    def unread(self, whole: bytes) -> None:
+        """Put back the frame :meth:`raw` just read (``whole``), as if it had not been read."""
+        self.buffer[:0] = whole
+
     def fill(self, n: int, clock: Clock | None) -> None:
         chunk = read_some(self.fd, n, clock)
         if not chunk:
@@ -538,10 +547,23 @@ class Frames:
 
 
 def frame(obj: JSON) -> bytes:
-    data = dumps(obj).encode()
+    return framed(dumps(obj).encode())
+
+
+def framed(data: bytes) -> bytes:
+    """The frame of JSON text ``data``."""
     if len(data) > MAX_FRAME:
         raise CodecError(f"its encoding is {len(data)} bytes, over the limit of {MAX_FRAME}")
     return b"%d\n" % len(data) + data
+
+
+def call_texts(name: str, calls: Iterable[Iterable[Any]]) -> list[bytes]:
+    """The JSON text of ``{"call": name, "args": encode(tuple(args))}`` for each argument tuple
+    of ``calls``, as :func:`dumps` writes it: the head made once and no dict per call (a row's
+    thousands of calls are most of the host's work on its request). Raises ``CodecError`` as
+    :func:`encode` does."""
+    head = '{"call": ' + dumps(name) + ', "args": {"$t": '
+    return [(head + dumps(_items(iter(args), None, 1)) + "}}").encode() for args in calls]
 
 
 class RemoteError(Exception):
@@ -733,6 +755,42 @@ class Channel:
             quick = self.clock.base - self.since[0] <= self.clock.limit / QUICK
             self.batch = min(GROWTH * self.batch, MAX_AHEAD) if quick else 1
 
+    def ready_value(self, accept: Callable[[JSON], bool]) -> tuple[JSON] | None:
+        """The next answer sent ahead, where it is here already, as :meth:`exchange` and
+        :meth:`settled` would take it for a test, with none of a test's set-up (most of a
+        call-heavy row's answers come so): a value that ``accept`` takes, answered while the
+        batch up to it kept one test's CPU limit and backstop; None (nothing taken) for any
+        other, which the test's own path judges."""
+        frames = self.frames
+        if not self.ahead or self.leading or not frames.ready() or not self.kept_limits():
+            return None
+        whole, text = frames.raw()
+        try:
+            answer = loads(text)
+        except ValueError:
+            answer = None
+        if type(answer) is not dict or len(answer) != 1 or "ok" not in answer:
+            frames.unread(whole)
+            return None
+        data = answer["ok"]
+        if not accept(data):
+            frames.unread(whole)
+            return None
+        self.ahead -= 1
+        self.reading = self.last
+        self.settled()
+        return (data,)
+
+    def kept_limits(self) -> bool:
+        """Whether the batch sent ahead, up to its answer read last (or here already), kept one
+        test's CPU limit and backstop: judged by the process's CPU time when its answers
+        last came (read again only where a read came since: else it came with, so before,
+        the last reading)."""
+        if self.frames.fills != self.fills:
+            self.last, self.fills = self.clock.used(), self.frames.fills
+        late = time.monotonic() - self.since[1] > self.clock.wall
+        return not late and self.last - self.since[0] <= self.clock.limit
+
     def exchange(self, request: bytes | None) -> JSON:
         """Send ``request`` (a frame; None: the next of those sent ahead); the value
         answered, encoded as the candidate's process sent it (not yet decoded: whoever
@@ -758,12 +816,9 @@ class Channel:
                 raise Unsure(pending + 1) from None
             raise RemoteError("the candidate's process ended during a call") from None
         if trailing:  # answered with no round trip since its batch was sent
-            if self.frames.fills != self.fills:  # else it came with (before) the last reading
-                self.last, self.fills = self.clock.used(), self.frames.fills
-            self.reading = self.last
-            late = time.monotonic() - self.since[1] > self.clock.wall
-            if late or self.reading - self.since[0] > self.clock.limit:
+            if not self.kept_limits():
                 raise Unsure
+            self.reading = self.last
         if "raise" in answer:
             raise remote_exception(answer, self)
         if "banned" in answer:
@@ -1787,6 +1842,10 @@ class Reporter:
                 while len(line) - kept > self.limit and record.get(name):
                     record[name] = record[name][: len(record[name]) // 2]
                     line = json.dumps(record)
+        self.add(record)
+
+    def add(self, record: Record) -> None:
+        """Write ``record``, whose parts' sizes are bounded where it was made (no text)."""
         self.held.append(record)
         now = time.monotonic()
         if now - self.flushed >= self.HOLD or "done" in record or len(self.held) >= self.LINE:
@@ -2187,6 +2246,15 @@ def run_calls(job: Record, t_end: socket.socket, report: Reporter, requested: bo
         return out
 
     inline = min(INLINE_VALUE, max(2 * DIGEST_BYTES, report.limit - 100))
+
+    def short(data: JSON) -> bool:
+        """Whether an answer's value crosses to the host as itself (the host decodes it: a
+        wrong result if it is no value)."""
+        t = type(data)  # a number as JSON reads it is short: no need to measure it
+        if (t is int and -_WIDE < data < _WIDE) or t is float or t is bool or data is None:
+            return True
+        return len(dumps(data)) <= inline
+
     for index in range(len(requests)):
 
         def call(box: list[Channel], index: int = index, whole: bool = index in wholes) -> Record:
@@ -2194,10 +2262,7 @@ def run_calls(job: Record, t_end: socket.socket, report: Reporter, requested: bo
             if not channel.ahead and channel.batch > 1:
                 channel.send_ahead(ahead(index, channel.batch))
             data = channel.exchange(None if channel.ahead else requests[index])
-            t = type(data)  # a number as JSON reads it is short: no need to measure it
-            if (t is int and -_WIDE < data < _WIDE) or t is float or t is bool or data is None:
-                return {"status": "returned", "value": data}
-            if len(dumps(data)) <= inline:  # the host decodes it (a wrong result if not)
+            if short(data):
                 return {"status": "returned", "value": data}
             data = encode(channel.value(data))
             size = len(json.dumps(data))
@@ -2208,8 +2273,13 @@ def run_calls(job: Record, t_end: socket.socket, report: Reporter, requested: bo
             return {"status": "returned", "digest": value_digest(digested)}
 
         calls.append(call)
+
+    def ready(channel: Channel, index: int) -> Record | None:
+        taken = channel.ready_value(short)
+        return None if taken is None else {"test": index, "status": "returned", "value": taken[0]}
+
     stop = bool(job.get("stop_at_first_failure"))
-    run_loaded(calls, t_end, job["timeout"], report, stop, requested)
+    run_loaded(calls, t_end, job["timeout"], report, stop, requested, ready)
 
 
 PASSES = ("passed", "returned")
@@ -2223,6 +2293,7 @@ def run_loaded(
     report: Reporter,
     stop_at_first_failure: bool = False,
     requested: bool = False,
+    ready: Callable[[Channel, int], Record | None] | None = None,
 ) -> None:
     """The tests in order, each against a process that has loaded the candidate's code. A
     fork per test is the cost of a call-heavy row, so a process answers test after test for
@@ -2244,11 +2315,18 @@ def run_loaded(
     A load that fails in the first test's process is the code's load error (no test runs);
     in a later one, that test's failure. With ``stop_at_first_failure`` (all-or-nothing
     scoring), no test runs after one that did not pass (or return). ``requested``: the first
-    test's process is asked for already (:func:`request_child`)."""
+    test's process is asked for already (:func:`request_child`). ``ready``: a test's record
+    where the process's answer is here already and passes with none of a test's set-up
+    (:meth:`Channel.ready_value`), else None."""
     box: list[Channel] = []
     index = hold = 0
     try:
         while index < len(tests):
+            quick = ready(box[0], index) if box and ready else None
+            if quick is not None:
+                report.add(quick)
+                index += 1
+                continue
             found = judge(tests[index], t_end, timeout, loads=True, box=box, requested=requested)
             requested = False
             if found["status"] == "unsure":
