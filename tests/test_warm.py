@@ -15,6 +15,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -770,6 +771,35 @@ def test_a_stuck_server_still_answers_within_the_timeout_and_a_second(
         # wait: the bound leaves a loaded machine its slack, no exact timing.
         assert elapsed < 6 + 20, elapsed
         assert template.broken
+        assert sb.exec(["echo", "next"], timeout=60).stdout == "next\n"
+
+
+@pytest.mark.slow
+def test_an_exec_returns_within_its_timeout_counted_from_its_call_when_its_template_starts_late(
+    clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A sandbox's first exec starts its template, which a loaded machine can make slow: that
+    start is the exec's time too. A batch deadline counts on it: a run ended two seconds before
+    the deadline must come back before the deadline, with the runner's records so far."""
+    import time
+
+    start = warm_templates.WarmTemplate.start.__func__  # type: ignore[attr-defined]
+
+    async def late_start(cls: type[warm_templates.WarmTemplate], *a: Any, **k: Any) -> Any:
+        await asyncio.sleep(4.0)  # a template whose start took 4 s
+        return await start(cls, *a, **k)
+
+    monkeypatch.setattr(warm_templates.WarmTemplate, "start", classmethod(late_start))
+    warm, _ = clients
+    with warm.sandbox() as sb:
+        started = time.monotonic()
+        result = sb.exec(["sh", "-c", "echo begun; sleep 90"], timeout=6)
+        elapsed = time.monotonic() - started
+        assert (result.returncode, result.timed_out, result.stdout) == (137, True, "begun\n")
+        # Within the contract (timeout + 1 s) and some slack, where counting from the
+        # template's start took 4 s more.
+        assert elapsed < 6 + 2.5, elapsed
         assert sb.exec(["echo", "next"], timeout=60).stdout == "next\n"
 
 

@@ -103,6 +103,13 @@ class _Known:
     env: dict[str, str]
 
 
+def _left(timeout: float | None, since: float) -> float | None:
+    """What is left of an exec's ``timeout`` (from its call, at ``since``): a template's start
+    or a failed one before the cold way is the exec's time too, so that the exec returns
+    within its timeout as its caller counts it (a batch's deadline counts on it)."""
+    return None if timeout is None else max(0.0, timeout - (time.monotonic() - since))
+
+
 def _default_root() -> Path:
     return Path(tempfile.gettempdir()) / f"sandboxkit-{os.getuid()}"
 
@@ -490,14 +497,18 @@ class SubprocessBackend:
         timeout: float | None,
         stdin: bytes | None,
     ) -> ExecResult:
+        called = time.monotonic()
         if self.warm:
             try:
                 return await on_portal(
-                    self._warm_exec(sandbox_id, path, uid, command, cwd, env, timeout, stdin)
+                    self._warm_exec(
+                        sandbox_id, path, uid, command, cwd, env, timeout, stdin, called
+                    )
                 )
             except ColdPath as exc:
                 self.last_cold_reason = str(exc)
                 logger.debug("sandbox %s: cold exec (%s)", sandbox_id, exc)
+            timeout = _left(timeout, called)
         return await run(
             self.confinement,
             command,
@@ -522,11 +533,13 @@ class SubprocessBackend:
         env: dict[str, str],
         timeout: float | None,
         stdin: bytes | None,
+        called: float,
     ) -> ExecResult:
         """Run through the sandbox's template; always on the portal loop, which outlives
         any caller's loop and so can own the template's process and socket."""
         template = await self._template(sandbox_id, path, uid)
-        return await template.run(argv, cwd=cwd, env=env, timeout=timeout, stdin=stdin)
+        left = _left(timeout, called)
+        return await template.run(argv, cwd=cwd, env=env, timeout=left, stdin=stdin)
 
     def warm_template(self, sandbox_id: str) -> WarmTemplate | None:
         """The sandbox's running warm template, if it has one (``sandboxkit doctor`` says
