@@ -429,6 +429,30 @@ def test_a_sandbox_asking_more_cpus_than_a_group_above_has_gets_that_groups_boun
         cgroups.close()
 
 
+def test_a_processs_sandboxes_weigh_as_one_process_each_against_the_rest_of_the_machine() -> None:
+    """The cpu parent of a process's sandboxes weighs one process's share per sandbox in it
+    (never less than one), so that a pool on a busy machine gets what its sandboxes would get
+    as processes, not one process's share for all of them; each sandbox's own group keeps the
+    default weight, however many sessions its processes make."""
+    cgroups = Cgroups.create()
+    try:
+        if cgroups.cpu is None:
+            pytest.skip("no writable cpu cgroup here")
+        name, one = ("cpu.weight", 100) if cgroups.cpu_version == 2 else ("cpu.shares", 1024)
+        names = ["sbx-w1", "sbx-w2", "sbx-w3"]
+        seen = [int((cgroups.cpu / name).read_text())]
+        for sandbox in names:
+            cgroups.sandbox(sandbox, memory_bytes=64 << 20, cpus=1)
+            seen.append(int((cgroups.cpu / name).read_text()))
+        own = {int((cgroups.cpu / sandbox / name).read_text()) for sandbox in names}
+        for sandbox in names:
+            cgroups.drop(sandbox)
+            seen.append(int((cgroups.cpu / name).read_text()))
+        assert (seen, own) == ([one, one, 2 * one, 3 * one, 2 * one, one, one], {one})
+    finally:
+        cgroups.close()
+
+
 UNPRIVILEGED_LIMITS = """
 import sandboxkit
 from sandboxkit.backends.subprocess import SubprocessBackend

@@ -47,6 +47,9 @@ bandwidth control)."""
 CPU_PERIOD_US = 100_000
 """The period of a sandbox's CPU quota (the kernel's default): its processes may use
 ``cpus`` times this in every period."""
+_WEIGHTS = {1: ("cpu.shares", 1024, 262_144), 2: ("cpu.weight", 100, 10_000)}
+"""The weight file of a cpu group (v1, v2), a process's default weight there, and the most
+the kernel takes."""
 _V1_TCP = "memory.kmem.tcp.limit_in_bytes"
 _V1_CHARGE_SLACK = 1 << 20
 """Bytes below its limit at which a v1 group's peak counts as the limit reached: the kernel
@@ -282,6 +285,7 @@ class Cgroups:
                     (group / "cgroup.subtree_control").write_text("+pids")
             groups.append(group)
         self._sandboxes[name] = groups
+        self._weigh()
 
     def memory_events(self, sandbox: str, *, restart: bool = False) -> tuple[int, int] | None:
         """How often ``sandbox``'s memory group has reached its own limit and how many of its
@@ -327,6 +331,19 @@ class Cgroups:
                     _signal(inner, pids)
             self._dying.append(group)
         self._dying = [g for g in self._dying if not _rmdir_all(g)]
+        self._weigh()
+
+    def _weigh(self) -> None:
+        """Weigh the cpu parent as one process per sandbox in it against the rest of the
+        machine: each sandbox, whatever sessions its processes make, competes as one process
+        of the host's would (as each exec's session did before sandboxes had cpu groups), and
+        a pool is not squeezed into one process's share when the machine is busy. Inside, the
+        sandboxes weigh alike, and each stays within its quota."""
+        if self.cpu is None or self.cpu_version is None:
+            return
+        name, one, most = _WEIGHTS[self.cpu_version]
+        with contextlib.suppress(OSError):
+            (self.cpu / name).write_text(str(min(most, one * max(1, len(self._sandboxes)))))
 
     @staticmethod
     def kill_all(group: Path) -> None:

@@ -40,31 +40,30 @@ one:
   processes' /proc directories are covered (``hide_serving_processes``); what a command
   inherits of the server's memory holds nothing of any request but its limits (argv, env,
   cwd, program text and stdin go unread through a pipe to the command, see ``main``) nor any
-  earlier output (see ``Output``); only public programs are compiled ahead (the runner).
+  earlier output (see ``Output``); only public programs are compiled ahead, at the first
+  exec that runs one (the runner: ``compile_public``).
 
 The template also feeds the command's stdin, collects its output (capped) and enforces its
 timeout, so an exec costs the host one request and one answer.
 
 Protocol on the SOCK_SEQPACKET socket whose fd is ``argv[1]`` (``argv[2]``: ``spawn`` to use
 the tiny init where it runs, ``fork`` not to; ``argv[3]``: a JSON list of public ``-c``
-programs to compile now; ``argv[4]``: the seccomp program each command gets, in hex, or
-nothing; ``argv[5]``: ``lazy`` where that filter sends network sockets to a supervisor
-(``LAZY_NETWORK``), else ``eager``; ``argv[6]``, if given: a site ``sys.path`` to take
-instead of learning it): the
-template sends ``{"ready": true, "site_path", "learnt", "init"}`` (``init``: whether the tiny
-init is used) or ``{"ready": false, "reason"}``. A request is ``r`` + a JSON header
-``{"limits", "cap", "timeout", "capabilities", "judge", "size"}`` (``capabilities``: the
-numbers of those the command keeps, see ``enter_exec_namespaces``; ``judge``: the command is the
-trusted runner, which keeps the server's OOM score) + a newline + the body: the job's
-length (4 bytes,
-little-endian) + the job ``{"argv", "cwd", "env"}`` as JSON + the stdin bytes, ``size`` bytes
-in all, of which what does not fit the first packet (``MAX_PACKET``) follows in packets of its
-own; it is answered by packets ``o`` +
-stdout bytes and ``e`` + stderr bytes (none when empty), then ``x`` + ``{"exit", "timed_out",
-"truncated", "duration", "last"}`` (``last``: the template ends after this exec, having no
-fresh namespaces for the next; the host starts a new one), or ``x`` + ``{"error"}`` when it
-could not start (the host runs it the cold way). ``k`` kills the running command, which is
-then answered as usual.
+programs, compiled at the first exec that runs one; ``argv[4]``: the seccomp program each
+command gets, in hex, or nothing; ``argv[5]``: ``lazy`` where that filter sends network sockets
+to a supervisor (``LAZY_NETWORK``), else ``eager``; ``argv[6]``, if given: a site ``sys.path``
+to take instead of learning it): the template sends ``{"ready": true, "site_path", "learnt",
+"init"}`` (``init``: whether the tiny init is used) or ``{"ready": false, "reason"}``. A
+request is ``r`` + a JSON header ``{"limits", "cap", "timeout", "capabilities", "judge",
+"size"}`` (``capabilities``: the numbers of those the command keeps, see
+``enter_exec_namespaces``; ``judge``: the command is the trusted runner, which keeps the
+server's OOM score) + a newline + the body: the job's length (4 bytes, little-endian) + the job
+``{"argv", "cwd", "env"}`` as JSON + the stdin bytes, ``size`` bytes in all, of which what does
+not fit the first packet (``MAX_PACKET``) follows in packets of its own; it is answered by
+packets ``o`` + stdout bytes and ``e`` + stderr bytes (none when empty), then ``x`` +
+``{"exit", "timed_out", "truncated", "duration", "last"}`` (``last``: the template ends after
+this exec, having no fresh namespaces for the next; the host starts a new one), or ``x`` +
+``{"error"}`` when it could not start (the host runs it the cold way). ``k`` kills the running
+command, which is then answered as usual.
 """
 
 from __future__ import annotations
@@ -1239,7 +1238,6 @@ def main() -> None:
         learn_site(known)
         warm_up()
         for index, source in enumerate(json.loads(sys.argv[3])):
-            COMPILED[source] = compile_program(source, "<string>")
             PUBLIC[public_handle(index)] = source
         settle_heap()
     ready = {"ready": reason is None, "reason": reason or ""}
@@ -1261,6 +1259,8 @@ def main() -> None:
             continue  # a kill that came after its command ended
         end = received.find(b"\n", 1, size)
         header = json.loads(received[1:end])
+        if header.get("judge") is True:
+            compile_public()
         with memoryview(received) as view:
             while size - end - 1 < header.get("size", 0):  # the rest of a long request
                 more = sock.recv_into(view[size:], MAX_PACKET)
@@ -1277,20 +1277,32 @@ def main() -> None:
             return
 
 
+def compile_public() -> None:
+    """Compile the public programs (the runner) here, once, at the first exec that runs one
+    (its request says ``judge``), before it is forked: every later exec finds them compiled
+    (``run_python``). A template whose execs run none (plain programs, as in most pools) pays
+    neither their compiling (some 20 ms of its start) nor their code in its heap (some 3 MB:
+    an entry for each page copied by every fork and unmapped by every exit)."""
+    if len(COMPILED) < len(PUBLIC):
+        for source in PUBLIC.values():
+            COMPILED[source] = compile_program(source, "<string>")
+        settle_heap()
+
+
 def settle_heap() -> None:
-    """Once started: leave the server's heap as small and as still as it can be, since every
-    exec's fork copies an entry for each of its pages, its exit unmaps them, and it copies
-    each page it writes to.
+    """Once started, and once the public programs are compiled (``compile_public``): leave the
+    server's heap as small and as still as it can be, since every exec's fork copies an entry
+    for each of its pages, its exit unmaps them, and it copies each page it writes to.
 
     What the template holds now lives as long as it: frozen, the cyclic collector of every
-    command forked from it leaves it alone, rather than write to each object's header to find
-    no garbage. (A frozen object is invisible to gc's walks: the runner's bans unfreeze
-    first.) The start's arguments (this module's and the runner's text, and their copies in
+    command forked from it leaves it alone, rather than write to each object's header to find no
+    garbage. (A frozen object is invisible to gc's walks: the runner's bans unfreeze first.) The
+    start's arguments (this module's and the runner's text, and their copies in
     ``sys.orig_argv``) are dropped, each exec sets its own; so is the environment, which each
     exec replaces (``command``) and would otherwise first unset, variable by variable. Then the
-    heap the start freed is given back to the kernel (compiling this module and the runner
-    leave about 5 MB of free pages, a third of the heap): glibc's ``malloc_trim``; another
-    libc keeps them."""
+    heap the start freed is given back to the kernel (compiling this module and the runner leave
+    about 5 MB of free pages, a third of the heap): glibc's ``malloc_trim``; another libc keeps
+    them."""
     del sys.argv[1:]
     sys.orig_argv = sys.orig_argv[:1]
     os.environ.clear()

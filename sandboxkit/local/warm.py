@@ -30,8 +30,9 @@ logger = logging.getLogger("sandboxkit.local")
 
 SOURCE = Path(forkserver.__file__).read_text()
 PUBLIC_PROGRAMS = json.dumps([RUNNER_SOURCE])
-"""``-c`` programs every sandbox may read, which templates compile once at start: the test
-runner would otherwise compile in every exec. No other program's text is kept."""
+"""``-c`` programs every sandbox may read, which a template compiles once (a local one at
+its first exec that runs one): the test runner would otherwise compile in every exec. No other
+program's text is kept."""
 HANDLES = {RUNNER_SOURCE: forkserver.public_handle(0)}
 """What an exec's argv carries in place of a public program's text (a short handle, which the
 exec's own process resolves: ``forkserver.read_job``), not its ~100 KB in every request."""
