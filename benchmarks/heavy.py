@@ -9,7 +9,10 @@ arguments of its test's ``candidate(...)`` calls, and the rest are type-preservi
 them (EvalPlus's own first step), kept where the canonical solution returns on them in 50 ms
 without raising, with a value that crosses the runner's codec as itself; the expected values
 are the canonical solution's, computed here once. Every sample is a canonical solution, so
-every method must pass every one, and only speed differs.
+every method must pass every one, and only speed differs. Each method runs the samples in
+their order (HumanEval's; evalplus's ``evaluate`` keeps its samples' order), and again longest
+first, the order in which sandboxkit's rewards start a batch: one task's reference (HumanEval/36)
+takes far longer than the rest, and a batch ends with its slowest run.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from pathlib import Path
 from queue import Empty, SimpleQueue
 from typing import Any
 
-from sandboxkit import SandboxClient
+from sandboxkit import SandboxClient, evaluation
 from sandboxkit.harness import FunctionTests, runner, strict_equal
 from sandboxkit.outcomes import OutcomeKind
 
@@ -38,6 +41,11 @@ HOST_LIMIT = 0.05
 """Seconds a canonical solution may take on one input here (else the input is left out)."""
 TIMEOUT = 5.0
 """Each test's CPU limit in sandboxkit's rows."""
+SANDBOXKIT = "sandboxkit, one process while tests return"
+EVALPLUS = "evalplus 0.3.1 untrusted_check"
+LONGEST = ", longest first"
+"""Added to a method's name where it runs the samples longest first, as sandboxkit's rewards
+start a batch (the others as given, as evalplus's ``evaluate`` runs them)."""
 
 
 @dataclass(frozen=True)
@@ -168,9 +176,26 @@ def samples(tasks: int, inputs: int, seed: int = 0) -> list[Sample]:
     return out
 
 
+def _harness(sample: Sample) -> FunctionTests:
+    return FunctionTests(
+        sample.entry_point,
+        sample.inputs,
+        sample.expected,
+        timeout=TIMEOUT,
+        stop_at_first_failure=True,
+        reference_seconds=sum(sample.ref_time),
+    )
+
+
+def longest_first(work: Sequence[Sample]) -> list[Sample]:
+    """``work`` in the order sandboxkit's rewards start a batch (``longest_first``: by the
+    reference's time on the host; evalplus's ``evaluate`` runs its samples as given)."""
+    return [work[i] for i in evaluation.longest_first([_harness(s) for s in work])]
+
+
 def _sandboxkit(client: SandboxClient, work: Sequence[Sample], workers: int) -> tuple[float, int]:
-    """Seconds to judge ``work`` on ``workers`` sandboxes (each one sample at a time), and how
-    many samples passed."""
+    """Seconds to judge ``work`` on ``workers`` sandboxes (each one sample at a time, in the
+    order given), and how many samples passed."""
     queue: SimpleQueue[Sample] = SimpleQueue()
     for sample in work:
         queue.put(sample)
@@ -185,13 +210,7 @@ def _sandboxkit(client: SandboxClient, work: Sequence[Sample], workers: int) -> 
                     sample = queue.get_nowait()
                 except Empty:
                     return
-                harness = FunctionTests(
-                    sample.entry_point,
-                    sample.inputs,
-                    sample.expected,
-                    timeout=TIMEOUT,
-                    stop_at_first_failure=True,
-                )
+                harness = _harness(sample)
                 request = harness.request(sample.code)
                 result = sb.exec(request.argv, stdin=request.stdin, timeout=request.timeout)
                 passed[index] += harness.judge(result, request).kind is OutcomeKind.PASSED
@@ -226,7 +245,8 @@ def _evalplus_one(sample: Sample) -> bool:
 
 
 def _evalplus(work: Sequence[Sample], workers: int) -> tuple[float, int]:
-    """Seconds for evalplus's checker on ``workers`` processes, as its ``evaluate`` runs it."""
+    """Seconds for evalplus's checker on ``workers`` processes, as its ``evaluate`` runs it
+    (in the order given)."""
     with ProcessPoolExecutor(workers) as pool:
         list(pool.map(_evalplus_one, work[:workers]))  # the workers started before the clock
         start = time.perf_counter()
@@ -244,17 +264,18 @@ def measure(
 ) -> list[dict[str, Any]]:
     """Each method's wall time on the same samples, ``rounds`` times, interleaved."""
     work = samples(tasks, inputs)
+    ordered = longest_first(work)
     tests = sum(len(s.inputs) for s in work)
     methods: dict[str, Callable[[], tuple[float, int]]] = {}
-    methods["sandboxkit, one process while tests return"] = lambda: _sandboxkit(
-        client, work, workers
-    )
+    methods[SANDBOXKIT] = lambda: _sandboxkit(client, work, workers)
+    methods[SANDBOXKIT + LONGEST] = lambda: _sandboxkit(client, ordered, workers)
     try:
         import evalplus.eval  # noqa: F401
     except ImportError:
-        log("evalplus is not installed: its row is left out")
+        log("evalplus is not installed: its rows are left out")
     else:
-        methods["evalplus 0.3.1 untrusted_check"] = lambda: _evalplus(work, workers)
+        methods[EVALPLUS] = lambda: _evalplus(work, workers)
+        methods[EVALPLUS + LONGEST] = lambda: _evalplus(ordered, workers)
     walls: dict[str, list[float]] = {m: [] for m in methods}
     passed: dict[str, list[int]] = {m: [] for m in methods}
     for round_ in range(rounds):

@@ -917,15 +917,20 @@ def run_heavy(sizes: Sizes, report: Report, log: Callable[[str], None]) -> None:
     with local_client() as client:
         report.heavy = heavy.measure(client, tasks, inputs, HEAVY_WORKERS, rounds, log)
     rows = {r["method"]: r for r in report.heavy}
-    now = rows.get("sandboxkit, one process while tests return")
-    if sizes.mode == "smoke" or now is None:
+    if sizes.mode == "smoke" or heavy.EVALPLUS not in rows:
         return
-    other = next((r for m, r in rows.items() if "evalplus" in m), None)
-    if other is not None:
-        ratio = other["median_s"] / now["median_s"]
+    # Its own order: sandboxkit's rewards start a batch longest first, evalplus's evaluate
+    # runs it as given.
+    pairs = {
+        "each in its own order": (heavy.SANDBOXKIT + heavy.LONGEST, heavy.EVALPLUS),
+        "both as given": (heavy.SANDBOXKIT, heavy.EVALPLUS),
+        "both longest first": (heavy.SANDBOXKIT + heavy.LONGEST, heavy.EVALPLUS + heavy.LONGEST),
+    }
+    for order, (ours, theirs) in pairs.items():
+        ratio = rows[theirs]["median_s"] / rows[ours]["median_s"]
         report.targets.append(
             {
-                "target": f"test-heavy rows: >= the rate of {other['method']}",
+                "target": f"test-heavy rows: >= the rate of {heavy.EVALPLUS}, {order}",
                 "measured": f"{ratio:.2f}x",
                 "met": ratio >= 1.0,
             }

@@ -88,6 +88,20 @@ def plan(
     return Plan(code=cleaned.code, harness=harness)
 
 
+def longest_first(harnesses: Sequence[Harness | None]) -> list[int]:
+    """The order in which to start a batch's runs: those expected to take longest first
+    (their harness's ``reference_seconds``: its reference's own time on its tests, measured on
+    the host, in whole milliseconds: finer is the host's noise), the rest as given. A batch's
+    wall time is its slowest run's end, so a long run started last holds up the whole step
+    while the other workers idle. The estimate is the row's alone (its tests and reference),
+    never the completion's: no completion can move itself in the queue (towards a batch
+    deadline's cut-off, say)."""
+    return sorted(
+        range(len(harnesses)),
+        key=lambda i: -int(1000 * getattr(harnesses[i], "reference_seconds", 0.0)),
+    )
+
+
 LOST_WHILE_RUNNING = 2
 """Sandboxes that may die under one completion's program before their deaths count as its
 doing. A provider says that a sandbox died, not why: the program may have killed it (its

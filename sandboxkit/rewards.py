@@ -30,7 +30,7 @@ from .contest.formats import detect_columns, read_tests
 from .contest.languages import Language, language_for, languages
 from .contest.scoring import SCORINGS, ScoredStdioTests, Scoring, parse_subtasks
 from .errors import CircuitOpenError
-from .evaluation import Plan, failed, plan, run_plan
+from .evaluation import Plan, failed, longest_first, plan, run_plan
 from .harness import AssertTests, ExecHarness, FunctionTask, Harness, StdioTests
 from .harness.inputs import InputTests, inputs_key, reference_outputs
 from .keywords import check_keywords, keyword_only, suggest_keywords
@@ -230,14 +230,20 @@ class RewardFunction:
     async def aoutcomes(
         self, prompts: Sequence[Any], completions: Sequence[Completion], **columns: Any
     ) -> list[Outcome]:
-        """The outcome of every completion (what the rewards are computed from)."""
+        """The outcome of every completion (what the rewards are computed from), in the
+        caller's order; their runs start longest first (:func:`longest_first`)."""
         deadline = None if self.batch_timeout is None else time.monotonic() + self.batch_timeout
         plans = [
             self._plan(i, prompts[i] if i < len(prompts) else None, completion, columns)
             for i, completion in enumerate(completions)
         ]
         pool = self.pool
-        outcomes = await asyncio.gather(*(run_plan(pool, p, deadline=deadline) for p in plans))
+        order = longest_first([p.harness for p in plans])  # the pool serves in this order
+        started = await asyncio.gather(
+            *(run_plan(pool, plans[i], deadline=deadline) for i in order)
+        )
+        by_row = dict(zip(order, started, strict=True))
+        outcomes = [by_row[i] for i in range(len(plans))]
         late = sum(o.kind is OutcomeKind.DEADLINE for o in outcomes)
         if late:
             logger.warning(
@@ -247,7 +253,7 @@ class RewardFunction:
                 len(outcomes),
                 self.batch_timeout,
             )
-        return list(outcomes)
+        return outcomes
 
     def _plan(
         self, i: int, prompt: Any, completion: Completion, columns: Mapping[str, Any]
@@ -467,7 +473,8 @@ def input_tests_reward(
     continuing the prompt. The mapping and what differs from EvalPlus: docs/inputs.md."""
     if scoring not in ("fraction", "all"):
         raise ValueError(f"scoring must be 'fraction' or 'all'; got {scoring!r}")
-    expected_cache: dict[str, list[Any]] = {}
+    expected_cache: dict[str, tuple[list[Any], float]] = {}
+    """Per task: the reference's results and the CPU seconds it took (``reference_seconds``)."""
 
     def planner(i: int, prompt: Any, columns: Mapping[str, Any]) -> Judging:
         needed = [entry_point_column, *inputs_columns]
@@ -483,21 +490,25 @@ def input_tests_reward(
         prefix = completion_text(prompt) if prompt is not None else ""
         given = columns.get(expected_column)
         if given and given[i] is not None:
-            expected = list(_json(given[i]))
+            expected, seconds = list(_json(given[i])), 0.0  # no reference run: none known
             if len(expected) != len(inputs):
                 raise ValueError(f"it has {len(inputs)} inputs but {len(expected)} expected")
         elif reference_column in columns:
             program = reference_program(prefix, columns[reference_column][i], entry)
             key = inputs_key(program, entry, inputs, atol)
             if key not in expected_cache:
-                expected_cache[key] = reference_outputs(program, entry, inputs)
-            expected = expected_cache[key]
+                start = time.thread_time()
+                outputs = reference_outputs(program, entry, inputs)
+                expected_cache[key] = (outputs, time.thread_time() - start)
+            expected, seconds = expected_cache[key]
         else:
             raise MissingColumnError(
                 f"input_tests_reward: neither {expected_column!r} nor {reference_column!r} "
                 f"among {sorted(columns)}"
             )
-        harness = InputTests(entry, tuple(inputs), tuple(expected), atol, timeout, scoring == "all")
+        harness = InputTests(
+            entry, tuple(inputs), tuple(expected), atol, timeout, scoring == "all", seconds
+        )
         body_of = prefix if continuation else None
         buildable(harness, body_of or "")
         return lambda completion: plan(completion, harness, prompt=body_of)

@@ -23,6 +23,7 @@ from sandboxkit.rewards import (
     assert_tests_reward,
     exec_reward,
     function_tests_reward,
+    input_tests_reward,
     stdio_tests_reward,
 )
 from sandboxkit.testing.faults import Faults, FaultyBackend
@@ -190,6 +191,70 @@ def test_garbage_never_raises() -> None:
 @pytest.fixture
 def faulty(local_root: Path) -> FaultyBackend:
     return FaultyBackend(get_backend("subprocess", root=local_root).backend)
+
+
+class Recording(FaultyBackend):
+    """The local backend with no faults, noting each exec's stdin in the order they start."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.started: list[bytes] = []
+
+    async def exec(self, sandbox_id: str, argv: Any, **options: Any) -> ExecResult:
+        self.started.append(options.get("stdin") or b"")
+        return await super().exec(sandbox_id, argv, **options)
+
+
+BUSY = "def f(x):\n    n = 0\n    for i in range(1_000_000):\n        n += i\n    return x\n"
+"""A reference that takes its time on the host (tens of ms of CPU; the others take us)."""
+
+
+Batch = tuple[RewardFunction, list[str], list[str], dict[str, Any]]
+"""A reward, and the prompts, completions and columns of a batch for it."""
+
+
+def _rows_by_input(backend: Recording) -> Batch:
+    reward = input_tests_reward(backend, pool_size=1)
+    columns: dict[str, Any] = {
+        "entry_point": ["f"] * 4,
+        "base_input": [[[row]] for row in "abcd"],
+        "plus_input": [[]] * 4,
+        "canonical_solution": [
+            BUSY if row == "c" else "def f(x):\n    return x\n" for row in "abcd"
+        ],
+    }
+    completions = [f"def f(x):\n    return {'0' if r == 'b' else 'x'}  # row {r}" for r in "abcd"]
+    return reward, [""] * 4, completions, columns
+
+
+def _rows_by_task(backend: Recording) -> Batch:
+    namespace: dict[str, Any] = {}
+    exec(BUSY, namespace)
+    tasks = [
+        FunctionTask(f"def f_{r}(x):\n", f"f_{r}", [repr(r)], namespace["f"] if r == "c" else str)
+        for r in "abcd"
+    ]
+    reward = function_tests_reward(tasks, backend=backend, pool_size=1)
+    bodies = [f"    return {'0' if r == 'b' else 'x'}  # row {r}" for r in "abcd"]
+    return reward, [t.prompt for t in tasks], bodies, {}
+
+
+@pytest.mark.parametrize("rows", [_rows_by_input, _rows_by_task], ids=["inputs", "functions"])
+def test_a_batch_starts_the_rows_whose_reference_took_longest_first_and_answers_in_order(
+    local_root: Path, rows: Callable[[Recording], Batch]
+) -> None:
+    """A batch ends with its slowest run: one sandbox, so runs go one at a time, and row c's
+    (whose reference took longest on the host) starts first, the others as given; each reward
+    is still its own completion's (b's is wrong)."""
+    backend = Recording(get_backend("subprocess", root=local_root).backend)
+    reward, prompts, completions, columns = rows(backend)
+    try:
+        scores = reward(prompts=prompts, completions=completions, **columns)
+    finally:
+        reward.close()
+    assert scores == [1.0, 0.0, 1.0, 1.0]
+    started = [r for stdin in backend.started for r in "abcd" if f"# row {r}".encode() in stdin]
+    assert started == ["c", "a", "b", "d"]
 
 
 @pytest.mark.slow

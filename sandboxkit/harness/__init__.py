@@ -22,6 +22,7 @@ import functools
 import io
 import random
 import re
+import time
 import tokenize
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -253,6 +254,8 @@ class FunctionTests:
     """For all-or-nothing scoring: no call is judged after one that did not return a value
     (the runner never sees the expected values, so a wrong value does not stop it; calls sent
     to the process with it are dropped with it); those left out count as failed."""
+    reference_seconds: float = 0.0
+    """As :attr:`~sandboxkit.harness.inputs.InputTests.reference_seconds`."""
 
     def request(self, code: str) -> RunRequest:
         calls = runner.call_texts(self.func_name, self.args)
@@ -325,5 +328,9 @@ class FunctionTask:
     def harness(self, timeout: float = 5.0) -> FunctionTests:
         rng = random.Random(self.seed)
         args = [(eval(expr, {"random": rng, "__builtins__": __builtins__}),) for expr in self.tests]
+        start = time.thread_time()
         expected = [self.reference(*copy.deepcopy(a)) for a in args]
-        return FunctionTests(self.func_name, args, expected, timeout, self.bans())
+        seconds = time.thread_time() - start
+        return FunctionTests(
+            self.func_name, args, expected, timeout, self.bans(), reference_seconds=seconds
+        )

@@ -133,6 +133,10 @@ class InputTests:
     atol: float = 0.0
     timeout: float = 5.0
     stop_at_first_failure: bool = False
+    reference_seconds: float = 0.0
+    """CPU seconds the reference took on these inputs, on the host (0: not known): the run's
+    expected length, by which a batch starts its longest runs first
+    (:func:`~sandboxkit.evaluation.longest_first`)."""
 
     def request(self, code: str) -> RunRequest:
         calls = runner.call_texts(self.entry_point, self.inputs)

@@ -39,7 +39,9 @@ class RunRequest:
 class Harness(Protocol):
     """What runs a completion and judges its run. A harness whose ``judge`` only reads the
     result (it runs nothing and waits on nothing) says so with a class attribute
-    ``judge_waits = False``, and is judged on the event loop; any other in a thread."""
+    ``judge_waits = False``, and is judged on the event loop; any other in a thread. One that
+    knows its run's expected length (its reference's time on the host) says so as
+    ``reference_seconds``: a batch starts its longest runs first."""
 
     def request(self, code: str) -> RunRequest: ...
 
