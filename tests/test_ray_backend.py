@@ -38,6 +38,7 @@ from sandboxkit.backends.subprocess import SubprocessBackend
 from sandboxkit.portal import run_sync
 from sandboxkit.protocol import SandboxSpec
 from sandboxkit.testing.ray import CLUSTER_CPUS, node_environment
+from sandboxkit.testing.remote import wait_until
 
 pytestmark = pytest.mark.slow  # each test starts Ray actors, a second or more on this machine
 SECRET_VAR = "SANDBOXKIT_RAY_DRIVER_SECRET"
@@ -194,16 +195,16 @@ def test_a_sandbox_a_dead_driver_left_waiting_for_room_is_found_and_reaped(
     later, holding a CPU with no one to stop it: its tags find it at once, and stopping it
     does not wait for the room it never got."""
     big = ray_client.sandbox(tags=[tag], cpu=CLUSTER_CPUS)
-    made = driver(
-        f"""
-        import os, threading
-        from sandboxkit import get_backend
-        threading.Timer(3, os._exit, [9]).start()
-        get_backend("ray").sandbox(tags=[{tag!r}, "waiting"])
-        """,
-        dict(os.environ),
+    code = (
+        f"from sandboxkit import get_backend\nget_backend('ray').sandbox(tags=[{tag!r}, 'waiting'])"
     )
-    assert made.returncode == 9, made.stderr
+    env = {**os.environ, "PYTHONPATH": child_pythonpath()}
+    with subprocess.Popen([sys.executable, "-c", code], env=env) as maker:
+        try:  # killed once its create waits for room (its start takes seconds under load)
+            assert wait_until(lambda: ray_client.list(tags=[tag, "waiting"]), timeout=120)
+        finally:
+            maker.kill()
+    assert maker.returncode == -9
     waiting = ray_client.list(tags=[tag, "waiting"])
     assert len(waiting) == 1
     with Session(ray_client, handle_signals=False) as session:
