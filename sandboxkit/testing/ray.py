@@ -5,8 +5,9 @@ Enable them in a ``conftest.py`` with ``pytest_plugins = ["sandboxkit.testing.ra
 - ``ray_cluster`` (session): a head node of 16 logical CPUs started for the tests, no dashboard
   (skips, naming the extra, without ``ray``), in a temporary directory of its own: no cluster
   recorded on the machine or named by an ambient ``RAY_ADDRESS`` is joined, and no other
-  program's record is touched. A head that does not come up within ``START_SECONDS`` fails the
-  tests that need it at once rather than hanging them; its processes are stopped at the end;
+  program's record is touched. A head that does not come up within ``START_SECONDS`` (twice:
+  ``START_ATTEMPTS``) fails the tests that need it at once rather than hanging them; its
+  processes are stopped at the end;
 - ``ray_env``: ``RAY_ADDRESS`` pointing at it, so code under test that calls
   ``get_backend("ray")``, and the child processes it starts, reach it; a test finds this
   process connected to that cluster or to none, and a cluster that stopped answering fails
@@ -15,6 +16,7 @@ Enable them in a ``conftest.py`` with ``pytest_plugins = ["sandboxkit.testing.ra
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -34,6 +36,10 @@ CLUSTER_CPUS = 16
 (an environment's judging pool of 8, with its rollouts' sandboxes and their spares)."""
 START_SECONDS = 60
 """How long the head's GCS, then the head itself, may take to come up on a loaded machine."""
+START_ATTEMPTS = 2
+"""Heads started before the tests that need one fail: a head whose raylet did not register in
+time (Ray's own 30 s, which a busy GCS can miss on a loaded machine) is stopped and another
+started, once."""
 ANSWER_SECONDS = 5.0
 """How long the running head has to accept a connection before each test that uses it."""
 
@@ -60,18 +66,25 @@ def ray_cluster() -> Iterator[Cluster]:
         ray.shutdown()  # a connection an earlier test left, to another cluster
         cluster = Cluster()
         try:
-            try:
-                with pytest.MonkeyPatch.context() as start:
-                    start.setenv("RAY_gcs_server_port_wait_time_s", str(START_SECONDS))
-                    cluster.add_node(  # waits START_SECONDS more for the head to register
-                        num_cpus=CLUSTER_CPUS,
-                        include_dashboard=False,
-                        object_store_memory=100 * 2**20,
-                        env_vars=node_environment(),
-                        temp_dir=f"{temp}/ray",
-                    )
-            except Exception as exc:
-                pytest.fail(f"the tests' Ray cluster did not come up: {exc!r}", pytrace=False)
+            for attempt in range(START_ATTEMPTS):
+                os.makedirs(f"{temp}/ray", exist_ok=True)  # where the head's record goes
+                try:
+                    with pytest.MonkeyPatch.context() as start:
+                        start.setenv("RAY_gcs_server_port_wait_time_s", str(START_SECONDS))
+                        cluster.add_node(  # waits up to 30 s more for the head to register
+                            num_cpus=CLUSTER_CPUS,
+                            include_dashboard=False,
+                            object_store_memory=100 * 2**20,
+                            env_vars=node_environment(),
+                            temp_dir=f"{temp}/ray-{attempt}",
+                        )
+                    break
+                except Exception as exc:
+                    cluster.shutdown()  # what of the head did start
+                    cluster = Cluster()
+                    if attempt + 1 == START_ATTEMPTS:
+                        failure = f"the tests' Ray cluster did not come up: {exc!r}"
+                        pytest.fail(failure, pytrace=False)
             yield cluster
         finally:
             ray.shutdown()
