@@ -7,6 +7,7 @@ The attacks on these limits are in ``test_hostile.py``.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -356,13 +357,67 @@ def test_a_crashed_runs_sandboxes_are_listed_read_and_reaped_with_their_storage(
         assert done.returncode == 0 and "stopped 1 sandbox" in done.stdout, done.stderr
         assert client.list() == []
     assert mounts_under(local_root) == [] and leftovers(local_root, sandbox_id) == []
-    # The crashed run's cgroups stay, empty (its processes died with it): removed here.
-    cgroups = Cgroups.shared()
-    for parent in (cgroups.memory, cgroups.pids, cgroups.cpu):
-        for stale in parent.parent.glob(f"sandboxkit-{crashed_pid}-*") if parent else ():
-            groups = [g for g in stale.rglob("*") if g.is_dir()]
-            for group in [*sorted(groups, key=lambda g: len(g.parts), reverse=True), stale]:
-                group.rmdir()  # fails if a process of the crashed run were still there
+    # The crashed run's cgroups, empty (its processes died with it), go with the next run's.
+    Cgroups.create().close()
+    assert parents_of(int(crashed_pid)) == []
+
+
+def parents_of(pid: int) -> list[Path]:
+    """The private cgroup parents that process ``pid`` (of our pid namespace) made, in every
+    hierarchy."""
+    shared = Cgroups.shared()
+    bases = {p.parent for p in (shared.memory, shared.pids, shared.cpu) if p is not None}
+    namespace = os.stat("/proc/self/ns/pid").st_ino
+    return sorted(g for base in bases for g in base.glob(f"sandboxkit-{namespace}-{pid}-*"))
+
+
+KILLED_RUN = """
+import json, os, sys
+from sandboxkit.local.cgroup import Cgroups
+busy, idle = Cgroups.create(), Cgroups.create()
+for cgroups in (busy, idle):
+    cgroups.sandbox("sbx-left", memory_bytes=64 << 20, cpus=1)
+busy.confine(int(sys.argv[1]), sandbox="sbx-left", max_pids=4)
+print(json.dumps([[str(p) for p in {c.memory, c.pids, c.cpu}] for c in (busy, idle)]))
+os._exit(1)  # no close, no atexit: as a run the OOM killer or a preemption ended
+"""
+
+
+def test_a_killed_runs_cgroups_go_with_the_next_run_once_no_process_is_in_them() -> None:
+    """The kernel keeps a group (and its memory accounting) until someone removes it, so each
+    killed run would leave its private parents behind for good. The next ``Cgroups`` removes
+    those whose maker has exited, but not while a process is still in one of their groups,
+    and never a parent named for another pid namespace."""
+    shared = Cgroups.shared()
+    if shared.memory is None or shared.pids is None or shared.cpu is None:
+        pytest.skip("no writable memory, cpu and pids cgroups here")
+    sleeper = subprocess.Popen(["sleep", "600"])
+    try:
+        killed = subprocess.run(
+            [sys.executable, "-c", KILLED_RUN, str(sleeper.pid)],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            timeout=300,
+        )
+        assert killed.returncode == 1, killed.stderr
+        busy, idle = ([Path(p) for p in c] for c in json.loads(killed.stdout))
+        killed_pid = int(busy[0].name.split("-")[2])
+        assert parents_of(killed_pid) == sorted(busy + idle)
+        namespace = os.stat("/proc/self/ns/pid").st_ino + 1
+        foreign = shared.memory.parent / f"sandboxkit-{namespace}-{killed_pid}-0000beef"
+        foreign.mkdir()
+        Cgroups.create().close()
+        assert parents_of(killed_pid) == sorted(busy)  # the sleeper is still in their groups
+    finally:
+        sleeper.kill()
+        sleeper.wait(timeout=60)
+    try:
+        Cgroups.create().close()
+        assert parents_of(killed_pid) == []
+        assert foreign.exists()  # another namespace's pid: not ours to judge
+    finally:
+        foreign.rmdir()
 
 
 def test_a_sandbox_group_holds_its_commands_and_goes_with_drop() -> None:

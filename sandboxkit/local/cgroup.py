@@ -50,6 +50,8 @@ CPU_PERIOD_US = 100_000
 _WEIGHTS = {1: ("cpu.shares", 1024, 262_144), 2: ("cpu.weight", 100, 10_000)}
 """The weight file of a cpu group (v1, v2), a process's default weight there, and the most
 the kernel takes."""
+_PARENT_NAME = re.compile(r"sandboxkit-(?P<namespace>\d+)-(?P<pid>\d+)-[0-9a-f]{8}")
+"""A private parent's name: its maker's pid namespace (inode) and pid, and a random part."""
 _V1_TCP = "memory.kmem.tcp.limit_in_bytes"
 _V1_CHARGE_SLACK = 1 << 20
 """Bytes below its limit at which a v1 group's peak counts as the limit reached: the kernel
@@ -130,10 +132,53 @@ def _probe(parent: Path) -> Iterator[Path | None]:
             probe.rmdir()
 
 
+def _pid_namespace() -> int:
+    """Our pid namespace's inode (0 where /proc does not say): the pid in a parent's name
+    means a process only in the namespace named beside it."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
+def _owner_gone(name: str, namespace: int) -> bool:
+    """Whether the parent ``name`` was made by a process of our pid namespace that has
+    exited. A pid in use again counts as its owner (its parent stays until that one exits
+    too), and a parent named for another namespace, or in an older form, is never ours to
+    judge."""
+    match = _PARENT_NAME.fullmatch(name)
+    if match is None or namespace == 0 or int(match["namespace"]) != namespace:
+        return False
+    try:
+        os.kill(int(match["pid"]), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive, as another user's process
+        return False
+    return False
+
+
+def _sweep(base: Path, namespace: int) -> None:
+    """Remove the parents that processes killed before their exit (by the OOM killer, a
+    node's preemption) left in ``base``, each with its groups, unless a process is still in
+    one: the kernel keeps every group, and a group's memory accounting outlives it, until
+    someone removes it, so a host that restarts killed runs would gather them without
+    end. What is still running there is left alone."""
+    with contextlib.suppress(OSError), os.scandir(base) as entries:
+        for entry in entries:
+            if _owner_gone(entry.name, namespace) and all(
+                _procs(g) == [] for g in _groups_in(Path(entry.path))
+            ):
+                _rmdir_all(Path(entry.path))
+
+
 def _private_parent(controller: str) -> Path | None:
-    """A new group of ours whose children get ``controller``'s limit, or None."""
+    """A new group of ours whose children get ``controller``'s limit, or None. Parents that
+    exited processes left beside it are swept first (:func:`_sweep`)."""
+    namespace = _pid_namespace()
     for base in _candidate_bases(controller):
-        parent = base / f"sandboxkit-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        _sweep(base, namespace)
+        parent = base / f"sandboxkit-{namespace}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         try:
             parent.mkdir()
         except OSError:
