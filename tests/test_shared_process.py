@@ -8,6 +8,7 @@ says which process answered it.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -78,18 +79,24 @@ def probed(i: int) -> list[int]:
     return list(range(i + 1)) if i < FAILS else list(range(FAILS + 1, i + 1))
 
 
-def test_the_records_of_many_calls_come_in_few_sealed_lines_and_all_count(
+def test_the_records_of_many_calls_come_in_few_sealed_lines_and_records_and_all_count(
     sandbox: Sandbox,
 ) -> None:
     """600 calls, one wrong in the middle of a line's records: the runner seals lines of many
-    records, not one line per call, and the host reads every record out of them."""
+    records, not one line per call, and records the values of the answers it finds already
+    there together, not one record per call; the host reads every call's value out of them."""
     code = "def twice(x):\n    return 2 * x + (x == 300)\n"
     harness = FunctionTests("twice", [(i,) for i in range(600)], [2 * i for i in range(600)])
     request = harness.request(code)
     result = sandbox.exec(request.argv, stdin=request.stdin, timeout=request.timeout)
     found = read_records(result, request)
     assert found.done and sorted(found.tests) == list(range(600)), result.stderr
-    assert 3 <= len(result.stdout.splitlines()) <= 600 // 10
+    assert [found.tests[i]["value"] for i in range(600)] == [2 * i + (i == 300) for i in range(600)]
+    lines = result.stdout.splitlines()
+    assert 1 <= len(lines) <= 600 // 10
+    records = [r for line in lines for r in json.loads(line.partition(" ")[2])["records"]]
+    assert len(records) <= 600 // 3
+    assert max(len(r.get("values", ())) for r in records) >= 2
     outcome = harness.judge(result, request)
     assert (outcome.kind, outcome.passed, outcome.detail) == (
         OutcomeKind.FAILED,

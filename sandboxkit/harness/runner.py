@@ -427,7 +427,7 @@ def dumps(obj: Any) -> str:
     return "".join(_ENCODE(obj, 0))
 
 
-def loads(data: bytes) -> Any:
+def loads(data: bytes | bytearray) -> Any:
     """One JSON value, exactly the whole of ``data`` (UTF-8), as ``json.loads`` reads it,
     without its set-up on every call: the C scanner made once (any other text is a
     ``ValueError``)."""
@@ -533,10 +533,6 @@ class Frames:
         whole = bytes(buffer[:end])
         del buffer[:end]
         return whole, whole[newline + 1 :]
-
-    def unread(self, whole: bytes) -> None:
-        """Put back the frame :meth:`raw` just read (``whole``), as if it had not been read."""
-        self.buffer[:0] = whole
 
     def fill(self, n: int, clock: Clock | None) -> None:
         chunk = read_some(self.fd, n, clock)
@@ -755,31 +751,43 @@ class Channel:
             quick = self.clock.base - self.since[0] <= self.clock.limit / QUICK
             self.batch = min(GROWTH * self.batch, MAX_AHEAD) if quick else 1
 
-    def ready_value(self, accept: Callable[[JSON], bool]) -> tuple[JSON] | None:
-        """The next answer sent ahead, where it is here already, as :meth:`exchange` and
-        :meth:`settled` would take it for a test, with none of a test's set-up (most of a
-        call-heavy row's answers come so): a value that ``accept`` takes, answered while the
-        batch up to it kept one test's CPU limit and backstop; None (nothing taken) for any
-        other, which the test's own path judges."""
+    def ready_values(self, accept: Callable[[JSON], bool]) -> list[JSON]:
+        """The answers sent ahead that are here already, in order, each as :meth:`exchange`
+        and :meth:`settled` would take it for a test, with none of a test's set-up (most of a
+        call-heavy row's answers come so): values that ``accept`` takes, answered while the
+        batch up to them kept one test's CPU limit and backstop, up to the first that is not
+        such (left for the test's own path to judge). One reading of the process's CPU time,
+        taken after all of them came, bounds them all."""
         frames = self.frames
         if not self.ahead or self.leading or not frames.ready() or not self.kept_limits():
-            return None
-        whole, text = frames.raw()
-        try:
-            answer = loads(text)
-        except ValueError:
-            answer = None
-        if type(answer) is not dict or len(answer) != 1 or "ok" not in answer:
-            frames.unread(whole)
-            return None
-        data = answer["ok"]
-        if not accept(data):
-            frames.unread(whole)
-            return None
-        self.ahead -= 1
-        self.reading = self.last
-        self.settled()
-        return (data,)
+            return []
+        buffer, values, at, left = frames.buffer, [], 0, self.ahead
+        while left:
+            newline = buffer.find(b"\n", at, at + 13)
+            try:
+                size = int(buffer[at:newline]) if newline >= 0 else -1
+            except ValueError:
+                break
+            end = newline + 1 + size
+            if not 0 <= size <= MAX_FRAME or len(buffer) < end:
+                break
+            try:
+                answer = loads(buffer[newline + 1 : end])
+            except ValueError:
+                break
+            if type(answer) is not dict or len(answer) != 1 or "ok" not in answer:
+                break
+            data = answer["ok"]
+            if not accept(data):
+                break
+            values.append(data)
+            at, left = end, left - 1
+        if values:
+            del buffer[:at]
+            self.ahead = left
+            self.reading = self.last
+            self.settled()
+        return values
 
     def kept_limits(self) -> bool:
         """Whether the batch sent ahead, up to its answer read last (or here already), kept one
@@ -2274,12 +2282,8 @@ def run_calls(job: Record, t_end: socket.socket, report: Reporter, requested: bo
 
         calls.append(call)
 
-    def ready(channel: Channel, index: int) -> Record | None:
-        taken = channel.ready_value(short)
-        return None if taken is None else {"test": index, "status": "returned", "value": taken[0]}
-
     stop = bool(job.get("stop_at_first_failure"))
-    run_loaded(calls, t_end, job["timeout"], report, stop, requested, ready)
+    run_loaded(calls, t_end, job["timeout"], report, stop, requested, short)
 
 
 PASSES = ("passed", "returned")
@@ -2293,7 +2297,7 @@ def run_loaded(
     report: Reporter,
     stop_at_first_failure: bool = False,
     requested: bool = False,
-    ready: Callable[[Channel, int], Record | None] | None = None,
+    ready: Callable[[JSON], bool] | None = None,
 ) -> None:
     """The tests in order, each against a process that has loaded the candidate's code. A
     fork per test is the cost of a call-heavy row, so a process answers test after test for
@@ -2315,17 +2319,17 @@ def run_loaded(
     A load that fails in the first test's process is the code's load error (no test runs);
     in a later one, that test's failure. With ``stop_at_first_failure`` (all-or-nothing
     scoring), no test runs after one that did not pass (or return). ``requested``: the first
-    test's process is asked for already (:func:`request_child`). ``ready``: a test's record
-    where the process's answer is here already and passes with none of a test's set-up
-    (:meth:`Channel.ready_value`), else None."""
+    test's process is asked for already (:func:`request_child`). ``ready``: which answers'
+    values the next tests pass with where they are here already, with none of a test's
+    set-up (:meth:`Channel.ready_values`): recorded as one record of their ``values``."""
     box: list[Channel] = []
     index = hold = 0
     try:
         while index < len(tests):
-            quick = ready(box[0], index) if box and ready else None
-            if quick is not None:
-                report.add(quick)
-                index += 1
+            values = box[0].ready_values(ready) if box and ready else None
+            if values:
+                report.add({"test": index, "status": "returned", "values": values})
+                index += len(values)
                 continue
             found = judge(tests[index], t_end, timeout, loads=True, box=box, requested=requested)
             requested = False
