@@ -22,7 +22,9 @@ candidate never runs in the process that judges it.
   test would be most of a call-heavy row's cost, and buys nothing while C only returns
   values: :func:`run_loaded`). Function calls go to C in batches while they are quick, with
   no round trip between (:meth:`Channel.send_ahead`): an answer is taken only where the
-  batch up to it kept one test's CPU limit, and what C answered after a failure is dropped.
+  batch up to it kept one test's CPU limit, and what C answered after a failure is dropped;
+  the answers T finds already there are taken together, under one reading of C's CPU time
+  taken after they came, and recorded as one record of their values.
   A program runs in a fresh C per test, with that socket as its
   stdin and stdout. All of a test's candidate work is C's and its threads', load-time threads
   included: the test's clock is C's CPU time from where the previous test's clock stopped
@@ -50,8 +52,9 @@ candidate never runs in the process that judges it.
 
 Protocol. stdin: the key in hex and a newline, then frames, each ``<decimal length>\\n<JSON>``:
 first ``{"code", "setup", "kind"}``, then the job ``{"kind": "asserts"|"calls"|"stdio",
-"timeout", "count", ...}``, then its ``count`` tests (``ITEMS``), one frame each. stdout: one
-sealed record per line (``<mac> <JSON>``), ending with ``{"done": true}``.
+"timeout", "count", ...}``, then its ``count`` tests (``ITEMS``), one frame each. stdout: sealed
+lines (``<mac> <JSON>``) of records (``{"records": [...]}``), the last ``{"done": true}``; a
+record of ``values`` stands for the calls from its ``test`` on that returned them.
 """
 
 from __future__ import annotations
