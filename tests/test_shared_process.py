@@ -287,3 +287,39 @@ def test_all_or_nothing_scoring_stops_at_the_first_failure(sandbox: Sandbox) -> 
         result = sandbox.exec(request.argv, stdin=request.stdin, timeout=request.timeout)
         outcome = harness.judge(result, request)
         assert (outcome.kind, outcome.passed, outcome.total) == (OutcomeKind.FAILED, 1, 3)
+
+
+REBORN = (
+    "import os\n"
+    "seen = []\n"
+    "def who(x):\n"
+    "    seen.append(x)\n"
+    "    if x == FAILS and len(seen) > 1:\n"
+    "        os._exit(0)\n"
+    "    return [list(seen), os.getppid(), os.getuid()]\n"
+)
+"""``who(x)`` returns what its process has seen, its parent and its uid; the call at FAILS
+(the first of a batch) ends its process unless it is the first that process got."""
+
+
+def test_a_job_that_stops_at_its_first_failure_reruns_a_call_in_a_fresh_zygotes_process(
+    sandbox: Sandbox,
+) -> None:
+    """All-or-nothing scoring: the zygote becomes the first test's process, so a call whose
+    batch cannot vouch for it (it ended its process with calls after it pending) runs again
+    in a process of a zygote started afresh (another parent, the same uid), which has seen
+    nothing of the first process; the rest run on there."""
+    code = REBORN.replace("FAILS", str(FAILS))
+    harness = FunctionTests(
+        "who", [(i,) for i in range(TESTS)], [None] * TESTS, timeout=5, stop_at_first_failure=True
+    )
+    found = records(sandbox, harness, code)
+    assert [status for status, _ in found] == ["returned"] * TESTS
+    values = [value for _, value in found]
+    assert [v[0] for v in values] == [
+        list(range(FAILS if i >= FAILS else 0, i + 1)) for i in range(TESTS)
+    ]
+    first, again = {tuple(v[1:]) for v in values[:FAILS]}, {tuple(v[1:]) for v in values[FAILS:]}
+    assert len(first) == len(again) == 1
+    (first_parent, first_uid), (parent, uid) = first.pop(), again.pop()
+    assert parent != first_parent and uid == first_uid

@@ -8,13 +8,19 @@ candidate never runs in the process that judges it.
 
 - The judge (this process, T) reads the exec's verdict key, then the candidate's code, makes
   itself non-dumpable and forks a zygote (Z) *before* reading any test; the key is read into
-  memory no fork inherits, and T forks nothing else. Neither Z nor its children can read T's
-  memory, open T's file descriptors through /proc, or ptrace it. Where the sandbox maps a
-  judge's uid (a root host: ``sandboxkit.local.judge``), T takes it before it forks Z, and Z
-  takes the candidate's back: no process of the candidate's can signal T or change its
-  limits, whatever a filter allows.
-- Z never runs the candidate's code, so what it tells T is true: it compiles the code once
-  (and imports the standard modules it names) and forks a child (C) on request. C installs
+  memory no fork inherits, and T forks nothing else (but a fresh interpreter for a zygote
+  started afresh, below, which it execs at once: nothing of T's memory reaches it). Neither
+  Z nor its children can read T's memory, open T's file descriptors through /proc, or ptrace
+  it. Where the sandbox maps a judge's uid (a root host: ``sandboxkit.local.judge``), T takes
+  it before it forks Z, and Z takes the candidate's back (a fresh zygote starts with it): no
+  process of the candidate's can signal T or change its limits, whatever a filter allows.
+- Z never runs the candidate's code while it is a zygote, so what it tells T is true: it
+  compiles the code once (and imports the standard modules it names) and forks a child (C)
+  on request. In a job that ends at its first failure (all-or-nothing scoring), Z becomes
+  the first test's C itself instead (a fork and a process fewer per completion), closing its
+  socket to T first; should a test then need a fresh C (a rerun of a call its batch cannot
+  vouch for: :class:`Unsure`), T starts a zygote afresh (:func:`restart_zygote`: a new
+  interpreter that runs the runner's own code object, with the candidate's ids). C installs
   the no-process filter (:func:`forbid_processes`), then loads the candidate
   (:func:`load_candidate`, the one place its module code first runs) and answers the tests'
   calls over a private socket, test after test, until a test in which it does not answer
@@ -1034,9 +1040,12 @@ def zygote(
     fd = ctl.fileno()
     while True:
         try:
-            read_frame(fd)
+            asked = read_frame(fd)
         except (EOFError, OSError, ValueError):
             os._exit(0)
+        # T's first request of a job that ends at its first failure: this process becomes
+        # that test's (a fork and a process fewer); T starts a fresh zygote if it needs another.
+        become = program is None and type(asked) is dict and asked.get("become") is True
         mine, theirs = socket.socketpair()
         # A program's exit status goes to T from here, its parent, over a socket of its own;
         # its stderr over another.
@@ -1044,7 +1053,10 @@ def zygote(
         if program is not None:
             status_mine, status_theirs = socket.socketpair()
             err_mine, err_theirs = socket.socketpair()
-        pid = os.fork()
+        if become:
+            said = {"child": os.getpid(), "became": True}
+            socket.send_fds(ctl, [frame(said)], [theirs.fileno()])
+        pid = 0 if become else os.fork()
         if pid == 0:
             for end in (ctl, theirs, status_mine, status_theirs, err_theirs):
                 if end is not None:
@@ -2035,22 +2047,92 @@ def start_zygote(
     t_end, z_end = socket.socketpair()
     pid = os.fork()
     if pid == 0:
-        try:
-            take_oom_score()
-            take_candidate_ids(candidate)
-        except BaseException:
-            os._exit(70)  # never runs anything with the judge's uid
         t_end.close()
-        null = os.open(os.devnull, os.O_RDWR)
-        for std in (0, 1, 2):
-            os.dup2(null, std)
-        keep = z_end.fileno()
-        os.closerange(3, keep)
-        os.closerange(keep + 1, 65536)
+        zygote_process(z_end, candidate)
         zygote(z_end, code, setup, program, run, bans)
         os._exit(0)
     z_end.close()
     return pid, t_end
+
+
+def zygote_process(z_end: socket.socket, candidate: tuple[int, int] | None) -> None:
+    """Z, first: its OOM score and the candidate's ids (it never runs anything with the
+    judge's uid), stdio on /dev/null and no descriptor but its socket to T."""
+    try:
+        take_oom_score()
+        take_candidate_ids(candidate)
+    except BaseException:
+        os._exit(70)
+    null = os.open(os.devnull, os.O_RDWR)
+    for std in (0, 1, 2):
+        os.dup2(null, std)
+    keep = z_end.fileno()
+    os.closerange(3, keep)
+    os.closerange(keep + 1, 65536)
+
+
+FRESH_ZYGOTE = (
+    "import marshal, sys\n"
+    "code, first = marshal.loads(sys.stdin.buffer.read())\n"
+    "runner = {'__name__': '__sandboxkit_zygote__'}\n"
+    "exec(code, runner)\n"
+    "runner['fresh_zygote'](int(sys.argv[1]), first)\n"
+)
+"""The program of a zygote started afresh (:func:`restart_zygote`): the runner's own code
+object and the candidate's code come on its stdin."""
+RESTART: list[Callable[[], None]] = []
+"""T: how to start a fresh zygote on its socket to the zygote that became the first test's
+process (:func:`zygote`), while one is needed for a rerun and none has been started."""
+ZYGOTES: list[int] = []
+"""T: the zygotes it started afresh, killed at its end."""
+
+
+def restart_zygote(t_end: socket.socket, first: Record, candidate: tuple[int, int] | None) -> None:
+    """T, for a rerun once its zygote became the first test's process: a zygote in a fresh
+    interpreter, which takes T's socket to the old one, compiled and ready. Exec'd, so nothing
+    of T's memory (the tests, the key) is in it, and started with the candidate's ids where
+    T has the judge's (a rerun is rare: a job that ends at its first failure reruns only a
+    call its batch cannot vouch for, :class:`Unsure`). It runs the runner's own code object,
+    which T takes from its module's frame (no source, no compile)."""
+    import marshal
+    import subprocess
+
+    module = sys._getframe()
+    while module.f_code.co_name != "<module>" or module.f_globals is not globals():
+        if module.f_back is None:
+            raise RemoteError("the runner's code is not at hand")
+        module = module.f_back
+    mine, theirs = socket.socketpair()
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-I", "-c", FRESH_ZYGOTE, str(theirs.fileno())],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            pass_fds=(theirs.fileno(),),
+            user=None if candidate is None else candidate[0],
+            group=None if candidate is None else candidate[1],
+        )
+    finally:
+        theirs.close()
+    ZYGOTES.append(process.pid)
+    assert process.stdin is not None
+    with process.stdin as feed:
+        feed.write(marshal.dumps((module.f_code, first)))
+    os.dup2(mine.fileno(), t_end.fileno())
+    mine.close()
+    loaded = load(t_end, process.pid, 60.0, None)
+    if "load_error" in loaded:
+        raise RemoteError(f"a fresh zygote did not start: {loaded['load_error']}")
+
+
+def fresh_zygote(fd: int, first: Record) -> None:
+    """A zygote started afresh by T (:func:`restart_zygote`): as the one T forks, with its
+    socket to T at ``fd``."""
+    ctl = socket.socket(fileno=fd)
+    zygote_process(ctl, None)
+    zygote(ctl, first["code"], first.get("setup", ""), None, None, first.get("bans"))
+    os._exit(0)
 
 
 def load(t_end: socket.socket, zygote_pid: int, timeout: float, wall: float | None) -> Record:
@@ -2079,24 +2161,32 @@ def child_channel(
     """A fresh child from the zygote (which runs none of the candidate's code); ``requested``:
     T asked for it already (:func:`request_child`)."""
     try:
+        if not requested and RESTART:
+            RESTART.pop()()
         t_end.settimeout(timeout * WALL_FACTOR if wall is None else wall)
         if not requested:
             request_child(t_end)
         msg, fds, _flags, _addr = socket.recv_fds(t_end, 256, 3)
-        pid = int(json.loads(msg.split(b"\n", 1)[1])["child"])
+        said = json.loads(msg.split(b"\n", 1)[1])
+        pid = int(said["child"])
         socks = [socket.socket(fileno=fd) for fd in fds]
         socks[0].setblocking(False)  # read on the test's clock (read_frame)
     except Exception:
         raise RemoteError("the candidate's process could not start a test") from None
     socks += [None] * (3 - len(socks))  # type: ignore[list-item]
-    return pid, Channel(socks[0], Clock(pid, timeout, wall), socks[1], socks[2])
+    clock = Clock(pid, timeout, wall)
+    if said.get("became"):  # the zygote, whose CPU time so far was its own, not the load's
+        clock.base = clock.used()
+    return pid, Channel(socks[0], clock, socks[1], socks[2])
 
 
-def request_child(t_end: socket.socket) -> None:
+def request_child(t_end: socket.socket, become: bool = False) -> None:
     """Ask the zygote for a child. T asks for the first one before the zygote is ready
     (:func:`main`): the zygote forks it as soon as it has compiled the code, while T waits,
-    with no round trip between them on the way."""
-    t_end.sendall(frame({"fork": True}))
+    with no round trip between them on the way. ``become``: the zygote becomes it (a job that
+    ends at its first failure, whose tests after it run in that process while it answers;
+    :data:`RESTART` starts a fresh zygote if another is needed)."""
+    t_end.sendall(frame({"become": True} if become else {"fork": True}))
 
 
 MAX_NAMES = 1 << 20
@@ -2119,7 +2209,7 @@ def await_load(channel: Channel, pid: int) -> None:
     start the test's clock from the CPU time the process has used: every cycle after it,
     load-time threads' included, counts toward the test."""
     test = channel.clock
-    loading = Clock(pid, 2 * test.limit, 2 * test.wall)
+    loading = Clock(pid, 2 * test.limit, 2 * test.wall, base=test.base)
     try:
         said = channel.frames.read(MAX_NAMES, loading)
     except TimeUp as exc:
@@ -2611,7 +2701,11 @@ def main() -> None:
     requested = job["kind"] in ("asserts", "calls") and job["count"] > 0
     try:
         if requested:
-            request_child(t_end)
+            become = bool(job.get("stop_at_first_failure"))
+            request_child(t_end, become)
+            if become:
+                again = {"code": code, "setup": setup, "bans": first.get("bans")}
+                RESTART.append(lambda: restart_zygote(t_end, again, candidate))
         limits = (program or {}).get("compile_limits")
         build_wall = limits["wall"] + PCH_WALL if limits else None
         loaded = load(t_end, zygote_pid, job["timeout"] * 2, build_wall)
@@ -2631,8 +2725,9 @@ def main() -> None:
         else:
             run_stdio(job, t_end, report)
     finally:
-        with contextlib.suppress(OSError):
-            os.kill(zygote_pid, signal.SIGKILL)
+        for pid in (zygote_pid, *ZYGOTES):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
         if program is not None and program.get("dir"):
             import shutil
 
