@@ -1004,11 +1004,12 @@ def zygote(
     run: tuple[list[str], Env] | None,
     bans: Record | None = None,
 ) -> None:
-    """Z: never runs the candidate's code. It compiles it once (a program of another
-    language: runs its compiler), then forks a fresh child on request, which loads
-    the candidate (or runs the program) under that test's limits. With ``bans``, what the
-    task bans is unusable in each child before the candidate's first instruction
-    (:func:`enforce_bans`)."""
+    """Z: never runs the candidate's code while it is a zygote. It compiles it once (a
+    program of another language: runs its compiler), then forks a fresh child on request,
+    which loads the candidate (or runs the program) under that test's limits; asked to
+    ``become`` the child (:func:`request_child`), it is that child itself, its socket to T
+    closed first. With ``bans``, what the task bans is unusable in each child before the
+    candidate's first instruction (:func:`enforce_bans`)."""
     native = program.get("native") if program is not None else None
     try:
         if native is not None and program is not None and run is not None:
@@ -2691,7 +2692,7 @@ def main() -> None:
     make_undumpable()
     candidate = become_judge()
     zygote_pid, t_end = start_zygote(code, setup, program, run, first.get("bans"), candidate)
-    # Only now, in T alone: T forks nothing else.
+    # Only now, in T alone: T forks nothing else (a fresh zygote is exec'd at once).
     report = Reporter(bytes.fromhex(key_memory[:].decode()))
     key_memory.close()
     job = read_job(0)  # only now: the zygote never had the tests in its memory
