@@ -2088,7 +2088,9 @@ ZYGOTES: list[int] = []
 """T: the zygotes it started afresh, killed at its end."""
 
 
-def restart_zygote(t_end: socket.socket, first: Record, candidate: tuple[int, int] | None) -> None:
+def restart_zygote(
+    t_end: socket.socket, first: Record, candidate: tuple[int, int] | None, timeout: float
+) -> None:
     """T, for a rerun once its zygote became the first test's process: a zygote in a fresh
     interpreter, which takes T's socket to the old one, compiled and ready. Exec'd, so nothing
     of T's memory (the tests, the key) is in it, and started with the candidate's ids where
@@ -2122,7 +2124,7 @@ def restart_zygote(t_end: socket.socket, first: Record, candidate: tuple[int, in
         feed.write(marshal.dumps((module.f_code, first)))
     os.dup2(mine.fileno(), t_end.fileno())
     mine.close()
-    loaded = load(t_end, process.pid, 60.0, None)
+    loaded = load(t_end, process.pid, timeout * 2, None)  # as the first zygote's
     if "load_error" in loaded:
         raise RemoteError(f"a fresh zygote did not start: {loaded['load_error']}")
 
@@ -2706,7 +2708,7 @@ def main() -> None:
             request_child(t_end, become)
             if become:
                 again = {"code": code, "setup": setup, "bans": first.get("bans")}
-                RESTART.append(lambda: restart_zygote(t_end, again, candidate))
+                RESTART.append(lambda: restart_zygote(t_end, again, candidate, job["timeout"]))
         limits = (program or {}).get("compile_limits")
         build_wall = limits["wall"] + PCH_WALL if limits else None
         loaded = load(t_end, zygote_pid, job["timeout"] * 2, build_wall)
