@@ -1055,7 +1055,10 @@ def zygote(
             status_mine, status_theirs = socket.socketpair()
             err_mine, err_theirs = socket.socketpair()
         if become:
-            said = {"child": os.getpid(), "became": True}
+            # Its CPU time so far is its own (the compile), read before any of the
+            # candidate's runs: T bases the load's clock on it, so none of the load escapes.
+            own = time.clock_gettime(time.CLOCK_PROCESS_CPUTIME_ID)
+            said = {"child": os.getpid(), "became": own}
             socket.send_fds(ctl, [frame(said)], [theirs.fileno()])
         pid = 0 if become else os.fork()
         if pid == 0:
@@ -2178,8 +2181,9 @@ def child_channel(
         raise RemoteError("the candidate's process could not start a test") from None
     socks += [None] * (3 - len(socks))  # type: ignore[list-item]
     clock = Clock(pid, timeout, wall)
-    if said.get("became"):  # the zygote, whose CPU time so far was its own, not the load's
-        clock.base = clock.used()
+    became = said.get("became")
+    if type(became) is float:  # the zygote's CPU time when it became the child (its word,
+        clock.base = min(became, clock.used())  # given before the candidate's code ran)
     return pid, Channel(socks[0], clock, socks[1], socks[2])
 
 
