@@ -279,6 +279,20 @@ def test_all_scores_one_only_where_every_input_passes() -> None:
     assert got == {"fraction": [2 / 3, 1.0], "all": [0.0, 1.0]}
 
 
+def test_a_harness_makes_its_calls_once_for_every_completion_it_judges() -> None:
+    """The calls' texts, most of the host's work on a request, are made at the first request
+    (the reward's check that the row can be built) and taken by every later one whole."""
+    harness = InputTests("inc", tuple((i,) for i in range(300)), tuple(range(1, 301)))
+    first = harness.request("def inc(x): return x + 1")
+    calls = harness.job["calls"]
+    second = harness.request("def inc(x): return x")
+    assert harness.job["calls"] is calls and len(calls) == 300
+    assert calls[7] == b'{"call": "inc", "args": {"$t": [7]}}'
+    assert first.stdin.endswith(b"".join(b"%d\n%b" % (len(c), c) for c in calls))
+    assert second.stdin.endswith(b"".join(b"%d\n%b" % (len(c), c) for c in calls))
+    assert first.key != second.key
+
+
 def test_the_reference_runs_once_per_task(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     row = {

@@ -8,6 +8,7 @@ says which process answered it.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -78,18 +79,24 @@ def probed(i: int) -> list[int]:
     return list(range(i + 1)) if i < FAILS else list(range(FAILS + 1, i + 1))
 
 
-def test_the_records_of_many_calls_come_in_few_sealed_lines_and_all_count(
+def test_the_records_of_many_calls_come_in_few_sealed_lines_and_records_and_all_count(
     sandbox: Sandbox,
 ) -> None:
     """600 calls, one wrong in the middle of a line's records: the runner seals lines of many
-    records, not one line per call, and the host reads every record out of them."""
+    records, not one line per call, and records the values of the answers it finds already
+    there together, not one record per call; the host reads every call's value out of them."""
     code = "def twice(x):\n    return 2 * x + (x == 300)\n"
     harness = FunctionTests("twice", [(i,) for i in range(600)], [2 * i for i in range(600)])
     request = harness.request(code)
     result = sandbox.exec(request.argv, stdin=request.stdin, timeout=request.timeout)
     found = read_records(result, request)
     assert found.done and sorted(found.tests) == list(range(600)), result.stderr
-    assert 3 <= len(result.stdout.splitlines()) <= 600 // 10
+    assert [found.tests[i]["value"] for i in range(600)] == [2 * i + (i == 300) for i in range(600)]
+    lines = result.stdout.splitlines()
+    assert 1 <= len(lines) <= 600 // 10
+    records = [r for line in lines for r in json.loads(line.partition(" ")[2])["records"]]
+    assert len(records) <= 600 // 3
+    assert max(len(r.get("values", ())) for r in records) >= 2
     outcome = harness.judge(result, request)
     assert (outcome.kind, outcome.passed, outcome.detail) == (
         OutcomeKind.FAILED,
@@ -280,3 +287,39 @@ def test_all_or_nothing_scoring_stops_at_the_first_failure(sandbox: Sandbox) -> 
         result = sandbox.exec(request.argv, stdin=request.stdin, timeout=request.timeout)
         outcome = harness.judge(result, request)
         assert (outcome.kind, outcome.passed, outcome.total) == (OutcomeKind.FAILED, 1, 3)
+
+
+REBORN = (
+    "import os\n"
+    "seen = []\n"
+    "def who(x):\n"
+    "    seen.append(x)\n"
+    "    if x == FAILS and len(seen) > 1:\n"
+    "        os._exit(0)\n"
+    "    return [list(seen), os.getppid(), os.getuid()]\n"
+)
+"""``who(x)`` returns what its process has seen, its parent and its uid; the call at FAILS
+(the first of a batch) ends its process unless it is the first that process got."""
+
+
+def test_a_job_that_stops_at_its_first_failure_reruns_a_call_in_a_fresh_zygotes_process(
+    sandbox: Sandbox,
+) -> None:
+    """All-or-nothing scoring: the zygote becomes the first test's process, so a call whose
+    batch cannot vouch for it (it ended its process with calls after it pending) runs again
+    in a process of a zygote started afresh (another parent, the same uid), which has seen
+    nothing of the first process; the rest run on there."""
+    code = REBORN.replace("FAILS", str(FAILS))
+    harness = FunctionTests(
+        "who", [(i,) for i in range(TESTS)], [None] * TESTS, timeout=5, stop_at_first_failure=True
+    )
+    found = records(sandbox, harness, code)
+    assert [status for status, _ in found] == ["returned"] * TESTS
+    values = [value for _, value in found]
+    assert [v[0] for v in values] == [
+        list(range(FAILS if i >= FAILS else 0, i + 1)) for i in range(TESTS)
+    ]
+    first, again = {tuple(v[1:]) for v in values[:FAILS]}, {tuple(v[1:]) for v in values[FAILS:]}
+    assert len(first) == len(again) == 1
+    (first_parent, first_uid), (parent, uid) = first.pop(), again.pop()
+    assert parent != first_parent and uid == first_uid

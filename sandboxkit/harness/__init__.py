@@ -257,12 +257,19 @@ class FunctionTests:
     reference_seconds: float = 0.0
     """As :attr:`~sandboxkit.harness.inputs.InputTests.reference_seconds`."""
 
-    def request(self, code: str) -> RunRequest:
-        calls = runner.call_texts(self.func_name, self.args)
-        job: dict[str, Any] = {"kind": "calls", "timeout": self.timeout, "calls": calls}
+    @functools.cached_property
+    def job(self) -> dict[str, Any]:
+        """The runner's job, its calls' JSON texts (:func:`runner.call_texts`) made once for
+        every completion judged with this harness: a row's thousands of calls are most of the
+        host's work on a request."""
+        job: dict[str, Any] = {"kind": "calls", "timeout": self.timeout}
+        job["calls"] = runner.call_texts(self.func_name, self.args)
         if self.stop_at_first_failure:
             job["stop_at_first_failure"] = True
-        return runner_request({"code": code, "setup": ""}, job, bans=self.bans)
+        return job
+
+    def request(self, code: str) -> RunRequest:
+        return runner_request({"code": code, "setup": ""}, self.job, bans=self.bans)
 
     def judge(self, result: ExecResult, request: RunRequest) -> Outcome:
         total = len(self.args)

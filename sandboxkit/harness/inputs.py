@@ -16,6 +16,7 @@ from __future__ import annotations
 import cmath
 import contextlib
 import copy
+import functools
 import hashlib
 import io
 import math
@@ -138,20 +139,27 @@ class InputTests:
     expected length, by which a batch starts its longest runs first
     (:func:`~sandboxkit.evaluation.longest_first`)."""
 
-    def request(self, code: str) -> RunRequest:
-        calls = runner.call_texts(self.entry_point, self.inputs)
+    @functools.cached_property
+    def job(self) -> dict[str, Any]:
+        """The runner's job, made once for every completion judged with this harness (the
+        reward's check that the row can be built makes it): as
+        :attr:`~sandboxkit.harness.FunctionTests.job`."""
         whole: list[int] = []
         atol = self.atol
         for i, (_, expected) in enumerate(zip(self.inputs, self.expected, strict=True)):
             atol = tolerance(expected, atol)
             if atol:  # maybe compared with a tolerance, so the digest of a long result won't do
                 whole.append(i)
+        calls = runner.call_texts(self.entry_point, self.inputs)
         job = {"kind": "calls", "timeout": self.timeout, "calls": calls, "loose": True}
         if whole:
             job["whole"] = whole
         if self.stop_at_first_failure:
             job["stop_at_first_failure"] = True
-        return runner_request({"code": code, "setup": ""}, job)
+        return job
+
+    def request(self, code: str) -> RunRequest:
+        return runner_request({"code": code, "setup": ""}, self.job)
 
     def judge(self, result: ExecResult, request: RunRequest) -> Outcome:
         atol = [self.atol]  # as EvalPlus: a tolerance once set is kept for the later inputs

@@ -137,7 +137,8 @@ def read_records(result: ExecResult, request: RunRequest) -> Records:
 
 
 def take_record(found: Records, record: Any) -> None:
-    """One of the runner's records, into ``found``."""
+    """One of the runner's records, into ``found``; one of ``values`` (the calls from
+    ``test`` on that returned them, one after another) as a record of each."""
     if isinstance(record, dict):
         if "load_error" in record:
             found.load_error = str(record["load_error"])
@@ -145,7 +146,12 @@ def take_record(found: Records, record: Any) -> None:
             found.banned = bool(record.get("banned"))
             found.build = str(record.get("build") or "")
         elif isinstance(record.get("test"), int):
-            found.tests[record["test"]] = record
+            first, values = record["test"], record.get("values")
+            if not isinstance(values, list):
+                found.tests[first] = record
+                return
+            for at, value in enumerate(values, first):
+                found.tests[at] = {"test": at, "status": "returned", "value": value}
         elif record.get("done") is True:
             found.done = True
 

@@ -8,13 +8,19 @@ candidate never runs in the process that judges it.
 
 - The judge (this process, T) reads the exec's verdict key, then the candidate's code, makes
   itself non-dumpable and forks a zygote (Z) *before* reading any test; the key is read into
-  memory no fork inherits, and T forks nothing else. Neither Z nor its children can read T's
-  memory, open T's file descriptors through /proc, or ptrace it. Where the sandbox maps a
-  judge's uid (a root host: ``sandboxkit.local.judge``), T takes it before it forks Z, and Z
-  takes the candidate's back: no process of the candidate's can signal T or change its
-  limits, whatever a filter allows.
-- Z never runs the candidate's code, so what it tells T is true: it compiles the code once
-  (and imports the standard modules it names) and forks a child (C) on request. C installs
+  memory no fork inherits, and T forks nothing else (but a fresh interpreter for a zygote
+  started afresh, below, which it execs at once: nothing of T's memory reaches it). Neither
+  Z nor its children can read T's memory, open T's file descriptors through /proc, or ptrace
+  it. Where the sandbox maps a judge's uid (a root host: ``sandboxkit.local.judge``), T takes
+  it before it forks Z, and Z takes the candidate's back (a fresh zygote starts with it): no
+  process of the candidate's can signal T or change its limits, whatever a filter allows.
+- Z never runs the candidate's code while it is a zygote, so what it tells T is true: it
+  compiles the code once (and imports the standard modules it names) and forks a child (C)
+  on request. In a job that ends at its first failure (all-or-nothing scoring), Z becomes
+  the first test's C itself instead (a fork and a process fewer per completion), closing its
+  socket to T first; should a test then need a fresh C (a rerun of a call its batch cannot
+  vouch for: :class:`Unsure`), T starts a zygote afresh (:func:`restart_zygote`: a new
+  interpreter that runs the runner's own code object, with the candidate's ids). C installs
   the no-process filter (:func:`forbid_processes`), then loads the candidate
   (:func:`load_candidate`, the one place its module code first runs) and answers the tests'
   calls over a private socket, test after test, until a test in which it does not answer
@@ -22,7 +28,9 @@ candidate never runs in the process that judges it.
   test would be most of a call-heavy row's cost, and buys nothing while C only returns
   values: :func:`run_loaded`). Function calls go to C in batches while they are quick, with
   no round trip between (:meth:`Channel.send_ahead`): an answer is taken only where the
-  batch up to it kept one test's CPU limit, and what C answered after a failure is dropped.
+  batch up to it kept one test's CPU limit, and what C answered after a failure is dropped;
+  the answers T finds already there are taken together, under one reading of C's CPU time
+  taken after they came, and recorded as one record of their values.
   A program runs in a fresh C per test, with that socket as its
   stdin and stdout. All of a test's candidate work is C's and its threads', load-time threads
   included: the test's clock is C's CPU time from where the previous test's clock stopped
@@ -50,8 +58,9 @@ candidate never runs in the process that judges it.
 
 Protocol. stdin: the key in hex and a newline, then frames, each ``<decimal length>\\n<JSON>``:
 first ``{"code", "setup", "kind"}``, then the job ``{"kind": "asserts"|"calls"|"stdio",
-"timeout", "count", ...}``, then its ``count`` tests (``ITEMS``), one frame each. stdout: one
-sealed record per line (``<mac> <JSON>``), ending with ``{"done": true}``.
+"timeout", "count", ...}``, then its ``count`` tests (``ITEMS``), one frame each. stdout: sealed
+lines (``<mac> <JSON>``) of records (``{"records": [...]}``), the last ``{"done": true}``; a
+record of ``values`` stands for the calls from its ``test`` on that returned them.
 """
 
 from __future__ import annotations
@@ -427,7 +436,7 @@ def dumps(obj: Any) -> str:
     return "".join(_ENCODE(obj, 0))
 
 
-def loads(data: bytes) -> Any:
+def loads(data: bytes | bytearray) -> Any:
     """One JSON value, exactly the whole of ``data`` (UTF-8), as ``json.loads`` reads it,
     without its set-up on every call: the C scanner made once (any other text is a
     ``ValueError``)."""
@@ -533,10 +542,6 @@ class Frames:
         whole = bytes(buffer[:end])
         del buffer[:end]
         return whole, whole[newline + 1 :]
-
-    def unread(self, whole: bytes) -> None:
-        """Put back the frame :meth:`raw` just read (``whole``), as if it had not been read."""
-        self.buffer[:0] = whole
 
     def fill(self, n: int, clock: Clock | None) -> None:
         chunk = read_some(self.fd, n, clock)
@@ -755,31 +760,43 @@ class Channel:
             quick = self.clock.base - self.since[0] <= self.clock.limit / QUICK
             self.batch = min(GROWTH * self.batch, MAX_AHEAD) if quick else 1
 
-    def ready_value(self, accept: Callable[[JSON], bool]) -> tuple[JSON] | None:
-        """The next answer sent ahead, where it is here already, as :meth:`exchange` and
-        :meth:`settled` would take it for a test, with none of a test's set-up (most of a
-        call-heavy row's answers come so): a value that ``accept`` takes, answered while the
-        batch up to it kept one test's CPU limit and backstop; None (nothing taken) for any
-        other, which the test's own path judges."""
+    def ready_values(self, accept: Callable[[JSON], bool]) -> list[JSON]:
+        """The answers sent ahead that are here already, in order, each as :meth:`exchange`
+        and :meth:`settled` would take it for a test, with none of a test's set-up (most of a
+        call-heavy row's answers come so): values that ``accept`` takes, answered while the
+        batch up to them kept one test's CPU limit and backstop, up to the first that is not
+        such (left for the test's own path to judge). One reading of the process's CPU time,
+        taken after all of them came, bounds them all."""
         frames = self.frames
         if not self.ahead or self.leading or not frames.ready() or not self.kept_limits():
-            return None
-        whole, text = frames.raw()
-        try:
-            answer = loads(text)
-        except ValueError:
-            answer = None
-        if type(answer) is not dict or len(answer) != 1 or "ok" not in answer:
-            frames.unread(whole)
-            return None
-        data = answer["ok"]
-        if not accept(data):
-            frames.unread(whole)
-            return None
-        self.ahead -= 1
-        self.reading = self.last
-        self.settled()
-        return (data,)
+            return []
+        buffer, values, at, left = frames.buffer, [], 0, self.ahead
+        while left:
+            newline = buffer.find(b"\n", at, at + 13)
+            try:
+                size = int(buffer[at:newline]) if newline >= 0 else -1
+            except ValueError:
+                break
+            end = newline + 1 + size
+            if not 0 <= size <= MAX_FRAME or len(buffer) < end:
+                break
+            try:
+                answer = loads(buffer[newline + 1 : end])
+            except ValueError:
+                break
+            if type(answer) is not dict or len(answer) != 1 or "ok" not in answer:
+                break
+            data = answer["ok"]
+            if not accept(data):
+                break
+            values.append(data)
+            at, left = end, left - 1
+        if values:
+            del buffer[:at]
+            self.ahead = left
+            self.reading = self.last
+            self.settled()
+        return values
 
     def kept_limits(self) -> bool:
         """Whether the batch sent ahead, up to its answer read last (or here already), kept one
@@ -987,11 +1004,12 @@ def zygote(
     run: tuple[list[str], Env] | None,
     bans: Record | None = None,
 ) -> None:
-    """Z: never runs the candidate's code. It compiles it once (a program of another
-    language: runs its compiler), then forks a fresh child on request, which loads
-    the candidate (or runs the program) under that test's limits. With ``bans``, what the
-    task bans is unusable in each child before the candidate's first instruction
-    (:func:`enforce_bans`)."""
+    """Z: never runs the candidate's code while it is a zygote. It compiles it once (a
+    program of another language: runs its compiler), then forks a fresh child on request,
+    which loads the candidate (or runs the program) under that test's limits; asked to
+    ``become`` the child (:func:`request_child`), it is that child itself, its socket to T
+    closed first. With ``bans``, what the task bans is unusable in each child before the
+    candidate's first instruction (:func:`enforce_bans`)."""
     native = program.get("native") if program is not None else None
     try:
         if native is not None and program is not None and run is not None:
@@ -1023,9 +1041,12 @@ def zygote(
     fd = ctl.fileno()
     while True:
         try:
-            read_frame(fd)
+            asked = read_frame(fd)
         except (EOFError, OSError, ValueError):
             os._exit(0)
+        # T's first request of a job that ends at its first failure: this process becomes
+        # that test's (a fork and a process fewer); T starts a fresh zygote if it needs another.
+        become = program is None and type(asked) is dict and asked.get("become") is True
         mine, theirs = socket.socketpair()
         # A program's exit status goes to T from here, its parent, over a socket of its own;
         # its stderr over another.
@@ -1033,7 +1054,13 @@ def zygote(
         if program is not None:
             status_mine, status_theirs = socket.socketpair()
             err_mine, err_theirs = socket.socketpair()
-        pid = os.fork()
+        if become:
+            # Its CPU time so far is its own (the compile), read before any of the
+            # candidate's runs: T bases the load's clock on it, so none of the load escapes.
+            own = time.clock_gettime(time.CLOCK_PROCESS_CPUTIME_ID)
+            said = {"child": os.getpid(), "became": own}
+            socket.send_fds(ctl, [frame(said)], [theirs.fileno()])
+        pid = 0 if become else os.fork()
         if pid == 0:
             for end in (ctl, theirs, status_mine, status_theirs, err_theirs):
                 if end is not None:
@@ -2024,22 +2051,94 @@ def start_zygote(
     t_end, z_end = socket.socketpair()
     pid = os.fork()
     if pid == 0:
-        try:
-            take_oom_score()
-            take_candidate_ids(candidate)
-        except BaseException:
-            os._exit(70)  # never runs anything with the judge's uid
         t_end.close()
-        null = os.open(os.devnull, os.O_RDWR)
-        for std in (0, 1, 2):
-            os.dup2(null, std)
-        keep = z_end.fileno()
-        os.closerange(3, keep)
-        os.closerange(keep + 1, 65536)
+        zygote_process(z_end, candidate)
         zygote(z_end, code, setup, program, run, bans)
         os._exit(0)
     z_end.close()
     return pid, t_end
+
+
+def zygote_process(z_end: socket.socket, candidate: tuple[int, int] | None) -> None:
+    """Z, first: its OOM score and the candidate's ids (it never runs anything with the
+    judge's uid), stdio on /dev/null and no descriptor but its socket to T."""
+    try:
+        take_oom_score()
+        take_candidate_ids(candidate)
+    except BaseException:
+        os._exit(70)
+    null = os.open(os.devnull, os.O_RDWR)
+    for std in (0, 1, 2):
+        os.dup2(null, std)
+    keep = z_end.fileno()
+    os.closerange(3, keep)
+    os.closerange(keep + 1, 65536)
+
+
+FRESH_ZYGOTE = (
+    "import marshal, sys\n"
+    "code, first = marshal.loads(sys.stdin.buffer.read())\n"
+    "runner = {'__name__': '__sandboxkit_zygote__'}\n"
+    "exec(code, runner)\n"
+    "runner['fresh_zygote'](int(sys.argv[1]), first)\n"
+)
+"""The program of a zygote started afresh (:func:`restart_zygote`): the runner's own code
+object and the candidate's code come on its stdin."""
+RESTART: list[Callable[[], None]] = []
+"""T: how to start a fresh zygote on its socket to the zygote that became the first test's
+process (:func:`zygote`), while one is needed for a rerun and none has been started."""
+ZYGOTES: list[int] = []
+"""T: the zygotes it started afresh, killed at its end."""
+
+
+def restart_zygote(
+    t_end: socket.socket, first: Record, candidate: tuple[int, int] | None, timeout: float
+) -> None:
+    """T, for a rerun once its zygote became the first test's process: a zygote in a fresh
+    interpreter, which takes T's socket to the old one, compiled and ready. Exec'd, so nothing
+    of T's memory (the tests, the key) is in it, and started with the candidate's ids where
+    T has the judge's (a rerun is rare: a job that ends at its first failure reruns only a
+    call its batch cannot vouch for, :class:`Unsure`). It runs the runner's own code object,
+    which T takes from its module's frame (no source, no compile)."""
+    import marshal
+    import subprocess
+
+    module = sys._getframe()
+    while module.f_code.co_name != "<module>" or module.f_globals is not globals():
+        if module.f_back is None:
+            raise RemoteError("the runner's code is not at hand")
+        module = module.f_back
+    mine, theirs = socket.socketpair()
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-I", "-c", FRESH_ZYGOTE, str(theirs.fileno())],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            pass_fds=(theirs.fileno(),),
+            user=None if candidate is None else candidate[0],
+            group=None if candidate is None else candidate[1],
+        )
+    finally:
+        theirs.close()
+    ZYGOTES.append(process.pid)
+    assert process.stdin is not None
+    with process.stdin as feed:
+        feed.write(marshal.dumps((module.f_code, first)))
+    os.dup2(mine.fileno(), t_end.fileno())
+    mine.close()
+    loaded = load(t_end, process.pid, timeout * 2, None)  # as the first zygote's
+    if "load_error" in loaded:
+        raise RemoteError(f"a fresh zygote did not start: {loaded['load_error']}")
+
+
+def fresh_zygote(fd: int, first: Record) -> None:
+    """A zygote started afresh by T (:func:`restart_zygote`): as the one T forks, with its
+    socket to T at ``fd``."""
+    ctl = socket.socket(fileno=fd)
+    zygote_process(ctl, None)
+    zygote(ctl, first["code"], first.get("setup", ""), None, None, first.get("bans"))
+    os._exit(0)
 
 
 def load(t_end: socket.socket, zygote_pid: int, timeout: float, wall: float | None) -> Record:
@@ -2068,24 +2167,33 @@ def child_channel(
     """A fresh child from the zygote (which runs none of the candidate's code); ``requested``:
     T asked for it already (:func:`request_child`)."""
     try:
+        if not requested and RESTART:
+            RESTART.pop()()
         t_end.settimeout(timeout * WALL_FACTOR if wall is None else wall)
         if not requested:
             request_child(t_end)
         msg, fds, _flags, _addr = socket.recv_fds(t_end, 256, 3)
-        pid = int(json.loads(msg.split(b"\n", 1)[1])["child"])
+        said = json.loads(msg.split(b"\n", 1)[1])
+        pid = int(said["child"])
         socks = [socket.socket(fileno=fd) for fd in fds]
         socks[0].setblocking(False)  # read on the test's clock (read_frame)
     except Exception:
         raise RemoteError("the candidate's process could not start a test") from None
     socks += [None] * (3 - len(socks))  # type: ignore[list-item]
-    return pid, Channel(socks[0], Clock(pid, timeout, wall), socks[1], socks[2])
+    clock = Clock(pid, timeout, wall)
+    became = said.get("became")
+    if type(became) is float:  # the zygote's CPU time when it became the child (its word,
+        clock.base = min(became, clock.used())  # given before the candidate's code ran)
+    return pid, Channel(socks[0], clock, socks[1], socks[2])
 
 
-def request_child(t_end: socket.socket) -> None:
+def request_child(t_end: socket.socket, become: bool = False) -> None:
     """Ask the zygote for a child. T asks for the first one before the zygote is ready
     (:func:`main`): the zygote forks it as soon as it has compiled the code, while T waits,
-    with no round trip between them on the way."""
-    t_end.sendall(frame({"fork": True}))
+    with no round trip between them on the way. ``become``: the zygote becomes it (a job that
+    ends at its first failure, whose tests after it run in that process while it answers;
+    :data:`RESTART` starts a fresh zygote if another is needed)."""
+    t_end.sendall(frame({"become": True} if become else {"fork": True}))
 
 
 MAX_NAMES = 1 << 20
@@ -2108,7 +2216,7 @@ def await_load(channel: Channel, pid: int) -> None:
     start the test's clock from the CPU time the process has used: every cycle after it,
     load-time threads' included, counts toward the test."""
     test = channel.clock
-    loading = Clock(pid, 2 * test.limit, 2 * test.wall)
+    loading = Clock(pid, 2 * test.limit, 2 * test.wall, base=test.base)
     try:
         said = channel.frames.read(MAX_NAMES, loading)
     except TimeUp as exc:
@@ -2274,12 +2382,8 @@ def run_calls(job: Record, t_end: socket.socket, report: Reporter, requested: bo
 
         calls.append(call)
 
-    def ready(channel: Channel, index: int) -> Record | None:
-        taken = channel.ready_value(short)
-        return None if taken is None else {"test": index, "status": "returned", "value": taken[0]}
-
     stop = bool(job.get("stop_at_first_failure"))
-    run_loaded(calls, t_end, job["timeout"], report, stop, requested, ready)
+    run_loaded(calls, t_end, job["timeout"], report, stop, requested, short)
 
 
 PASSES = ("passed", "returned")
@@ -2293,7 +2397,7 @@ def run_loaded(
     report: Reporter,
     stop_at_first_failure: bool = False,
     requested: bool = False,
-    ready: Callable[[Channel, int], Record | None] | None = None,
+    ready: Callable[[JSON], bool] | None = None,
 ) -> None:
     """The tests in order, each against a process that has loaded the candidate's code. A
     fork per test is the cost of a call-heavy row, so a process answers test after test for
@@ -2315,17 +2419,17 @@ def run_loaded(
     A load that fails in the first test's process is the code's load error (no test runs);
     in a later one, that test's failure. With ``stop_at_first_failure`` (all-or-nothing
     scoring), no test runs after one that did not pass (or return). ``requested``: the first
-    test's process is asked for already (:func:`request_child`). ``ready``: a test's record
-    where the process's answer is here already and passes with none of a test's set-up
-    (:meth:`Channel.ready_value`), else None."""
+    test's process is asked for already (:func:`request_child`). ``ready``: which answers'
+    values the next tests pass with where they are here already, with none of a test's
+    set-up (:meth:`Channel.ready_values`): recorded as one record of their ``values``."""
     box: list[Channel] = []
     index = hold = 0
     try:
         while index < len(tests):
-            quick = ready(box[0], index) if box and ready else None
-            if quick is not None:
-                report.add(quick)
-                index += 1
+            values = box[0].ready_values(ready) if box and ready else None
+            if values:
+                report.add({"test": index, "status": "returned", "values": values})
+                index += len(values)
                 continue
             found = judge(tests[index], t_end, timeout, loads=True, box=box, requested=requested)
             requested = False
@@ -2594,7 +2698,7 @@ def main() -> None:
     make_undumpable()
     candidate = become_judge()
     zygote_pid, t_end = start_zygote(code, setup, program, run, first.get("bans"), candidate)
-    # Only now, in T alone: T forks nothing else.
+    # Only now, in T alone: T forks nothing else (a fresh zygote is exec'd at once).
     report = Reporter(bytes.fromhex(key_memory[:].decode()))
     key_memory.close()
     job = read_job(0)  # only now: the zygote never had the tests in its memory
@@ -2604,7 +2708,11 @@ def main() -> None:
     requested = job["kind"] in ("asserts", "calls") and job["count"] > 0
     try:
         if requested:
-            request_child(t_end)
+            become = bool(job.get("stop_at_first_failure"))
+            request_child(t_end, become)
+            if become:
+                again = {"code": code, "setup": setup, "bans": first.get("bans")}
+                RESTART.append(lambda: restart_zygote(t_end, again, candidate, job["timeout"]))
         limits = (program or {}).get("compile_limits")
         build_wall = limits["wall"] + PCH_WALL if limits else None
         loaded = load(t_end, zygote_pid, job["timeout"] * 2, build_wall)
@@ -2624,8 +2732,9 @@ def main() -> None:
         else:
             run_stdio(job, t_end, report)
     finally:
-        with contextlib.suppress(OSError):
-            os.kill(zygote_pid, signal.SIGKILL)
+        for pid in (zygote_pid, *ZYGOTES):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
         if program is not None and program.get("dir"):
             import shutil
 
