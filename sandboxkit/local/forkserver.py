@@ -154,6 +154,13 @@ OOM_SCORE_ADJ = 1000
 the kernel kills when its sandbox's memory runs out (never the template nor the runner; and
 sandboxes before the host's processes when the host's does)."""
 OOM_SCORE = str(OOM_SCORE_ADJ).encode()
+LAUNCHER = "import sys; exec(compile(sys.argv.pop(1), '<string>', 'exec'))"
+"""How a host starts this module: ``python -I -S -c LAUNCHER SOURCE ARGS...`` (this module's
+``sys.argv`` is then ``-c ARGS...``, as with ``-c SOURCE ARGS...``). Given as ``-c SOURCE``, the
+interpreter would keep the parse of all of this module (its syntax tree, with every name and
+constant in it: some 3 MB of heap) until the ``-c`` program ends, which for a server is never;
+each exec's fork copies a page-table entry for every page of it, and each exec's exit unmaps
+them. ``compile`` frees its parse as soon as the code is made."""
 MAX_REQUEST = 1024 * 1024
 """Largest request (header, job and stdin): a pipe must hold it whole (``pipe_holding``), and
 an unprivileged pipe holds at most ``/proc/sys/fs/pipe-max-size`` (1 MiB by default)."""

@@ -144,7 +144,8 @@ class WarmTemplate:
         host_end, template_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # -S: what site imports (.pth files) would make every fork dearer; the template
         # learns site's sys.path in a throw-away child instead, unless it is already known.
-        argv = [confinement.isolation.python, "-I", "-S", "-c", SOURCE, str(template_end.fileno())]
+        argv = [confinement.isolation.python, "-I", "-S", "-c", forkserver.LAUNCHER, SOURCE]
+        argv.append(str(template_end.fileno()))
         argv += ["spawn" if SPAWN_INIT else "fork", PUBLIC_PROGRAMS]
         # bwrap gives the template the base syscall filter; it stacks this one on each command.
         syscall_filter = confinement.syscall_filter
