@@ -543,8 +543,11 @@ def command(
                 socket.send_fds(server, [b"l"], [4])
             os.close(4)
         argv, env = job["argv"], job["env"] | ({"PWD": job["cwd"]} if pwd else {})
-        os.environ.clear()
-        os.environ.update(env)
+        if os.environ:  # empty: the server cleared its own (``settle_heap``)
+            os.environ.clear()
+        set_variable = os.environ.__setitem__  # not update(): its checks touch more pages
+        for name, value in env.items():
+            set_variable(name, value)
         os.chdir(job["cwd"])
         program = python_program(argv, env)
         if program is not None:
@@ -1185,7 +1188,8 @@ def warm_up() -> None:
     """Do once here what every exec would otherwise pay for in its fresh fork: the first
     ``compile`` builds the compiler's AST types, the first text stream looks up its
     codec, the test runner imports ``base64`` and ``_blake2``, and typed code (HumanEval's
-    prompts, most completions) imports ``typing``, 2 to 3 ms in every exec otherwise. (Nothing
+    prompts, most completions) imports ``typing``, 2 to 3 ms in every exec otherwise; each
+    command calls libc's ``capset`` (and ``syscall`` for its filter's listener). (Nothing
     here may import ``threading``: its at-fork hook would run in every fork.)"""
     import _blake2  # noqa: F401
     import base64  # noqa: F401
@@ -1194,6 +1198,8 @@ def warm_up() -> None:
     compile(WARM_UP_PROGRAM, "<warm-up>", "exec")
     with open(0, encoding="utf-8", closefd=False), open(1, "w", encoding="utf-8", closefd=False):
         pass
+    for name in ("capset", "syscall"):  # ctypes finds a C function at its first use and keeps
+        getattr(libc, name)  # it: here, rather than in every command (the server calls neither)
 
 
 def learn_site(known: list[str] | None) -> None:
