@@ -68,6 +68,7 @@ command, which is then answered as usual.
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # signal's own: no enum conversions per call
 import atexit
 import builtins
 import contextlib
@@ -500,7 +501,7 @@ def command(
     ``control`` (``LAZY_NETWORK``), the listener of its syscall filter goes to the server on
     that socket, before any of the command's code runs. Never returns."""
     try:
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # as a fresh interpreter
+        _signal.signal(_signal.SIGINT, _signal.default_int_handler)  # as a fresh interpreter
         os.setsid()
         # Readable by itself, as a fresh process would be (the server is not dumpable): with
         # its own uid mapped to no one's root, /proc/self/mem and /proc/self/fd would not open.
@@ -552,7 +553,7 @@ def command(
         program = python_program(argv, env)
         if program is not None:
             os._exit(run_python(program))
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        _signal.signal(_signal.SIGPIPE, _signal.SIG_DFL)
         os.execvpe(argv[0], argv, env)
     except FileNotFoundError as exc:
         os.write(2, f"{exc}\n".encode())
@@ -898,11 +899,11 @@ def start_exec() -> tuple[int, int]:
         if INIT:
             # The init keeps SIGCHLD ignored, and so the kernel reaps its orphans. (No other
             # child of the server is running: none of those is reaped behind its back.)
-            signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+            _signal.signal(_signal.SIGCHLD, _signal.SIG_IGN)
             try:
                 init = os.posix_spawn(INIT[0], ["sandbox-init"], {})
             finally:
-                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
         child = os.fork()
         return (init if INIT else child), child
     except OSError:
