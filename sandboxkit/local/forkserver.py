@@ -69,6 +69,7 @@ command, which is then answered as usual.
 from __future__ import annotations
 
 import _signal  # type: ignore[import-not-found]  # signal's own: no enum conversions per call
+import _socket
 import atexit
 import builtins
 import contextlib
@@ -165,6 +166,9 @@ them. ``compile`` frees its parse as soon as the code is made."""
 MAX_REQUEST = 1024 * 1024
 """Largest request (header, job and stdin): a pipe must hold it whole (``pipe_holding``), and
 an unprivileged pipe holds at most ``/proc/sys/fs/pipe-max-size`` (1 MiB by default)."""
+LENGTH = struct.Struct("<I")
+"""A job's length before it (``read_job``), and a container packet's (``write_packet``): made
+here once, not looked up in struct's cache (and made there) in every exec."""
 MAX_PACKET = 128 * 1024
 """A request longer than this comes in several packets (one must fit the socket's buffer)."""
 MAX_SCRIPT = 1024 * 1024
@@ -471,8 +475,8 @@ def read_job(fd: int) -> dict[str, Any]:
     """The command's argv, env and cwd, read by H from the front of its stdin pipe, where the
     server put them unread: nothing of them passes through the server's memory, which later
     execs inherit. What follows in the pipe is the command's stdin."""
-    (size,) = struct.unpack("<I", read_exactly(fd, 4))
-    job: dict[str, Any] = json.loads(read_exactly(fd, size))
+    (size,) = LENGTH.unpack(read_exactly(fd, 4))
+    job: dict[str, Any] = json.loads(read_exactly(fd, size).decode())
     job["argv"] = [PUBLIC.get(arg, arg) for arg in job["argv"]]
     return job
 
@@ -485,6 +489,10 @@ def read_exactly(fd: int, size: int) -> bytes:
             raise EOFError("the request ended early")
         data += chunk
     return data
+
+
+LISTENER_FD = struct.pack("i", 4)
+"""The ancillary data that passes a command's fd 4 (its filter's listener, ``command``)."""
 
 
 def command(
@@ -539,9 +547,10 @@ def command(
             if failed < 0:
                 code = ctypes.get_errno()
                 raise OSError(code, f"seccomp: {os.strerror(code)}")
-        if control >= 0:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, fileno=3) as server:
-                socket.send_fds(server, [b"l"], [4])
+        if control >= 0:  # the listener to the server, then closed, as is the socket
+            server = _socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, 0, 3)
+            server.sendmsg([b"l"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, LISTENER_FD)])
+            server.close()
             os.close(4)
         argv, env = job["argv"], job["env"] | ({"PWD": job["cwd"]} if pwd else {})
         if os.environ:  # empty: the server cleared its own (``settle_heap``)
@@ -1367,7 +1376,7 @@ def kill_the_rest() -> None:
 def write_packet(tag: bytes, data: bytes | memoryview) -> None:
     """One ``o``/``e``/``x`` packet on stdout (to the Engine's attach), whole; ``data`` is
     written from where it lies (an output's mapping): no copy of it stays in this process."""
-    for part in (struct.pack("<I", len(data) + 1) + tag, data):
+    for part in (LENGTH.pack(len(data) + 1) + tag, data):
         with memoryview(part) as left:
             while left:
                 left = left[os.write(1, left) :]
@@ -1456,7 +1465,7 @@ def container_main() -> None:
             if wait is not None and (wait <= 0 or not select.select([0], [], [], wait)[0]):
                 return
             try:
-                (size,) = struct.unpack("<I", read_exactly(0, 4))
+                (size,) = LENGTH.unpack(read_exactly(0, 4))
                 got = 0
                 while got < size:
                     n = os.readv(0, [view[got:size]])
