@@ -705,6 +705,26 @@ def test_no_exec_inherits_the_parse_of_its_templates_source(
     assert (result.returncode, result.stdout, result.stderr) == (0, "0\n", "")
 
 
+def test_a_template_loads_the_hosts_compile_where_its_interpreter_takes_that_bytecode(
+    clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Compiling the template's source is some 10 ms of each template's start: a template whose
+    interpreter takes this host's bytecode loads the host's compile of it; another (here: a
+    magic number no interpreter has) compiles the source itself, and serves alike."""
+    warm, _ = clients
+    backend = warm.backend_as(SubprocessBackend)
+    outputs = []
+    for magic in (warm_templates.MAGIC_NUMBER, b"\xff\xff\r\n"):
+        monkeypatch.setattr(warm_templates, "MAGIC_NUMBER", magic)
+        with warm.sandbox() as sb:
+            result = sb.exec(["python3", "-c", "import sys; print(sys.argv, __name__)"], timeout=60)
+            template = backend.warm_template(sb.id)
+            assert template is not None
+            outputs.append((template.host_compiled, result.returncode, result.stdout))
+    assert outputs == [(True, 0, "['-c'] __main__\n"), (False, 0, "['-c'] __main__\n")]
+
+
 def _server_pid(root: int) -> int:
     """The host pid of the template server under ``root`` (the sandbox's bwrap): pid 1 of its
     own pid namespace, nested once in the sandbox's (an exec's processes are nested deeper)."""

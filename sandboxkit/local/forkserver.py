@@ -156,13 +156,29 @@ OOM_SCORE_ADJ = 1000
 the kernel kills when its sandbox's memory runs out (never the template nor the runner; and
 sandboxes before the host's processes when the host's does)."""
 OOM_SCORE = str(OOM_SCORE_ADJ).encode()
-LAUNCHER = "import sys; exec(compile(sys.argv.pop(1), '<string>', 'exec'))"
-"""How a host starts this module: ``python -I -S -c LAUNCHER SOURCE ARGS...`` (this module's
-``sys.argv`` is then ``-c ARGS...``, as with ``-c SOURCE ARGS...``). Given as ``-c SOURCE``, the
-interpreter would keep the parse of all of this module (its syntax tree, with every name and
-constant in it: some 3 MB of heap) until the ``-c`` program ends, which for a server is never;
-each exec's fork copies a page-table entry for every page of it, and each exec's exit unmaps
-them. ``compile`` frees its parse as soon as the code is made."""
+LAUNCHER = """\
+import sys
+def load(source, magic, fd):
+    if fd:
+        import marshal, os
+        data = os.pread(int(fd), os.fstat(int(fd)).st_size, 0)
+        os.close(int(fd))
+        importer = sys.modules.get("_frozen_importlib_external")
+        if magic == getattr(importer, "MAGIC_NUMBER", b"").hex():
+            return marshal.loads(data), True
+    return compile(source, "<string>", "exec"), False
+CODE, HOST_COMPILED = load(sys.argv.pop(1), sys.argv.pop(1), sys.argv.pop(1))
+exec(CODE)
+"""
+"""How a host starts this module: ``python -I -S -c LAUNCHER SOURCE MAGIC FD ARGS...``, where
+``FD`` (if not empty) holds the host's compile of ``SOURCE`` (``marshal``), which the template
+loads if its interpreter's bytecode is the host's (``MAGIC``, as ``.pyc`` files say it), else it
+compiles ``SOURCE`` (some 10 ms of its start); this module's ``sys.argv`` is then ``-c ARGS...``,
+as with ``-c SOURCE ARGS...``. Given as ``-c SOURCE``, the interpreter would keep the parse of all
+of this module (its syntax tree, with every name and constant in it: some 3 MB of heap) until
+the ``-c`` program ends, which for a server is never; each exec's fork copies a page-table
+entry for every page of it, and each exec's exit unmaps them. ``compile`` frees its parse as
+soon as the code is made."""
 MAX_REQUEST = 1024 * 1024
 """Largest request (header, job and stdin): a pipe must hold it whole (``pipe_holding``), and
 an unprivileged pipe holds at most ``/proc/sys/fs/pipe-max-size`` (1 MiB by default)."""
@@ -1265,6 +1281,7 @@ def main() -> None:
         settle_heap()
     ready = {"ready": reason is None, "reason": reason or ""}
     ready |= {"site_path": SITE_PATH, "learnt": known is None, "init": bool(INIT)}
+    ready["host_compiled"] = globals().get("HOST_COMPILED") is True  # see LAUNCHER
     sock.send(json.dumps(ready).encode())
     if reason is not None:
         return
