@@ -1134,7 +1134,7 @@ def become_server(sock: socket.socket, *, spawn_init: bool) -> str | None:
             INIT.append(f"/proc/self/fd/{fd}")
         if INIT and not exec_namespace_works():
             INIT.clear()  # e.g. no exec from a memfd here: the init is forked instead
-    if not exec_namespace_works():
+    if not INIT and not exec_namespace_works():  # (with INIT, proved just now)
         return "a fresh pid namespace per exec does not work here"
     try:
         hide_serving_processes()
