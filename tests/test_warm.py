@@ -711,18 +711,29 @@ def test_a_template_loads_the_hosts_compile_where_its_interpreter_takes_that_byt
 ) -> None:
     """Compiling the template's source is some 10 ms of each template's start: a template whose
     interpreter takes this host's bytecode loads the host's compile of it; another (here: a
-    magic number no interpreter has) compiles the source itself, and serves alike."""
+    magic number no interpreter has), or one whose host could make no sealed memfd, compiles
+    the source itself, and serves alike."""
     warm, _ = clients
     backend = warm.backend_as(SubprocessBackend)
     outputs = []
-    for magic in (warm_templates.MAGIC_NUMBER, b"\xff\xff\r\n"):
+    compiled = warm_templates.compiled_source
+    for magic, memfd in (
+        (warm_templates.MAGIC_NUMBER, compiled),
+        (b"\xff\xff\r\n", compiled),
+        (warm_templates.MAGIC_NUMBER, lambda: None),
+    ):
         monkeypatch.setattr(warm_templates, "MAGIC_NUMBER", magic)
+        monkeypatch.setattr(warm_templates, "compiled_source", memfd)
         with warm.sandbox() as sb:
             result = sb.exec(["python3", "-c", "import sys; print(sys.argv, __name__)"], timeout=60)
             template = backend.warm_template(sb.id)
             assert template is not None
             outputs.append((template.host_compiled, result.returncode, result.stdout))
-    assert outputs == [(True, 0, "['-c'] __main__\n"), (False, 0, "['-c'] __main__\n")]
+    assert outputs == [
+        (True, 0, "['-c'] __main__\n"),
+        (False, 0, "['-c'] __main__\n"),
+        (False, 0, "['-c'] __main__\n"),
+    ]
 
 
 def _server_pid(root: int) -> int:

@@ -53,18 +53,26 @@ second, whatever its program did to the template."""
 
 
 @functools.cache
-def compiled_source() -> int:
+def compiled_source() -> int | None:
     """A sealed memfd that holds this host's compile of the template's source, which every
     template whose interpreter takes this host's bytecode loads rather than compile it (see
     ``forkserver.LAUNCHER``), kept open while this process lives; templates read it with
-    ``pread`` (at offset 0: they share its file offset), and nothing can change it."""
+    ``pread`` (at offset 0: they share its file offset), and nothing can change it. None where
+    no sealed memfd can be made: each template then compiles its source."""
     code = marshal.dumps(compile(SOURCE, "<string>", "exec", dont_inherit=True, optimize=0))
-    fd = os.memfd_create("sandboxkit-template", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-    with memoryview(code) as left:
-        while left:
-            left = left[os.write(fd, left) :]
-    seals = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
-    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+    try:
+        fd = os.memfd_create("sandboxkit-template", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    except OSError:
+        return None
+    try:
+        with memoryview(code) as left:
+            while left:
+                left = left[os.write(fd, left) :]
+        seals = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+    except OSError:
+        os.close(fd)
+        return None
     return fd
 
 
@@ -168,7 +176,8 @@ class WarmTemplate:
         # learns site's sys.path in a throw-away child instead, unless it is already known.
         compiled = compiled_source()
         argv = [confinement.isolation.python, "-I", "-S", "-c", forkserver.LAUNCHER, SOURCE]
-        argv += [MAGIC_NUMBER.hex(), str(compiled), str(template_end.fileno())]
+        argv += [MAGIC_NUMBER.hex(), "" if compiled is None else str(compiled)]
+        argv.append(str(template_end.fileno()))
         argv += ["spawn" if SPAWN_INIT else "fork", PUBLIC_PROGRAMS]
         # bwrap gives the template the base syscall filter; it stacks this one on each command.
         syscall_filter = confinement.syscall_filter
@@ -191,7 +200,7 @@ class WarmTemplate:
                 cwd="/workspace",
                 env=env,
                 stdin_pipe=False,
-                pass_fds=(template_end.fileno(), compiled),
+                pass_fds=(template_end.fileno(), *(() if compiled is None else (compiled,))),
                 rlimits=False,  # the template forks freely; each command gets the limits
                 # + bwrap init, template, S, G and the exec's socket supervisor
                 pids_max=confinement.limits.processes + 5,
