@@ -22,7 +22,7 @@ import pytest
 import sandboxkit
 from sandboxkit import get_backend
 from sandboxkit.backends.subprocess import SubprocessBackend
-from sandboxkit.local import isolation, seccomp
+from sandboxkit.local import forkserver, isolation, seccomp
 from sandboxkit.local import warm as warm_templates
 from sandboxkit.local.forkserver import MAX_SCRIPT
 from sandboxkit.local.warm import LearntSite, site_stamp
@@ -675,6 +675,65 @@ def test_no_exec_finds_stdin_or_output_in_the_memory_it_inherits(
         assert needle in earlier.stdout and needle in earlier.stderr
         after = sb.exec(scan, stdin=stdin, timeout=60)  # and its own, unread
         assert after.stdout == baseline.stdout, after.stderr
+
+
+PARSE_TOKENS = (
+    "import gc, sys\n"
+    "gc.unfreeze()\n"
+    "literal = sys.argv[1].encode()\n"
+    "print(sum(\n"
+    "    any(type(item) is bytes and literal in item for item in holder)\n"
+    "    for holder in gc.get_objects()\n"
+    "    if type(holder) is list\n"
+    "))\n"
+)
+"""Counts the lists in the process's heap that hold ``argv[1]`` among bytes: as the parser's
+list of tokens does (a string literal's raw text), while it lives."""
+
+
+def test_no_exec_inherits_the_parse_of_its_templates_source(
+    clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
+) -> None:
+    """The template's server lives on in its start's ``-c`` program, whose parse (syntax tree,
+    tokens: some 3 MB) the interpreter frees only when that program ends: never, were the
+    module's text given as ``-c`` itself. Every fork would copy a page-table entry for each
+    page of it."""
+    warm, _ = clients
+    literal = '"""' + forkserver.__doc__.splitlines()[0]  # the module docstring's raw token
+    with warm.sandbox() as sb:
+        result = sb.exec(["python3", "-c", PARSE_TOKENS, literal], timeout=60)
+    assert (result.returncode, result.stdout, result.stderr) == (0, "0\n", "")
+
+
+def test_a_template_loads_the_hosts_compile_where_its_interpreter_takes_that_bytecode(
+    clients: tuple[sandboxkit.SandboxClient, sandboxkit.SandboxClient],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Compiling the template's source is some 10 ms of each template's start: a template whose
+    interpreter takes this host's bytecode loads the host's compile of it; another (here: a
+    magic number no interpreter has), or one whose host could make no sealed memfd, compiles
+    the source itself, and serves alike."""
+    warm, _ = clients
+    backend = warm.backend_as(SubprocessBackend)
+    outputs = []
+    compiled = warm_templates.compiled_source
+    for magic, memfd in (
+        (warm_templates.MAGIC_NUMBER, compiled),
+        (b"\xff\xff\r\n", compiled),
+        (warm_templates.MAGIC_NUMBER, lambda: None),
+    ):
+        monkeypatch.setattr(warm_templates, "MAGIC_NUMBER", magic)
+        monkeypatch.setattr(warm_templates, "compiled_source", memfd)
+        with warm.sandbox() as sb:
+            result = sb.exec(["python3", "-c", "import sys; print(sys.argv, __name__)"], timeout=60)
+            template = backend.warm_template(sb.id)
+            assert template is not None
+            outputs.append((template.host_compiled, result.returncode, result.stdout))
+    assert outputs == [
+        (True, 0, "['-c'] __main__\n"),
+        (False, 0, "['-c'] __main__\n"),
+        (False, 0, "['-c'] __main__\n"),
+    ]
 
 
 def _server_pid(root: int) -> int:

@@ -518,10 +518,10 @@ def _signal(group: Path, pids: list[int]) -> None:
 def _groups_in(group: Path) -> list[Path]:
     """``group`` and the groups inside it, innermost first."""
     inner: list[Path] = []
-    with contextlib.suppress(OSError):
-        for child in group.iterdir():
-            if child.is_dir():
-                inner += _groups_in(child)
+    with contextlib.suppress(OSError), os.scandir(group) as entries:
+        for entry in entries:  # the directory's own types: no stat of each of its files
+            if entry.is_dir(follow_symlinks=False):
+                inner += _groups_in(Path(entry.path))
     return [*inner, group]
 
 

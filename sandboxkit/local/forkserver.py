@@ -68,6 +68,8 @@ command, which is then answered as usual.
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # signal's own: no enum conversions per call
+import _socket
 import atexit
 import builtins
 import contextlib
@@ -154,9 +156,35 @@ OOM_SCORE_ADJ = 1000
 the kernel kills when its sandbox's memory runs out (never the template nor the runner; and
 sandboxes before the host's processes when the host's does)."""
 OOM_SCORE = str(OOM_SCORE_ADJ).encode()
+LAUNCHER = """\
+import sys
+def load(source, magic, fd):
+    if fd:
+        import marshal, os
+        data = os.pread(int(fd), os.fstat(int(fd)).st_size, 0)
+        os.close(int(fd))
+        importer = sys.modules.get("_frozen_importlib_external")
+        if magic == getattr(importer, "MAGIC_NUMBER", b"").hex():
+            return marshal.loads(data), True
+    return compile(source, "<string>", "exec"), False
+CODE, HOST_COMPILED = load(sys.argv.pop(1), sys.argv.pop(1), sys.argv.pop(1))
+exec(CODE)
+"""
+"""How a host starts this module: ``python -I -S -c LAUNCHER SOURCE MAGIC FD ARGS...``, where
+``FD`` (if not empty) holds the host's compile of ``SOURCE`` (``marshal``), which the template
+loads if its interpreter's bytecode is the host's (``MAGIC``, as ``.pyc`` files say it), else it
+compiles ``SOURCE`` (some 10 ms of its start); this module's ``sys.argv`` is then ``-c ARGS...``,
+as with ``-c SOURCE ARGS...``. Given as ``-c SOURCE``, the interpreter would keep the parse of all
+of this module (its syntax tree, with every name and constant in it: some 3 MB of heap) until
+the ``-c`` program ends, which for a server is never; each exec's fork copies a page-table
+entry for every page of it, and each exec's exit unmaps them. ``compile`` frees its parse as
+soon as the code is made."""
 MAX_REQUEST = 1024 * 1024
 """Largest request (header, job and stdin): a pipe must hold it whole (``pipe_holding``), and
 an unprivileged pipe holds at most ``/proc/sys/fs/pipe-max-size`` (1 MiB by default)."""
+LENGTH = struct.Struct("<I")
+"""A job's length before it (``read_job``), and a container packet's (``write_packet``): made
+here once, not looked up in struct's cache (and made there) in every exec."""
 MAX_PACKET = 128 * 1024
 """A request longer than this comes in several packets (one must fit the socket's buffer)."""
 MAX_SCRIPT = 1024 * 1024
@@ -463,8 +491,8 @@ def read_job(fd: int) -> dict[str, Any]:
     """The command's argv, env and cwd, read by H from the front of its stdin pipe, where the
     server put them unread: nothing of them passes through the server's memory, which later
     execs inherit. What follows in the pipe is the command's stdin."""
-    (size,) = struct.unpack("<I", read_exactly(fd, 4))
-    job: dict[str, Any] = json.loads(read_exactly(fd, size))
+    (size,) = LENGTH.unpack(read_exactly(fd, 4))
+    job: dict[str, Any] = json.loads(read_exactly(fd, size).decode())
     job["argv"] = [PUBLIC.get(arg, arg) for arg in job["argv"]]
     return job
 
@@ -477,6 +505,10 @@ def read_exactly(fd: int, size: int) -> bytes:
             raise EOFError("the request ended early")
         data += chunk
     return data
+
+
+LISTENER_FD = struct.pack("i", 4)
+"""The ancillary data that passes a command's fd 4 (its filter's listener, ``command``)."""
 
 
 def command(
@@ -493,7 +525,7 @@ def command(
     ``control`` (``LAZY_NETWORK``), the listener of its syscall filter goes to the server on
     that socket, before any of the command's code runs. Never returns."""
     try:
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # as a fresh interpreter
+        _signal.signal(_signal.SIGINT, _signal.default_int_handler)  # as a fresh interpreter
         os.setsid()
         # Readable by itself, as a fresh process would be (the server is not dumpable): with
         # its own uid mapped to no one's root, /proc/self/mem and /proc/self/fd would not open.
@@ -531,18 +563,22 @@ def command(
             if failed < 0:
                 code = ctypes.get_errno()
                 raise OSError(code, f"seccomp: {os.strerror(code)}")
-        if control >= 0:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, fileno=3) as server:
-                socket.send_fds(server, [b"l"], [4])
+        if control >= 0:  # the listener to the server, then closed, as is the socket
+            server = _socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, 0, 3)
+            server.sendmsg([b"l"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, LISTENER_FD)])
+            server.close()
             os.close(4)
         argv, env = job["argv"], job["env"] | ({"PWD": job["cwd"]} if pwd else {})
-        os.environ.clear()
-        os.environ.update(env)
+        if os.environ:  # empty: the server cleared its own (``settle_heap``)
+            os.environ.clear()
+        set_variable = os.environ.__setitem__  # not update(): its checks touch more pages
+        for name, value in env.items():
+            set_variable(name, value)
         os.chdir(job["cwd"])
         program = python_program(argv, env)
         if program is not None:
             os._exit(run_python(program))
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        _signal.signal(_signal.SIGPIPE, _signal.SIG_DFL)
         os.execvpe(argv[0], argv, env)
     except FileNotFoundError as exc:
         os.write(2, f"{exc}\n".encode())
@@ -888,11 +924,11 @@ def start_exec() -> tuple[int, int]:
         if INIT:
             # The init keeps SIGCHLD ignored, and so the kernel reaps its orphans. (No other
             # child of the server is running: none of those is reaped behind its back.)
-            signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+            _signal.signal(_signal.SIGCHLD, _signal.SIG_IGN)
             try:
                 init = os.posix_spawn(INIT[0], ["sandbox-init"], {})
             finally:
-                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
         child = os.fork()
         return (init if INIT else child), child
     except OSError:
@@ -1098,7 +1134,7 @@ def become_server(sock: socket.socket, *, spawn_init: bool) -> str | None:
             INIT.append(f"/proc/self/fd/{fd}")
         if INIT and not exec_namespace_works():
             INIT.clear()  # e.g. no exec from a memfd here: the init is forked instead
-    if not exec_namespace_works():
+    if not INIT and not exec_namespace_works():  # (with INIT, proved just now)
         return "a fresh pid namespace per exec does not work here"
     try:
         hide_serving_processes()
@@ -1178,7 +1214,8 @@ def warm_up() -> None:
     """Do once here what every exec would otherwise pay for in its fresh fork: the first
     ``compile`` builds the compiler's AST types, the first text stream looks up its
     codec, the test runner imports ``base64`` and ``_blake2``, and typed code (HumanEval's
-    prompts, most completions) imports ``typing``, 2 to 3 ms in every exec otherwise. (Nothing
+    prompts, most completions) imports ``typing``, 2 to 3 ms in every exec otherwise; each
+    command calls libc's ``capset`` (and ``syscall`` for its filter's listener). (Nothing
     here may import ``threading``: its at-fork hook would run in every fork.)"""
     import _blake2  # noqa: F401
     import base64  # noqa: F401
@@ -1187,6 +1224,8 @@ def warm_up() -> None:
     compile(WARM_UP_PROGRAM, "<warm-up>", "exec")
     with open(0, encoding="utf-8", closefd=False), open(1, "w", encoding="utf-8", closefd=False):
         pass
+    for name in ("capset", "syscall"):  # ctypes finds a C function at its first use and keeps
+        getattr(libc, name)  # it: here, rather than in every command (the server calls neither)
 
 
 def learn_site(known: list[str] | None) -> None:
@@ -1242,6 +1281,7 @@ def main() -> None:
         settle_heap()
     ready = {"ready": reason is None, "reason": reason or ""}
     ready |= {"site_path": SITE_PATH, "learnt": known is None, "init": bool(INIT)}
+    ready["host_compiled"] = globals().get("HOST_COMPILED") is True  # see LAUNCHER
     sock.send(json.dumps(ready).encode())
     if reason is not None:
         return
@@ -1353,7 +1393,7 @@ def kill_the_rest() -> None:
 def write_packet(tag: bytes, data: bytes | memoryview) -> None:
     """One ``o``/``e``/``x`` packet on stdout (to the Engine's attach), whole; ``data`` is
     written from where it lies (an output's mapping): no copy of it stays in this process."""
-    for part in (struct.pack("<I", len(data) + 1) + tag, data):
+    for part in (LENGTH.pack(len(data) + 1) + tag, data):
         with memoryview(part) as left:
             while left:
                 left = left[os.write(1, left) :]
@@ -1442,7 +1482,7 @@ def container_main() -> None:
             if wait is not None and (wait <= 0 or not select.select([0], [], [], wait)[0]):
                 return
             try:
-                (size,) = struct.unpack("<I", read_exactly(0, 4))
+                (size,) = LENGTH.unpack(read_exactly(0, 4))
                 got = 0
                 while got < size:
                     n = os.readv(0, [view[got:size]])

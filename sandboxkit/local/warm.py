@@ -12,12 +12,16 @@ template lives on.
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import functools
 import json
 import logging
+import marshal
 import os
 import socket
 import struct
 from collections.abc import Sequence
+from importlib.util import MAGIC_NUMBER
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +50,30 @@ _STUCK_AFTER = 0.9
 """Seconds past an exec's timeout after which a silent template counts as stuck: it is killed
 and the exec answered as timed out, so that every exec returns within its timeout and a
 second, whatever its program did to the template."""
+
+
+@functools.cache
+def compiled_source() -> int | None:
+    """A sealed memfd that holds this host's compile of the template's source, which every
+    template whose interpreter takes this host's bytecode loads rather than compile it (see
+    ``forkserver.LAUNCHER``), kept open while this process lives; templates read it with
+    ``pread`` (at offset 0: they share its file offset), and nothing can change it. None where
+    no sealed memfd can be made: each template then compiles its source."""
+    code = marshal.dumps(compile(SOURCE, "<string>", "exec", dont_inherit=True, optimize=0))
+    try:
+        fd = os.memfd_create("sandboxkit-template", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    except OSError:
+        return None
+    try:
+        with memoryview(code) as left:
+            while left:
+                left = left[os.write(fd, left) :]
+        seals = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
 
 
 class ColdPath(Exception):
@@ -123,6 +151,8 @@ class WarmTemplate:
         """Whether this template learnt its site path (rather than being handed it)."""
         self.spawned_init = False
         """Whether each exec's init is the tiny program (else a fork of the template)."""
+        self.host_compiled = False
+        """Whether it loaded this host's compile of its source (``compiled_source``)."""
         self._draining: set[asyncio.Task[None]] = set()
         self._awaited: _Answer | None = None
         self._reading = False
@@ -144,7 +174,10 @@ class WarmTemplate:
         host_end, template_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # -S: what site imports (.pth files) would make every fork dearer; the template
         # learns site's sys.path in a throw-away child instead, unless it is already known.
-        argv = [confinement.isolation.python, "-I", "-S", "-c", SOURCE, str(template_end.fileno())]
+        compiled = compiled_source()
+        argv = [confinement.isolation.python, "-I", "-S", "-c", forkserver.LAUNCHER, SOURCE]
+        argv += [MAGIC_NUMBER.hex(), "" if compiled is None else str(compiled)]
+        argv.append(str(template_end.fileno()))
         argv += ["spawn" if SPAWN_INIT else "fork", PUBLIC_PROGRAMS]
         # bwrap gives the template the base syscall filter; it stacks this one on each command.
         syscall_filter = confinement.syscall_filter
@@ -167,7 +200,7 @@ class WarmTemplate:
                 cwd="/workspace",
                 env=env,
                 stdin_pipe=False,
-                pass_fds=(template_end.fileno(),),
+                pass_fds=(template_end.fileno(), *(() if compiled is None else (compiled,))),
                 rlimits=False,  # the template forks freely; each command gets the limits
                 # + bwrap init, template, S, G and the exec's socket supervisor
                 pids_max=confinement.limits.processes + 5,
@@ -201,6 +234,7 @@ class WarmTemplate:
         template.loop.add_reader(host_end, template._readable)
         template.learnt_site = bool(ready.get("learnt"))
         template.spawned_init = bool(ready.get("init"))
+        template.host_compiled = bool(ready.get("host_compiled"))
         if template.learnt_site:  # sent before any command ran here: nothing could forge it
             site.learnt(list(ready["site_path"]))
         return template
