@@ -14,9 +14,11 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+import test_warm
 
 from sandboxkit import SandboxClient, get_backend
 from sandboxkit.errors import BackendError, BackendMisconfiguredError, SandboxNotFoundError
+from sandboxkit.local import forkserver
 from sandboxkit.session import Session
 
 pytestmark = pytest.mark.usefixtures("docker_engine")
@@ -155,6 +157,17 @@ def test_runsc_runs_a_sandbox_where_the_engine_has_it(docker: SandboxClient) -> 
     with docker.sandbox(runtime="runsc") as sb:
         result = sb.exec(["python3", "-c", "import os; print(os.uname().release)"], timeout=60)
         assert result.returncode == 0 and result.stdout.strip() == "4.4.0"  # gVisor's kernel
+
+
+def test_no_served_exec_inherits_the_parse_of_the_container_servers_source(
+    docker: SandboxClient,
+) -> None:
+    """The container's server is started as a template is (``forkserver.LAUNCHER``): the
+    parse of its module is freed, not copied into every exec's fork."""
+    literal = '"""' + forkserver.__doc__.splitlines()[0]  # the module docstring's raw token
+    with docker.sandbox() as sb:
+        result = sb.exec(["python3", "-c", test_warm.PARSE_TOKENS, literal], timeout=60)
+    assert (result.returncode, result.stdout, result.stderr) == (0, "0\n", "")
 
 
 def test_a_served_exec_gets_the_environment_an_engine_exec_gets_and_runs_python_warm(

@@ -87,10 +87,13 @@ LABEL = "sandboxkit.sandbox"
 CREATOR_LABEL = "sandboxkit.creator"
 """``host:pid`` of the process that made the container (what a test session cleans up)."""
 INIT_PATH = "/.sandboxkit-init"
-SERVER = ["python3", "-I", "-S", "-c", Path(forkserver.__file__).read_text()]
+SERVER = ["python3", "-I", "-S", "-c", forkserver.LAUNCHER, Path(forkserver.__file__).read_text()]
+SERVER += ["", ""]  # no compile of the host's: the image's interpreter compiles it
 """Pid 1 where the image has python3: the warm template's container server
 (``forkserver.container_main``), which runs each exec for one request and one answer over
-the container's attached stdio, instead of an Engine exec per command."""
+the container's attached stdio, instead of an Engine exec per command. Started through the
+launcher, as a template is, so that no parse of the module stays in the heap every exec's
+fork copies."""
 REAP_PATH = "/.sandboxkit-reap"
 ENGINE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 """The ``PATH`` the Engine gives an exec whose container's environment has none."""
