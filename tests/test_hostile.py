@@ -2581,23 +2581,27 @@ def reach(pid):
 def probe(judge):
     return reach(judge), reach(os.getppid())
 """
-JUDGE_PROBE_TEST = "import os\nassert probe(os.getpid()) == (0, 15)"
-"""Run in the judge (the test's own code): the candidate reaches its zygote, not its judge."""
+JUDGE_PROBE_TEST = "import os\nassert probe(os.getpid()) == (0, {parent})"
+"""Run in the judge (the test's own code): the candidate reaches its zygote (15), not its
+judge; where the zygote became the candidate's process, its parent is the judge (0)."""
 
 
 @root_host
+@pytest.mark.parametrize("all_or_nothing", [False, True], ids=["fraction", "all-or-nothing"])
 def test_a_candidate_process_cannot_reach_its_judge_by_uid(
-    hostile: tuple[SandboxClient, Sandbox, str], tier: str
+    hostile: tuple[SandboxClient, Sandbox, str], tier: str, all_or_nothing: bool
 ) -> None:
     """The judge takes a host uid of its own before any candidate process exists: the
     candidate's calls on its judge that no syscall filter stops (its limits: a lower
     RLIMIT_NOFILE or RLIMIT_CPU would end it; its priority and CPUs) fail with EPERM while
-    the same calls on its zygote, of its own uid, work; warm and cold. The rlimits tier has
-    one uid per sandbox (docs/isolation.md)."""
+    the same calls on its zygote, of its own uid, work; warm and cold. All-or-nothing, the
+    zygote becomes the candidate's process, whose parent is then the judge itself: out of
+    its reach alike. The rlimits tier has one uid per sandbox (docs/isolation.md)."""
     if tier == "rlimits":
         pytest.skip("the rlimits tier runs the judge and the candidate as one uid")
     _, sb, _ = hostile
-    harness = AssertTests((JUDGE_PROBE_TEST,), timeout=5)
+    test = JUDGE_PROBE_TEST.format(parent=0 if all_or_nothing else 15)
+    harness = AssertTests((test,), timeout=5, stop_at_first_failure=all_or_nothing)
     request = harness.request(JUDGE_PROBE)
     result = sb.exec(request.argv, stdin=request.stdin, timeout=request.timeout)
     outcome = harness.judge(result, request)
@@ -2615,7 +2619,7 @@ def test_a_rollouts_submission_cannot_reach_its_judge_by_uid(tier: str, local_ro
     try:
         env = environment()
         for prompt in ("first", "second"):
-            env.reset(prompt=prompt, test_list=[JUDGE_PROBE_TEST])
+            env.reset(prompt=prompt, test_list=[JUDGE_PROBE_TEST.format(parent=15)])
             env.run_shell("true")
             env.submit(JUDGE_PROBE)
             rewards.append(run_sync(env.get_reward()))
