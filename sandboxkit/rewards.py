@@ -653,7 +653,8 @@ def stdio_tests_reward(
     Limits per test: ``timeout`` CPU seconds and ``memory_mb``, or the row's
     ``time_limit_column`` (seconds) and ``memory_limit_column`` (MB) where it has them, as
     open-r1's Codeforces rows do; ``wall`` seconds (None: five times the CPU limit) and
-    ``output_limit`` bytes; the compile's own ``compile_timeout`` and ``compile_memory_mb``.
+    ``output_limit`` bytes; the compile's own ``compile_timeout`` (CPU seconds) and
+    ``compile_memory_mb``.
 
     The language (:mod:`sandboxkit.contest.languages`) is the row's (open-r1's
     ``verification_info`` names it, or the ``language_column``), else ``language``, else

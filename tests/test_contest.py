@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 
 from sandboxkit import RewardFunction, stdio_tests_reward
+from sandboxkit.contest import languages
 from sandboxkit.contest.formats import parse_tests
+from sandboxkit.contest.languages import Language, register_language
 from sandboxkit.harness import StdioTests
 
 CASES = [("1 2\n", "3\n"), ("5 7\n", "12\n"), ("0 0\n", "0\n"), ("10 -3\n", "7\n")]
@@ -340,7 +342,7 @@ OPTIONS = {
         "cpp",
         COMPILE_BOMB,
         ("", ""),
-        (0.0, "error 0/1: compile error: the compiler ran past 2s"),
+        (0.0, "error 0/1: compile error: the compiler ran past 2s of CPU time"),
     ),
     "compile_memory_mb": (
         32,
@@ -381,6 +383,47 @@ def test_each_limit_the_factory_takes_reaches_the_judge(option: str) -> None:
         scores = fn(
             prompts=["p"],
             completions=[f"```{language}\n{code}\n```"],
+            verification_info=[row],
+            log_extra=seen.__setitem__,
+        )
+    finally:
+        fn.close()
+    assert (scores, seen["stdio_tests_reward_outcome"]) == ([score], [said])
+
+
+SPIN = "python3 -c 'import time\nwhile time.process_time() < 1.2: pass'"
+COMPILERS = {
+    # what the "compiler" does: (its score, the outcome)
+    "waits 3 s": ("sleep 3", (1.0, "passed 1/1")),
+    "spins 2.4 s in two grandchildren": (
+        f"{SPIN}; {SPIN}",
+        (0.0, "error 0/1: compile error: the compiler ran past 2s of CPU time"),
+    ),
+}
+
+
+@pytest.mark.parametrize("compiler", list(COMPILERS))
+def test_a_compile_is_judged_by_the_cpu_time_of_its_whole_process_tree(
+    compiler: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compile's wall-clock time was its limit: on a loaded machine a correct program whose
+    compile got too little CPU was a compile error (a Rust A+B did). Its limit is CPU time
+    now, the compiler's and every process it runs, with a wall-clock backstop far above it."""
+    command, (score, said) = COMPILERS[compiler]
+    monkeypatch.setattr(languages, "_LANGUAGES", dict(languages._LANGUAGES))
+    monkeypatch.setattr(languages, "_NAMES", dict(languages._NAMES))
+    register_language(
+        Language(
+            "shc", "Shell", ("shc",), "main.sh", ("sh", "-c", command), ("sh", "main.sh"), "sh"
+        )
+    )
+    fn = stdio_tests_reward("subprocess", timeout=5, pool_size=1, compile_timeout=2.0)
+    seen: dict[str, list[str]] = {}
+    row = {"test_cases": [{"input": "1 2", "output": "3"}], "language": "shc"}
+    try:
+        scores = fn(
+            prompts=["p"],
+            completions=["```shc\nread a b; echo $((a + b))\n```"],
             verification_info=[row],
             log_extra=seen.__setitem__,
         )

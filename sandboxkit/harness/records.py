@@ -63,13 +63,13 @@ def runner_request(
     first: dict[str, Any],
     job: dict[str, Any],
     *,
-    extra: float = 0.0,
+    extra: tuple[float, float] = (0.0, 0.0),
     bans: Bans = ((), (), ()),
 ) -> RunRequest:
     """The runner's run of ``job``, whose tests (``runner.ITEMS``) cross one frame each;
-    ``extra`` seconds on top of the tests' time (a compile). ``bans`` (names, attributes,
-    modules) are enforced in the candidate's process too. Raises :class:`Unjudgeable` where
-    the row's part cannot be sent."""
+    ``extra`` (CPU, wall-clock) seconds on top of the tests' time (a compile). ``bans``
+    (names, attributes, modules) are enforced in the candidate's process too. Raises
+    :class:`Unjudgeable` where the row's part cannot be sent."""
     if any(bans):
         first = {**first, "bans": dict(zip(runner.BAN_KEYS, map(list, bans), strict=True))}
     items = runner.ITEMS[job["kind"]]
@@ -94,10 +94,10 @@ def runner_request(
     return RunRequest(
         argv=[PYTHON, "-I", "-c", RUNNER_SOURCE],
         stdin=b"".join([key.hex().encode(), b"\n", head, *sent]),
-        timeout=per_test * (len(tests) + 2) + START_SLACK + extra,
+        timeout=per_test * (len(tests) + 2) + START_SLACK + extra[1],
         key=key,
         # Loading may take twice a test's CPU limit, each test its CPU limit.
-        allowance=float(job["timeout"]) * (len(tests) + 2) + START_SLACK + extra,
+        allowance=float(job["timeout"]) * (len(tests) + 2) + START_SLACK + extra[0],
     )
 
 

@@ -1706,8 +1706,12 @@ def disk_full(said: str) -> str:
 
 
 def run_tool(argv: list[str], env: Env, limits: Record) -> tuple[int | None, str]:
-    """Run a compiler under the compile limits: (exit status, None on its time limit; the
-    tail of what it said)."""
+    """Run a compiler under the compile limits: (exit status, None past its wall-clock
+    backstop; the tail of what it said).
+
+    Its time limit is CPU time, the whole process tree's (a compiler runs others), so a
+    loaded machine does not fail a correct program's compile; the wall-clock backstop ends
+    one that waits. A tree past its CPU time reads as killed by ``SIGXCPU``."""
     import resource
     import subprocess
 
@@ -1715,25 +1719,36 @@ def run_tool(argv: list[str], env: Env, limits: Record) -> tuple[int | None, str
         set_limit(resource.RLIMIT_CPU, int(limits["cpu"]) + 1)
         set_limit(resource.RLIMIT_DATA, int(limits["memory"]))
 
+    def used() -> float:
+        spent = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return spent.ru_utime + spent.ru_stime
+
+    before = used()
+    tool = subprocess.Popen(
+        argv,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # a group of its own, all of it ended at the backstop
+        preexec_fn=limit,
+    )
     try:
-        done = subprocess.run(
-            argv,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=limits["wall"],
-            preexec_fn=limit,
-        )
+        out, err = tool.communicate(timeout=limits["wall"])
     except subprocess.TimeoutExpired:
+        os.killpg(tool.pid, signal.SIGKILL)
+        tool.communicate()
         return None, ""
-    said = (done.stderr or done.stdout).decode("utf-8", "replace")
-    return done.returncode, said
+    said = (err or out).decode("utf-8", "replace")
+    if used() - before > limits["cpu"]:
+        return -signal.SIGXCPU, said
+    return tool.returncode, said
 
 
 def compile_message(status: int | None, said: str, limits: Record) -> str:
     """What a failed compile says: its first error line (or its last words)."""
     if status is None:
-        return f"compile error: the compiler ran past {limits['wall']:g}s"
+        return f"compile error: the compiler ran past {limits['wall']:g}s of wall-clock time"
     if status < 0 and -status in (signal.SIGXCPU, signal.SIGKILL):
         return f"compile error: the compiler ran past {limits['cpu']:g}s of CPU time"
     lines = [line for line in said.splitlines() if line.strip()]

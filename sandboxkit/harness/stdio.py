@@ -80,7 +80,8 @@ class StdioTests:
     checker: Checker | None = None
     """None: tokens compared exactly."""
     compile_timeout: float = 30.0
-    """Wall-clock seconds for the compile (its CPU time too)."""
+    """CPU seconds for the compile, its whole process tree's (a wall-clock backstop of
+    ``runner.WALL_FACTOR`` times it ends one that waits)."""
     compile_memory_mb: int = 2048
 
     @property
@@ -109,7 +110,7 @@ class StdioTests:
         }
         run_dir = f"{RUNS_DIR}/run-{secrets.token_hex(8)}"
         program: dict[str, Any] = {"memory": self.memory_mb << 20, "stack": runner.STACK_BYTES}
-        extra = 0.0
+        extra = (0.0, 0.0)
         if self.lang.run:
             stack_mb = runner.STACK_BYTES >> 20
             program["native"] = self.lang.spec(code, memory_mb=self.memory_mb, stack_mb=stack_mb)
@@ -118,12 +119,16 @@ class StdioTests:
                 cache=f"{RUNS_DIR}/cache",
                 cache_key=CACHE_KEY.hex(),
                 compile_limits={
-                    "wall": self.compile_timeout,
+                    "wall": self.compile_timeout * runner.WALL_FACTOR,
                     "cpu": self.compile_timeout,
                     "memory": self.compile_memory_mb << 20,
                 },
             )
-            extra = self.compile_timeout + (runner.PCH_WALL if self.lang.precompiled_header else 0)
+            header = runner.PCH_WALL if self.lang.precompiled_header else 0.0
+            extra = (
+                self.compile_timeout + header,
+                self.compile_timeout * runner.WALL_FACTOR + header,
+            )
         first = {"code": code, "setup": "", "kind": "stdio", "program": program}
         return runner_request(first, job, extra=extra)
 
