@@ -1,8 +1,8 @@
 """``sandboxkit eval``: score a JSONL file of completions with one of the reward functions.
 
 The rows go through the same reward function a trainer would call (its planner, pool and
-outcome-to-reward mapping), one row per call so a progress bar can follow them; the pool bounds
-how many run at once.
+outcome-to-reward mapping), planned a row at a time (each row has columns of its own) and run
+as one batch, the longest first; the pool bounds how many run at once.
 
 Fields per row (``--reward``):
 
@@ -23,7 +23,6 @@ Fields per row (``--reward``):
 from __future__ import annotations
 
 import argparse
-import asyncio
 import builtins
 import json
 import sys
@@ -154,14 +153,10 @@ def build(
 
 
 async def score(reward: RewardFunction, rows: Sequence[Row], progress: bool) -> list[Outcome]:
+    """Every row's outcome, the rows run as one batch (the longest first)."""
+    plans = [reward.plans([row.prompt], [row.completion], **row.columns)[0] for row in rows]
     with tqdm(total=len(rows), desc="scoring", unit="row", disable=not progress) as bar:
-
-        async def one(row: Row) -> Outcome:
-            (outcome,) = await reward.aoutcomes([row.prompt], [row.completion], **row.columns)
-            bar.update()
-            return outcome
-
-        return list(await asyncio.gather(*(one(row) for row in rows)))
+        return await reward.arun_plans(plans, done=bar.update)
 
 
 def summary(reward: RewardFunction, outcomes: Sequence[Outcome]) -> str:

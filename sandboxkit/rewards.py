@@ -232,16 +232,34 @@ class RewardFunction:
     ) -> list[Outcome]:
         """The outcome of every completion (what the rewards are computed from), in the
         caller's order; their runs start longest first (:func:`longest_first`)."""
-        deadline = None if self.batch_timeout is None else time.monotonic() + self.batch_timeout
-        plans = [
+        return await self.arun_plans(self.plans(prompts, completions, **columns))
+
+    def plans(
+        self, prompts: Sequence[Any], completions: Sequence[Completion], **columns: Any
+    ) -> list[Plan]:
+        """Each completion's plan: its code and harness, or the outcome it has already."""
+        return [
             self._plan(i, prompts[i] if i < len(prompts) else None, completion, columns)
             for i, completion in enumerate(completions)
         ]
+
+    async def arun_plans(
+        self, plans: Sequence[Plan], *, done: Callable[[], object] | None = None
+    ) -> list[Outcome]:
+        """The outcome of every plan, in their order, as one batch: the runs start longest
+        first and share the batch's deadline. ``done`` is called as each one ends (a progress
+        bar over plans made a row at a time)."""
+        deadline = None if self.batch_timeout is None else time.monotonic() + self.batch_timeout
         pool = self.pool
+
+        async def run(i: int) -> Outcome:
+            outcome = await run_plan(pool, plans[i], deadline=deadline)
+            if done is not None:
+                done()
+            return outcome
+
         order = longest_first([p.harness for p in plans])  # the pool serves in this order
-        started = await asyncio.gather(
-            *(run_plan(pool, plans[i], deadline=deadline) for i in order)
-        )
+        started = await asyncio.gather(*(run(i) for i in order))
         by_row = dict(zip(order, started, strict=True))
         outcomes = [by_row[i] for i in range(len(plans))]
         late = sum(o.kind is OutcomeKind.DEADLINE for o in outcomes)

@@ -14,9 +14,11 @@ import pytest
 
 from sandboxkit import SandboxClient, get_backend
 from sandboxkit.errors import CircuitOpenError
+from sandboxkit.evalfile import Row, score
 from sandboxkit.evaluation import Plan, plan
 from sandboxkit.harness import ExecHarness, FunctionTask, RunRequest, runner
 from sandboxkit.outcomes import Outcome, OutcomeKind
+from sandboxkit.portal import run_sync
 from sandboxkit.protocol import ExecResult
 from sandboxkit.rewards import (
     RewardFunction,
@@ -239,17 +241,36 @@ def _rows_by_task(backend: Recording) -> Batch:
     return reward, [t.prompt for t in tasks], bodies, {}
 
 
+def _as_one_call(
+    reward: RewardFunction, prompts: list[str], completions: list[str], columns: dict[str, Any]
+) -> list[float | None]:
+    return reward(prompts=prompts, completions=completions, **columns)
+
+
+def _as_eval_rows(
+    reward: RewardFunction, prompts: list[str], completions: list[str], columns: dict[str, Any]
+) -> list[float | None]:
+    """As ``sandboxkit eval`` scores a file: each row with columns of its own."""
+    rows = [
+        Row(prompt, completion, {name: [values[i]] for name, values in columns.items()})
+        for i, (prompt, completion) in enumerate(zip(prompts, completions, strict=True))
+    ]
+    return [reward.reward(o) for o in run_sync(score(reward, rows, progress=False))]
+
+
+@pytest.mark.parametrize("through", [_as_one_call, _as_eval_rows], ids=["a call", "eval"])
 @pytest.mark.parametrize("rows", [_rows_by_input, _rows_by_task], ids=["inputs", "functions"])
 def test_a_batch_starts_the_rows_whose_reference_took_longest_first_and_answers_in_order(
-    local_root: Path, rows: Callable[[Recording], Batch]
+    local_root: Path, rows: Callable[[Recording], Batch], through: Callable[..., list[float | None]]
 ) -> None:
     """A batch ends with its slowest run: one sandbox, so runs go one at a time, and row c's
     (whose reference took longest on the host) starts first, the others as given; each reward
-    is still its own completion's (b's is wrong)."""
+    is still its own completion's (b's is wrong). ``sandboxkit eval`` reads a file a row at a
+    time, and runs its rows as one batch in the same order."""
     backend = Recording(get_backend("subprocess", root=local_root).backend)
     reward, prompts, completions, columns = rows(backend)
     try:
-        scores = reward(prompts=prompts, completions=completions, **columns)
+        scores = through(reward, prompts, completions, columns)
     finally:
         reward.close()
     assert scores == [1.0, 0.0, 1.0, 1.0]
