@@ -737,13 +737,14 @@ class Channel:
             raise TimeUp("wall", self.clock.past_backstop()) from None
 
     def send_ahead(self, requests: list[bytes]) -> None:
-        """Send the frames of the next tests' requests at once, while the process has
-        answered every request before them: it answers them one after another with no round
-        trip between. The first of them is timed as any test; each later one from its
+        """Send the next tests' requests (their JSON texts) at once, as one frame of their
+        list (the process parses them with one call, not one per request), while the process
+        has answered every request before them: it answers them one after another with no
+        round trip between. The first of them is timed as any test; each later one from its
         predecessor's answer (:class:`Clock`), and its answer is taken only if this whole
         batch, up to it, stayed within one test's CPU limit and backstop: each test in it did
         (else :class:`Unsure`)."""
-        self.send(b"".join(requests))
+        self.send(framed(b"[" + b", ".join(requests) + b"]"))
         self.since = (self.clock.base, self.clock.started)
         self.ahead, self.leading = len(requests), True
         self.patience = Clock(
@@ -885,41 +886,49 @@ def raised(exc: BaseException) -> Record:
     return {"raise": exception_line(exc), "type": builtin.__name__, "args": args}
 
 
-FLUSH = 16
+FLUSH = 64
 """Answers C holds at most before it sends them (one write and one wake-up of T for many,
-while T can read and judge the first of a batch as C answers the rest)."""
+while T can read and judge the first of a batch as C answers the rest: each wake-up costs
+both processes more than judging a few answers does)."""
 
 
 def serve(sock: socket.socket, namespace: dict[str, Any]) -> None:
-    """C: answer calls (and reads of the module's names) until T closes the socket. The
-    answers to requests T sent at once (a batch) go back together, when none is left or
-    ``FLUSH`` are held: one write and one wake-up of T for many calls, not one per call."""
+    """C: answer calls (and reads of the module's names) until T closes the socket. A frame
+    holds one request, or a batch of them (a list: :meth:`Channel.send_ahead`), read and
+    parsed at once. The answers to a batch go back together, when none is left or ``FLUSH``
+    are held: one write and one wake-up of T for many calls, not one per call."""
     refs: list[Any] = []
     frames = Frames(sock.fileno())
     held: list[bytes] = []
+    batch: list[Any] = []
+    at = 0
     while True:
-        if held and (len(held) >= FLUSH or not frames.ready()):
+        if held and (len(held) >= FLUSH or (at == len(batch) and not frames.ready())):
             sock.sendall(b"".join(held))
             held.clear()
+        while at == len(batch):
+            try:
+                request = frames.read()
+            except (EOFError, OSError, ValueError):
+                os._exit(0)
+            batch, at = request if type(request) is list else [request], 0
+        request = batch[at]
+        at += 1
         try:
-            request = frames.read()
-        except (EOFError, OSError, ValueError):
-            os._exit(0)
-        try:
-            if "getattr" in request:
-                result = getattr(refs[request["getattr"]], request["name"])
-            elif "setattr" in request:
-                (value,) = decode(request["args"], refs=refs)
-                setattr(refs[request["setattr"]], request["name"], value)
-                result = None
-            elif "get" in request:
-                result = namespace[request["get"]]
-            else:
+            if "call" in request:  # the commonest first
                 target = request["call"]
                 func = namespace[target] if type(target) is str else refs[target]
                 args = decode(request.get("args", {"$t": []}), refs=refs)
                 kwargs = decode(request["kwargs"], refs=refs) if "kwargs" in request else {}
                 result = func(*args, **kwargs)
+            elif "getattr" in request:
+                result = getattr(refs[request["getattr"]], request["name"])
+            elif "setattr" in request:
+                (value,) = decode(request["args"], refs=refs)
+                setattr(refs[request["setattr"]], request["name"], value)
+                result = None
+            else:
+                result = namespace[request["get"]]
             answer = {"ok": encode(result, refs)}
         except BaseException as exc:  # the candidate's own exception, SystemExit included
             answer = raised(exc)
@@ -2354,15 +2363,16 @@ def run_calls(job: Record, t_end: socket.socket, report: Reporter, requested: bo
     compares its result with a tolerance) sends it whole while ``RETURN_BUDGET`` lasts."""
     calls: list[Callable[[list[Channel]], Record]] = []
     budget = [RETURN_BUDGET]
-    requests: list[bytes] = job["calls"]  # frames, as the host made them: sent as they are
+    requests: list[bytes] = job["calls"]  # JSON texts, as the host made them: sent unread
     wholes = set(job.get("whole", ()))
 
     def ahead(index: int, count: int) -> list[bytes]:
-        """The frames of calls ``index`` on, up to ``count`` of them and ``AHEAD_BYTES``."""
+        """The texts of calls ``index`` on, up to ``count`` of them and ``AHEAD_BYTES`` (with
+        their list's separators)."""
         out: list[bytes] = []
-        size = 0
+        size = 2
         for at in range(index, min(index + count, len(requests))):
-            size += len(requests[at])
+            size += len(requests[at]) + 2
             if out and size > AHEAD_BYTES:
                 break
             out.append(requests[at])
@@ -2384,7 +2394,7 @@ def run_calls(job: Record, t_end: socket.socket, report: Reporter, requested: bo
             channel = box[0]
             if not channel.ahead and channel.batch > 1:
                 channel.send_ahead(ahead(index, channel.batch))
-            data = channel.exchange(None if channel.ahead else requests[index])
+            data = channel.exchange(None if channel.ahead else framed(requests[index]))
             if short(data):
                 return {"status": "returned", "value": data}
             data = encode(channel.value(data))
@@ -2677,13 +2687,13 @@ test, not per job."""
 
 def read_job(fd: int) -> Record:
     """The job, its tests read one frame each (in chunks: the zygote is forked already). A
-    call's frame is the request the candidate's process gets, kept as it came (T forwards it
-    unread)."""
+    call's JSON text is the request the candidate's process gets, kept as it came (T forwards
+    it unread)."""
     frames = Frames(fd)
     job: Record = frames.read()
     count = range(int(job["count"]))
     if job["kind"] == "calls":
-        job["calls"] = [frames.raw()[0] for _ in count]
+        job["calls"] = [frames.raw()[1] for _ in count]
     else:
         job[ITEMS[job["kind"]]] = [frames.read() for _ in count]
     return job
