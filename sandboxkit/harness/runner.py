@@ -385,6 +385,19 @@ def _builtin(name: str) -> Any:
 
 def decode(data: JSON, channel: Channel | None = None, refs: list[Any] | None = None) -> Any:
     """From JSON-able data; builds only plain values (and references), never runs code."""
+    items = data.get("$t") if type(data) is dict and len(data) == 1 else None
+    if type(items) is list:  # a call's arguments: plain items, or lists of them, most often,
+        plain = []  # taken here with no call per item (what else they hold: below)
+        for item in items:
+            t = type(item)
+            if t in _PLAIN:
+                plain.append(item)
+            elif t is list and _PLAIN.issuperset(map(type, item)):
+                plain.append(item[:])
+            else:
+                break
+        else:
+            return tuple(plain)
 
     def d(x: JSON) -> Any:
         t = type(x)
