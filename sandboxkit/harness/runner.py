@@ -725,6 +725,9 @@ class Channel:
         come before it: answers read since with no read between came before it."""
         self.patience = clock
         """The clock of a batch's answers (:data:`PATIENCE`)."""
+        self.answers: list[Any] = []
+        """Answers read (a frame holds a list of them: :func:`serve`) and not yet taken, the
+        next one last."""
 
     def request(self, message: dict[str, Any]) -> Any:
         message = dict(message)
@@ -781,32 +784,41 @@ class Channel:
         batch up to them kept one test's CPU limit and backstop, up to the first that is not
         such (left for the test's own path to judge). One reading of the process's CPU time,
         taken after all of them came, bounds them all."""
-        frames = self.frames
-        if not self.ahead or self.leading or not frames.ready() or not self.kept_limits():
+        frames, queue = self.frames, self.answers
+        if not self.ahead or self.leading or not (queue or frames.ready()):
+            return []
+        if not self.kept_limits():
             return []
         buffer, values, at, left = frames.buffer, [], 0, self.ahead
         while left:
-            newline = buffer.find(b"\n", at, at + 13)
-            try:
-                size = int(buffer[at:newline]) if newline >= 0 else -1
-            except ValueError:
-                break
-            end = newline + 1 + size
-            if not 0 <= size <= MAX_FRAME or len(buffer) < end:
-                break
-            try:
-                answer = loads(buffer[newline + 1 : end])
-            except ValueError:
-                break
+            if not queue:  # the next frame's answers, if it is here whole and holds a list
+                newline = buffer.find(b"\n", at, at + 13)
+                try:
+                    size = int(buffer[at:newline]) if newline >= 0 else -1
+                except ValueError:
+                    break
+                end = newline + 1 + size
+                if not 0 <= size <= MAX_FRAME or len(buffer) < end:
+                    break
+                try:
+                    answers = loads(buffer[newline + 1 : end])
+                except ValueError:
+                    break
+                if type(answers) is not list or not answers:
+                    break  # left for the test's own path (:meth:`receive`)
+                queue[:] = answers[::-1]
+                at = end
+            answer = queue[-1]
             if type(answer) is not dict or len(answer) != 1 or "ok" not in answer:
                 break
             data = answer["ok"]
             if not accept(data):
                 break
+            queue.pop()
             values.append(data)
-            at, left = end, left - 1
+            left -= 1
+        del buffer[:at]
         if values:
-            del buffer[:at]
             self.ahead = left
             self.reading = self.last
             self.settled()
@@ -821,6 +833,18 @@ class Channel:
             self.last, self.fills = self.clock.used(), self.frames.fills
         late = time.monotonic() - self.since[1] > self.clock.wall
         return not late and self.last - self.since[0] <= self.clock.limit
+
+    def receive(self, clock: Clock) -> Any:
+        """The next answer: one read already, or the first of the next frame's (read on
+        ``clock``), which holds a list of them, or one (anything else: the answer itself,
+        which is then no value)."""
+        if self.answers:
+            return self.answers.pop()
+        answers = self.frames.read(clock=clock)
+        if type(answers) is not list or not answers:
+            return answers
+        self.answers = answers[::-1]
+        return self.answers.pop()
 
     def exchange(self, request: bytes | None) -> JSON:
         """Send ``request`` (a frame; None: the next of those sent ahead); the value
@@ -837,7 +861,7 @@ class Channel:
         # until its end, so while there are any, what fails may be a later call.
         pending = self.ahead
         try:
-            answer = self.frames.read(clock=self.patience if pending else self.clock)
+            answer = self.receive(self.patience if pending else self.clock)
         except TimeUp:
             if pending:
                 raise Unsure(pending + 1) from None
@@ -908,17 +932,20 @@ both processes more than judging a few answers does)."""
 def serve(sock: socket.socket, namespace: dict[str, Any]) -> None:
     """C: answer calls (and reads of the module's names) until T closes the socket. A frame
     holds one request, or a batch of them (a list: :meth:`Channel.send_ahead`), read and
-    parsed at once. The answers to a batch go back together, when none is left or ``FLUSH``
-    are held: one write and one wake-up of T for many calls, not one per call."""
+    parsed at once. The answers to a batch go back together, as one frame of their list, when
+    none is left or ``FLUSH`` are held: one write, one wake-up of T and one parse there for
+    many calls, not one per call."""
     refs: list[Any] = []
     frames = Frames(sock.fileno())
     held: list[bytes] = []
+    """Answers' JSON texts, sent as one frame of their list (T parses them with one call)."""
     batch: list[Any] = []
-    at = 0
+    at = size = 0
     while True:
         if held and (len(held) >= FLUSH or (at == len(batch) and not frames.ready())):
-            sock.sendall(b"".join(held))
+            sock.sendall(framed(b"[" + b", ".join(held) + b"]"))
             held.clear()
+            size = 0
         while at == len(batch):
             try:
                 request = frames.read()
@@ -946,9 +973,19 @@ def serve(sock: socket.socket, namespace: dict[str, Any]) -> None:
         except BaseException as exc:  # the candidate's own exception, SystemExit included
             answer = raised(exc)
         try:
-            held.append(frame(answer))
+            text = dumps(answer).encode()
+            if len(text) > MAX_FRAME - 2:
+                raise CodecError(
+                    f"its encoding is {len(text)} bytes, over the limit of {MAX_FRAME}"
+                )
         except (TypeError, ValueError, RecursionError) as exc:
-            held.append(frame({"raise": "unsendable result: " + exception_line(exc)}))
+            text = dumps({"raise": "unsendable result: " + exception_line(exc)}).encode()
+        if held and size + len(text) > MAX_FRAME - 2:  # the list's frame stays within the limit
+            sock.sendall(framed(b"[" + b", ".join(held) + b"]"))
+            held.clear()
+            size = 0
+        held.append(text)
+        size += len(text) + 2
 
 
 def describe(namespace: dict[str, Any]) -> Names:
