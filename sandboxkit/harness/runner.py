@@ -386,8 +386,8 @@ def _builtin(name: str) -> Any:
 def decode(data: JSON, channel: Channel | None = None, refs: list[Any] | None = None) -> Any:
     """From JSON-able data; builds only plain values (and references), never runs code."""
     items = data.get("$t") if type(data) is dict and len(data) == 1 else None
-    if type(items) is list:  # a call's arguments: plain items, or lists of them, most often,
-        plain = []  # taken here with no call per item (what else they hold: below)
+    if type(items) is list:  # a call's arguments, most often plain or lists of plain items:
+        plain = []  # taken with no call per item
         for item in items:
             t = type(item)
             if t in _PLAIN:
@@ -726,8 +726,7 @@ class Channel:
         self.patience = clock
         """The clock of a batch's answers (:data:`PATIENCE`)."""
         self.answers: list[Any] = []
-        """Answers read (a frame holds a list of them: :func:`serve`) and not yet taken, the
-        next one last."""
+        """Answers read (a frame holds a list of them) and not yet taken, the next last."""
 
     def request(self, message: dict[str, Any]) -> Any:
         message = dict(message)
@@ -753,13 +752,11 @@ class Channel:
             raise TimeUp("wall", self.clock.past_backstop()) from None
 
     def send_ahead(self, requests: list[bytes]) -> None:
-        """Send the next tests' requests (their JSON texts) at once, as one frame of their
-        list (the process parses them with one call, not one per request), while the process
-        has answered every request before them: it answers them one after another with no
-        round trip between. The first of them is timed as any test; each later one from its
+        """Send the next tests' requests (texts) at once, as a frame of their list, while
+        the process has answered every request before them: it answers them one after another
+        with no round trip between. The first is timed as any test; each later one from its
         predecessor's answer (:class:`Clock`), and its answer is taken only if this whole
-        batch, up to it, stayed within one test's CPU limit and backstop: each test in it did
-        (else :class:`Unsure`)."""
+        batch, up to it, kept one test's CPU limit and backstop (else :class:`Unsure`)."""
         self.send(framed(b"[" + b", ".join(requests) + b"]"))
         self.since = (self.clock.base, self.clock.started)
         self.ahead, self.leading = len(requests), True
@@ -805,7 +802,7 @@ class Channel:
                 except ValueError:
                     break
                 if type(answers) is not list or not answers:
-                    break  # left for the test's own path (:meth:`receive`)
+                    break  # left for the test's own path
                 queue[:] = answers[::-1]
                 at = end
             answer = queue[-1]
@@ -835,9 +832,8 @@ class Channel:
         return not late and self.last - self.since[0] <= self.clock.limit
 
     def receive(self, clock: Clock) -> Any:
-        """The next answer: one read already, or the first of the next frame's (read on
-        ``clock``), which holds a list of them, or one (anything else: the answer itself,
-        which is then no value)."""
+        """The next answer: one read already, else the next frame's first (a frame that holds
+        no list of them: the answer itself)."""
         if self.answers:
             return self.answers.pop()
         answers = self.frames.read(clock=clock)
@@ -923,22 +919,18 @@ def raised(exc: BaseException) -> Record:
     return {"raise": exception_line(exc), "type": builtin.__name__, "args": args}
 
 
-FLUSH = 64
+FLUSH = 16
 """Answers C holds at most before it sends them (one write and one wake-up of T for many,
-while T can read and judge the first of a batch as C answers the rest: each wake-up costs
-both processes more than judging a few answers does)."""
+while T can read and judge the first of a batch as C answers the rest)."""
 
 
 def serve(sock: socket.socket, namespace: dict[str, Any]) -> None:
     """C: answer calls (and reads of the module's names) until T closes the socket. A frame
-    holds one request, or a batch of them (a list: :meth:`Channel.send_ahead`), read and
-    parsed at once. The answers to a batch go back together, as one frame of their list, when
-    none is left or ``FLUSH`` are held: one write, one wake-up of T and one parse there for
-    many calls, not one per call."""
+    holds a request or a list of them (a batch); the answers go back as a list, when none is
+    left or ``FLUSH`` are held: one write, wake-up and parse of T's for many calls."""
     refs: list[Any] = []
     frames = Frames(sock.fileno())
     held: list[bytes] = []
-    """Answers' JSON texts, sent as one frame of their list (T parses them with one call)."""
     batch: list[Any] = []
     at = size = 0
     while True:
@@ -975,12 +967,10 @@ def serve(sock: socket.socket, namespace: dict[str, Any]) -> None:
         try:
             text = dumps(answer).encode()
             if len(text) > MAX_FRAME - 2:
-                raise CodecError(
-                    f"its encoding is {len(text)} bytes, over the limit of {MAX_FRAME}"
-                )
+                raise CodecError(f"its encoding is over the limit of {MAX_FRAME} bytes")
         except (TypeError, ValueError, RecursionError) as exc:
             text = dumps({"raise": "unsendable result: " + exception_line(exc)}).encode()
-        if held and size + len(text) > MAX_FRAME - 2:  # the list's frame stays within the limit
+        if held and size + len(text) > MAX_FRAME - 2:  # the list's frame within the limit
             sock.sendall(framed(b"[" + b", ".join(held) + b"]"))
             held.clear()
             size = 0
@@ -2417,8 +2407,7 @@ def run_calls(job: Record, t_end: socket.socket, report: Reporter, requested: bo
     wholes = set(job.get("whole", ()))
 
     def ahead(index: int, count: int) -> list[bytes]:
-        """The texts of calls ``index`` on, up to ``count`` of them and ``AHEAD_BYTES`` (with
-        their list's separators)."""
+        """The texts of calls ``index`` on, up to ``count`` of them and ``AHEAD_BYTES``."""
         out: list[bytes] = []
         size = 2
         for at in range(index, min(index + count, len(requests))):
@@ -2737,8 +2726,8 @@ test, not per job."""
 
 def read_job(fd: int) -> Record:
     """The job, its tests read one frame each (in chunks: the zygote is forked already). A
-    call's JSON text is the request the candidate's process gets, kept as it came (T forwards
-    it unread)."""
+    call's text is the request the candidate's process gets, kept as it came (T forwards it
+    unread)."""
     frames = Frames(fd)
     job: Record = frames.read()
     count = range(int(job["count"]))
