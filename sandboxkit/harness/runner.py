@@ -2088,9 +2088,12 @@ def take_oom_score() -> None:
         libc().prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE
     except (OSError, AttributeError):
         return
-    try:
-        with open("/proc/self/oom_score_adj", "w") as adj:
-            adj.write(str(CANDIDATE_OOM_SCORE_ADJ))
+    try:  # no text stream: its codec's look-up costs a fresh fork page copies
+        adj = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+        try:
+            os.write(adj, b"%d" % CANDIDATE_OOM_SCORE_ADJ)
+        finally:
+            os.close(adj)
     except OSError:
         pass
     finally:
