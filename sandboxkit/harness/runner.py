@@ -535,10 +535,10 @@ class Frames:
         return 0 <= size <= MAX_FRAME and len(buffer) > newline + size
 
     def read(self, limit: int = MAX_FRAME, clock: Clock | None = None) -> Any:
-        return loads(self.raw(limit, clock)[1])
+        return loads(self.raw(limit, clock))
 
-    def raw(self, limit: int = MAX_FRAME, clock: Clock | None = None) -> tuple[bytes, bytes]:
-        """The next frame as it came (its header and JSON text), and its JSON text."""
+    def raw(self, limit: int = MAX_FRAME, clock: Clock | None = None) -> bytes:
+        """The next frame's JSON text, unread."""
         buffer = self.buffer
         newline = buffer.find(b"\n", 0, 13)
         while newline < 0:
@@ -552,9 +552,9 @@ class Frames:
         end = newline + 1 + size
         while len(buffer) < end:
             self.fill(min(max(end - len(buffer), self.CHUNK), 1 << 20), clock)
-        whole = bytes(buffer[:end])
+        text = bytes(buffer[newline + 1 : end])
         del buffer[:end]
-        return whole, whole[newline + 1 :]
+        return text
 
     def fill(self, n: int, clock: Clock | None) -> None:
         chunk = read_some(self.fd, n, clock)
@@ -2728,7 +2728,7 @@ def read_job(fd: int) -> Record:
     job: Record = frames.read()
     count = range(int(job["count"]))
     if job["kind"] == "calls":
-        job["calls"] = [frames.raw()[1] for _ in count]
+        job["calls"] = [frames.raw() for _ in count]
     else:
         job[ITEMS[job["kind"]]] = [frames.read() for _ in count]
     return job
