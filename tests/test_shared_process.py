@@ -196,6 +196,33 @@ def test_a_forged_frame_head_among_answers_sent_ahead_fails_only_its_call(
     assert records(sandbox, harness, FORGER) == expected
 
 
+FORGED_LISTS = {
+    "no answer": (
+        "[]",
+        [("failed", None) if i in (37, 39, 40) else ("returned", i) for i in range(100)],
+    ),
+    "an answer of its own": (
+        '[{"ok": 99}]',
+        [("returned", 99 if i == 37 else i if i < 37 else i - 1) for i in range(100)],
+    ),
+}
+
+
+@pytest.mark.parametrize("forged", FORGED_LISTS)
+def test_a_forged_frame_of_answers_is_the_candidates_own_answers(
+    sandbox: Sandbox, forged: str
+) -> None:
+    """Call 40, in the batch of calls 21 to 84, writes a whole frame on its process's socket
+    after the answers of 21 to 36 went back as one frame of their list: what it holds is taken
+    as the next answer to come, as any answer, never the judge's failure. A value is 37's, and
+    every later call's answer comes one call late; no value fails 37, then, in the fresh
+    process for 38 on, 39 (whose answer that process still held when 40 wrote) and 40."""
+    text, expected = FORGED_LISTS[forged]
+    args = [(i, f"{len(text)}\n{text}" if i == 40 else "") for i in range(100)]
+    harness = FunctionTests("echo", args, list(range(100)), timeout=5)
+    assert records(sandbox, harness, FORGER) == expected
+
+
 def test_a_batch_slower_than_quick_calls_is_judged_again_call_by_call(sandbox: Sandbox) -> None:
     """Calls 40 and 41 use 0.6 s of CPU each under a 1 s limit, sent in one batch (21 to 42),
     whose answers its process holds ``runner.FLUSH`` (16) at a time: 21 to 36 come back from

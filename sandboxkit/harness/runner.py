@@ -385,6 +385,19 @@ def _builtin(name: str) -> Any:
 
 def decode(data: JSON, channel: Channel | None = None, refs: list[Any] | None = None) -> Any:
     """From JSON-able data; builds only plain values (and references), never runs code."""
+    items = data.get("$t") if type(data) is dict and len(data) == 1 else None
+    if type(items) is list:  # a call's arguments, most often plain or lists of plain items:
+        plain = []  # taken with no call per item
+        for item in items:
+            t = type(item)
+            if t in _PLAIN:
+                plain.append(item)
+            elif t is list and _PLAIN.issuperset(map(type, item)):
+                plain.append(item[:])
+            else:
+                break
+        else:
+            return tuple(plain)
 
     def d(x: JSON) -> Any:
         t = type(x)
@@ -522,10 +535,10 @@ class Frames:
         return 0 <= size <= MAX_FRAME and len(buffer) > newline + size
 
     def read(self, limit: int = MAX_FRAME, clock: Clock | None = None) -> Any:
-        return loads(self.raw(limit, clock)[1])
+        return loads(self.raw(limit, clock))
 
-    def raw(self, limit: int = MAX_FRAME, clock: Clock | None = None) -> tuple[bytes, bytes]:
-        """The next frame as it came (its header and JSON text), and its JSON text."""
+    def raw(self, limit: int = MAX_FRAME, clock: Clock | None = None) -> bytes:
+        """The next frame's JSON text, unread."""
         buffer = self.buffer
         newline = buffer.find(b"\n", 0, 13)
         while newline < 0:
@@ -539,9 +552,9 @@ class Frames:
         end = newline + 1 + size
         while len(buffer) < end:
             self.fill(min(max(end - len(buffer), self.CHUNK), 1 << 20), clock)
-        whole = bytes(buffer[:end])
+        text = bytes(buffer[newline + 1 : end])
         del buffer[:end]
-        return whole, whole[newline + 1 :]
+        return text
 
     def fill(self, n: int, clock: Clock | None) -> None:
         chunk = read_some(self.fd, n, clock)
@@ -712,6 +725,8 @@ class Channel:
         come before it: answers read since with no read between came before it."""
         self.patience = clock
         """The clock of a batch's answers (:data:`PATIENCE`)."""
+        self.answers: list[Any] = []
+        """Answers read (a frame holds a list of them) and not yet taken, the next last."""
 
     def request(self, message: dict[str, Any]) -> Any:
         message = dict(message)
@@ -737,13 +752,12 @@ class Channel:
             raise TimeUp("wall", self.clock.past_backstop()) from None
 
     def send_ahead(self, requests: list[bytes]) -> None:
-        """Send the frames of the next tests' requests at once, while the process has
-        answered every request before them: it answers them one after another with no round
-        trip between. The first of them is timed as any test; each later one from its
+        """Send the next tests' requests (texts) at once, as a frame of their list, while
+        the process has answered every request before them: it answers them one after another
+        with no round trip between. The first is timed as any test; each later one from its
         predecessor's answer (:class:`Clock`), and its answer is taken only if this whole
-        batch, up to it, stayed within one test's CPU limit and backstop: each test in it did
-        (else :class:`Unsure`)."""
-        self.send(b"".join(requests))
+        batch, up to it, kept one test's CPU limit and backstop (else :class:`Unsure`)."""
+        self.send(framed(b"[" + b", ".join(requests) + b"]"))
         self.since = (self.clock.base, self.clock.started)
         self.ahead, self.leading = len(requests), True
         self.patience = Clock(
@@ -767,32 +781,41 @@ class Channel:
         batch up to them kept one test's CPU limit and backstop, up to the first that is not
         such (left for the test's own path to judge). One reading of the process's CPU time,
         taken after all of them came, bounds them all."""
-        frames = self.frames
-        if not self.ahead or self.leading or not frames.ready() or not self.kept_limits():
+        frames, queue = self.frames, self.answers
+        if not self.ahead or self.leading or not (queue or frames.ready()):
+            return []
+        if not self.kept_limits():
             return []
         buffer, values, at, left = frames.buffer, [], 0, self.ahead
         while left:
-            newline = buffer.find(b"\n", at, at + 13)
-            try:
-                size = int(buffer[at:newline]) if newline >= 0 else -1
-            except ValueError:
-                break
-            end = newline + 1 + size
-            if not 0 <= size <= MAX_FRAME or len(buffer) < end:
-                break
-            try:
-                answer = loads(buffer[newline + 1 : end])
-            except ValueError:
-                break
+            if not queue:  # the next frame's answers, if it is here whole and holds a list
+                newline = buffer.find(b"\n", at, at + 13)
+                try:
+                    size = int(buffer[at:newline]) if newline >= 0 else -1
+                except ValueError:
+                    break
+                end = newline + 1 + size
+                if not 0 <= size <= MAX_FRAME or len(buffer) < end:
+                    break
+                try:
+                    answers = loads(buffer[newline + 1 : end])
+                except ValueError:
+                    break
+                if type(answers) is not list or not answers:
+                    break  # left for the test's own path
+                queue[:] = answers[::-1]
+                at = end
+            answer = queue[-1]
             if type(answer) is not dict or len(answer) != 1 or "ok" not in answer:
                 break
             data = answer["ok"]
             if not accept(data):
                 break
+            queue.pop()
             values.append(data)
-            at, left = end, left - 1
+            left -= 1
+        del buffer[:at]
         if values:
-            del buffer[:at]
             self.ahead = left
             self.reading = self.last
             self.settled()
@@ -807,6 +830,17 @@ class Channel:
             self.last, self.fills = self.clock.used(), self.frames.fills
         late = time.monotonic() - self.since[1] > self.clock.wall
         return not late and self.last - self.since[0] <= self.clock.limit
+
+    def receive(self, clock: Clock) -> Any:
+        """The next answer: one read already, else the next frame's first (a frame that holds
+        no list of them: the answer itself)."""
+        if self.answers:
+            return self.answers.pop()
+        answers = self.frames.read(clock=clock)
+        if type(answers) is not list or not answers:
+            return answers
+        self.answers = answers[::-1]
+        return self.answers.pop()
 
     def exchange(self, request: bytes | None) -> JSON:
         """Send ``request`` (a frame; None: the next of those sent ahead); the value
@@ -823,7 +857,7 @@ class Channel:
         # until its end, so while there are any, what fails may be a later call.
         pending = self.ahead
         try:
-            answer = self.frames.read(clock=self.patience if pending else self.clock)
+            answer = self.receive(self.patience if pending else self.clock)
         except TimeUp:
             if pending:
                 raise Unsure(pending + 1) from None
@@ -891,42 +925,57 @@ while T can read and judge the first of a batch as C answers the rest)."""
 
 
 def serve(sock: socket.socket, namespace: dict[str, Any]) -> None:
-    """C: answer calls (and reads of the module's names) until T closes the socket. The
-    answers to requests T sent at once (a batch) go back together, when none is left or
-    ``FLUSH`` are held: one write and one wake-up of T for many calls, not one per call."""
+    """C: answer calls (and reads of the module's names) until T closes the socket. A frame
+    holds a request or a list of them (a batch); the answers go back as a list, when none is
+    left or ``FLUSH`` are held: one write, wake-up and parse of T's for many calls."""
     refs: list[Any] = []
     frames = Frames(sock.fileno())
     held: list[bytes] = []
+    batch: list[Any] = []
+    at = size = 0
     while True:
-        if held and (len(held) >= FLUSH or not frames.ready()):
-            sock.sendall(b"".join(held))
+        if held and (len(held) >= FLUSH or (at == len(batch) and not frames.ready())):
+            sock.sendall(framed(b"[" + b", ".join(held) + b"]"))
             held.clear()
+            size = 0
+        while at == len(batch):
+            try:
+                request = frames.read()
+            except (EOFError, OSError, ValueError):
+                os._exit(0)
+            batch, at = request if type(request) is list else [request], 0
+        request = batch[at]
+        at += 1
         try:
-            request = frames.read()
-        except (EOFError, OSError, ValueError):
-            os._exit(0)
-        try:
-            if "getattr" in request:
-                result = getattr(refs[request["getattr"]], request["name"])
-            elif "setattr" in request:
-                (value,) = decode(request["args"], refs=refs)
-                setattr(refs[request["setattr"]], request["name"], value)
-                result = None
-            elif "get" in request:
-                result = namespace[request["get"]]
-            else:
+            if "call" in request:  # the commonest first
                 target = request["call"]
                 func = namespace[target] if type(target) is str else refs[target]
                 args = decode(request.get("args", {"$t": []}), refs=refs)
                 kwargs = decode(request["kwargs"], refs=refs) if "kwargs" in request else {}
                 result = func(*args, **kwargs)
+            elif "getattr" in request:
+                result = getattr(refs[request["getattr"]], request["name"])
+            elif "setattr" in request:
+                (value,) = decode(request["args"], refs=refs)
+                setattr(refs[request["setattr"]], request["name"], value)
+                result = None
+            else:
+                result = namespace[request["get"]]
             answer = {"ok": encode(result, refs)}
         except BaseException as exc:  # the candidate's own exception, SystemExit included
             answer = raised(exc)
         try:
-            held.append(frame(answer))
+            text = dumps(answer).encode()
+            if len(text) > MAX_FRAME - 2:
+                raise CodecError(f"its encoding is over the limit of {MAX_FRAME} bytes")
         except (TypeError, ValueError, RecursionError) as exc:
-            held.append(frame({"raise": "unsendable result: " + exception_line(exc)}))
+            text = dumps({"raise": "unsendable result: " + exception_line(exc)}).encode()
+        if held and size + len(text) > MAX_FRAME - 2:  # the list's frame within the limit
+            sock.sendall(framed(b"[" + b", ".join(held) + b"]"))
+            held.clear()
+            size = 0
+        held.append(text)
+        size += len(text) + 2
 
 
 def describe(namespace: dict[str, Any]) -> Names:
@@ -961,25 +1010,19 @@ def load_candidate(sock: socket.socket, compiled: types.CodeType) -> dict[str, A
     return namespace
 
 
-def imported_modules(tree: Any) -> set[str]:
-    """The top-level packages of the standard library that a module's ``import`` statements
-    name (its syntax tree's, without running it): the zygote imports them once for every
-    test's process (standard library code only, whatever the candidate wrote)."""
+def imported_modules(code: str) -> set[str]:
+    """The top-level packages of the standard library that the code's ``import`` lines name,
+    read as text (a syntax tree's objects cost a fresh zygote more than the compile): the
+    zygote imports them once for every test's process (standard library code only, whatever
+    the candidate wrote). What this misses, or takes from text that is no import, only moves
+    an import to or from each test's process."""
     found: set[str] = set()
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        kind = type(node).__name__
-        if kind == "Import":
-            found.update(alias.name.split(".")[0] for alias in node.names)
-        elif kind == "ImportFrom" and not node.level and node.module:
-            found.add(node.module.split(".")[0])
-        for field in node._fields:
-            value = getattr(node, field, None)
-            if isinstance(value, list):
-                stack += [v for v in value if hasattr(v, "_fields")]
-            elif hasattr(value, "_fields"):
-                stack.append(value)
+    for line in code.splitlines():
+        words = line.split("#", 1)[0].replace(",", " ").replace(";", " ").split()
+        if words[:1] == ["import"]:
+            found.update(word.split(".")[0] for word in words[1:])
+        elif words[:1] == ["from"] and len(words) > 1:
+            found.add(words[1].split(".")[0])
     return found & STANDARD_MODULES
 
 
@@ -1017,8 +1060,7 @@ def zygote(
         else:
             text = code if program is not None else code + "\n" + setup
             try:
-                tree: Any = compile(text, "<candidate>", "exec", 0x400)  # PyCF_ONLY_AST
-                compiled = compile(tree, "<candidate>", "exec")
+                compiled = compile(text, "<candidate>", "exec")
             except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
                 raise BuildError("compile", f"compile error: {exception_line(exc)}") from None
             # Imported once here rather than in every test's process: what run_program needs
@@ -1027,7 +1069,7 @@ def zygote(
             for name in ("traceback",) if program is not None else ("ctypes", "struct"):
                 __import__(name)
             if program is None and not bans and "import" in code:  # a module already
-                preimport(imported_modules(tree))  # loaded is imported unseen by the bans' hook
+                preimport(imported_modules(text))  # loaded is imported unseen by the bans' hook
         ctl.sendall(frame({"ready": True}))
     except BuildError as exc:  # a compile error (Z meets no other kind)
         ctl.sendall(frame({"load_error": str(exc)[:MAX_RECORD], "build": "compile"}))
@@ -2046,9 +2088,12 @@ def take_oom_score() -> None:
         libc().prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE
     except (OSError, AttributeError):
         return
-    try:
-        with open("/proc/self/oom_score_adj", "w") as adj:
-            adj.write(str(CANDIDATE_OOM_SCORE_ADJ))
+    try:  # no text stream: its codec's look-up costs a fresh fork page copies
+        adj = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+        try:
+            os.write(adj, b"%d" % CANDIDATE_OOM_SCORE_ADJ)
+        finally:
+            os.close(adj)
     except OSError:
         pass
     finally:
@@ -2354,15 +2399,15 @@ def run_calls(job: Record, t_end: socket.socket, report: Reporter, requested: bo
     compares its result with a tolerance) sends it whole while ``RETURN_BUDGET`` lasts."""
     calls: list[Callable[[list[Channel]], Record]] = []
     budget = [RETURN_BUDGET]
-    requests: list[bytes] = job["calls"]  # frames, as the host made them: sent as they are
+    requests: list[bytes] = job["calls"]  # JSON texts, as the host made them: sent unread
     wholes = set(job.get("whole", ()))
 
     def ahead(index: int, count: int) -> list[bytes]:
-        """The frames of calls ``index`` on, up to ``count`` of them and ``AHEAD_BYTES``."""
+        """The texts of calls ``index`` on, up to ``count`` of them and ``AHEAD_BYTES``."""
         out: list[bytes] = []
-        size = 0
+        size = 2
         for at in range(index, min(index + count, len(requests))):
-            size += len(requests[at])
+            size += len(requests[at]) + 2
             if out and size > AHEAD_BYTES:
                 break
             out.append(requests[at])
@@ -2384,7 +2429,7 @@ def run_calls(job: Record, t_end: socket.socket, report: Reporter, requested: bo
             channel = box[0]
             if not channel.ahead and channel.batch > 1:
                 channel.send_ahead(ahead(index, channel.batch))
-            data = channel.exchange(None if channel.ahead else requests[index])
+            data = channel.exchange(None if channel.ahead else framed(requests[index]))
             if short(data):
                 return {"status": "returned", "value": data}
             data = encode(channel.value(data))
@@ -2677,13 +2722,13 @@ test, not per job."""
 
 def read_job(fd: int) -> Record:
     """The job, its tests read one frame each (in chunks: the zygote is forked already). A
-    call's frame is the request the candidate's process gets, kept as it came (T forwards it
+    call's text is the request the candidate's process gets, kept as it came (T forwards it
     unread)."""
     frames = Frames(fd)
     job: Record = frames.read()
     count = range(int(job["count"]))
     if job["kind"] == "calls":
-        job["calls"] = [frames.raw()[0] for _ in count]
+        job["calls"] = [frames.raw() for _ in count]
     else:
         job[ITEMS[job["kind"]]] = [frames.read() for _ in count]
     return job
