@@ -221,11 +221,25 @@ def install_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Installer
     return install
 
 
-@pytest.fixture(scope="module", params=["warm", "cold"])
-def sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
+@pytest.fixture(scope="module")
+def module_sandboxes() -> Iterator[dict[str, Sandbox]]:
+    """The module's sandbox of each path (``sandbox`` makes them), stopped with the module.
+    Held here rather than by a module-scoped parametrized fixture: in CI's shuffled order the
+    two paths' tests interleave, and such a fixture made a new sandbox at each switch (where
+    the next C++ program built the precompiled header again)."""
+    made: dict[str, Sandbox] = {}
+    yield made
+    for sb in made.values():
+        sb.stop()
+
+
+@pytest.fixture(params=["warm", "cold"])
+def sandbox(request: pytest.FixtureRequest, module_sandboxes: dict[str, Sandbox]) -> Sandbox:
     """A local sandbox per path, for a module's tests: warm, each exec is forked from the
     template that received the request (it must not pass the tests on to the candidate);
     cold, one bwrap per exec."""
-    client = get_backend("subprocess", warm=request.param == "warm")
-    with client.sandbox(tags=[f"test-{request.module.__name__}"]) as sb:
-        yield sb
+    path = str(request.param)
+    if path not in module_sandboxes:
+        client = get_backend("subprocess", warm=path == "warm")
+        module_sandboxes[path] = client.sandbox(tags=[f"test-{request.module.__name__}"])
+    return module_sandboxes[path]

@@ -32,9 +32,9 @@ def needs_toolchain(language: str) -> None:
 
 @pytest.fixture(scope="module")
 def reward() -> Iterator[RewardFunction]:
-    """One reward function for the module, as a training run holds one: its sandboxes (and
-    their precompiled header) serve every batch."""
-    function = stdio_tests_reward("subprocess", pool_size=2)
+    """One reward function for the module, as a training run holds one: its sandbox (and
+    its precompiled header, seconds of CPU to build, once) serves every batch."""
+    function = stdio_tests_reward("subprocess", pool_size=1)
     yield function
     function.close()
 
@@ -107,7 +107,7 @@ def test_partial_solutions_earn_their_subtasks_points_and_no_more(problemset: Mo
     ]
     small, *_ = problem.subtasks
     share = small["points"] / sum(s["points"] for s in problem.subtasks)
-    scored = stdio_tests_reward("subprocess", pool_size=2, scoring="subtasks")
+    scored = stdio_tests_reward("subprocess", pool_size=1, scoring="subtasks")  # one header
     try:
         rewards, lines = judged(scored, batch(problemset, rows))
     finally:

@@ -64,11 +64,20 @@ def _untrusted_checks(jobs: list[dict[str, Any]]) -> list[list[bool]]:
     return checks
 
 
-def _evalplus_job(row: dict[str, Any], code: str, expected: list[Any]) -> dict[str, Any]:
-    """EvalPlus's check of ``code`` on the row's inputs (its limits from the reference's
-    times, at least 2 s each: this machine is loaded)."""
+def _reference(row: dict[str, Any]) -> tuple[list[Any], list[float]]:
+    """The canonical solution's outputs on the row's inputs, and its time on each."""
     inputs = row["base_input"] + row["plus_input"]
-    _, times = trusted_exec(plus_data_program(row), inputs, row["entry_point"], record_time=True)
+    outputs, times = trusted_exec(plus_data_program(row), inputs, row["entry_point"], True)
+    return outputs, times
+
+
+def _evalplus_job(
+    row: dict[str, Any], code: str, reference: tuple[list[Any], list[float]]
+) -> dict[str, Any]:
+    """EvalPlus's check of ``code`` on the row's inputs, against the row's ``_reference``
+    (its limits from the reference's times, at least 2 s each: this machine is loaded)."""
+    inputs = row["base_input"] + row["plus_input"]
+    expected, times = reference
     return {
         "dataset": "humaneval",
         "code": code,
@@ -222,11 +231,8 @@ def _judge_all(
         [code for _, _, code in programs],
         **_columns([row for row, _, _ in programs]),
     )
-    jobs = []
-    for row, _, code in programs:
-        inputs = row["base_input"] + row["plus_input"]
-        expected = trusted_exec(plus_data_program(row), inputs, row["entry_point"])
-        jobs.append(_evalplus_job(row, code, expected))
+    references = {row["task_id"]: _reference(row) for row in rows}  # once a row, not a program
+    jobs = [_evalplus_job(row, code, references[row["task_id"]]) for row, _, code in programs]
     verdicts = [
         (row["task_id"], kind, ours, sum(details) / len(job["inputs"]))
         for (row, kind, _), ours, job, details in zip(

@@ -184,8 +184,11 @@ class ContestBatch:
     """Each solution's score and what a judge must make of it (its file's name says)."""
 
     def judge(self, backend: Any) -> list[tuple[float | None, str]]:
-        """Each completion's reward and verdict (or outcome kind, where there is none)."""
-        reward = stdio_tests_reward(backend, pool_size=3)
+        """Each completion's reward and verdict (or outcome kind, where there is none), all
+        judged in one sandbox: each sandbox precompiles the C++ header on its first compile
+        (seconds of CPU), so a pool of three paid that three times over for what one sandbox
+        shows (a pool's rows in flight at once are what ``Case.run`` covers)."""
+        reward = stdio_tests_reward(backend, pool_size=1)
         _ = reward.pool  # made on this thread, as a call makes it
         try:
             outcomes = run_sync(reward.aoutcomes(self.prompts, self.completions, **self.columns))
