@@ -121,6 +121,20 @@ def test_a_sandbox_outlives_its_driver_and_a_new_driver_reaps_it(
         ray_client.get(sandbox_id)
 
 
+def test_a_client_keeps_its_sandboxes_across_a_new_ray_session_of_its_process(
+    ray_client: SandboxClient, tag: str
+) -> None:
+    """An actor handle is valid only in the Ray session that got it: after ``ray.shutdown()``
+    and a new ``ray.init()`` in the driver (a benchmark that moves to a bigger cluster), a
+    handle the backend had kept failed every call on the sandbox, its stop too."""
+    sb = ray_client.sandbox(tags=[tag])
+    assert sb.exec(["echo", "before"]).stdout == "before\n"
+    ray.shutdown()
+    assert sb.exec(["echo", "after"]).stdout == "after\n"  # connected again, found by name
+    sb.stop()
+    assert ray_client.list(tags=[tag]) == []
+
+
 def test_nothing_of_the_drivers_environment_reaches_a_sandbox() -> None:
     """A driver with a secret starts a local Ray on demand (no address anywhere, and a Ray
     directory of its own, so it finds no cluster of other tests): Ray's workers inherit the

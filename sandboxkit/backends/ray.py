@@ -221,6 +221,9 @@ class RayBackend:
         """What its sandboxes share: the cluster (ranks on one machine share a budget per
         account)."""
         self._handles: dict[str, ActorHandle] = {}
+        self._session: str | None = None
+        """The Ray job (session) of this process the handles were got in: a handle is valid
+        only there, and ``ray.shutdown()`` then ``ray.init()`` starts another."""
 
     # -- connection --------------------------------------------------------------------------
 
@@ -268,8 +271,19 @@ class RayBackend:
         actors = await asyncio.to_thread(ray.util.list_named_actors, all_namespaces=True)
         return [a["name"] for a in actors if a["namespace"] == NAMESPACE]
 
+    def _remember(self, sandbox_id: str, handle: ActorHandle | None = None) -> ActorHandle | None:
+        """The handle kept for ``sandbox_id`` in this Ray session (or keep ``handle``); those
+        of an earlier session are forgotten first."""
+        session = ray.get_runtime_context().get_job_id() if ray.is_initialized() else None
+        if session != self._session:
+            self._handles.clear()
+            self._session = session
+        if handle is not None:
+            self._handles[sandbox_id] = handle
+        return self._handles.get(sandbox_id)
+
     async def _handle(self, sandbox_id: str) -> ActorHandle:
-        handle = self._handles.get(sandbox_id)
+        handle = self._remember(sandbox_id)
         if handle is not None:
             return handle
         name = next((n for n in await self._names() if n.partition(" ")[0] == sandbox_id), None)
@@ -279,7 +293,7 @@ class RayBackend:
             handle = await asyncio.to_thread(ray.get_actor, name, NAMESPACE)
         except ValueError:
             raise SandboxNotFoundError(f"no sandbox {sandbox_id!r} (stopped)") from None
-        self._handles[sandbox_id] = handle
+        self._remember(sandbox_id, handle)
         return handle
 
     async def _call(self, sandbox_id: str, ref: Awaitable[T]) -> T:
@@ -345,7 +359,7 @@ class RayBackend:
         except BaseException:
             ray.kill(handle, no_restart=True)
             raise
-        self._handles[sandbox_id] = handle
+        self._remember(sandbox_id, handle)
         return SandboxInfo(sandbox_id, SandboxStatus.RUNNING, tuple(spec.tags), started)
 
     async def exec(
