@@ -13,6 +13,7 @@ import hashlib
 import logging
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -725,6 +726,60 @@ def test_no_exec_inherits_the_parse_of_its_templates_source(
     with warm.sandbox() as sb:
         result = sb.exec(["python3", "-c", PARSE_TOKENS, literal], timeout=60)
     assert (result.returncode, result.stdout, result.stderr) == (0, "0\n", "")
+
+
+PUBLIC_PROGRAM = """import os, sys
+BODY_PID = os.getpid()
+
+
+def main():
+    print(BODY_PID != os.getpid(), sys.modules["__main__"].main is main, flush=True)
+    raise ValueError("from main")
+{guard}"""
+RUN_PREPARED = """
+import os, sys
+from sandboxkit.local import forkserver
+source = sys.stdin.read()
+forkserver.prepare_public(source)
+for _ in range(2):
+    pid = os.fork()
+    if pid == 0:
+        command = [sys.executable, "-c", source]
+        program = forkserver.Program(source, "<string>", ["-c"], set(), sys.executable, command)
+        os._exit(forkserver.run_python(program))
+    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+"""
+
+
+@pytest.mark.parametrize(
+    ("guard", "body_ran_once"),
+    [
+        ('\n\nif __name__ == "__main__":\n    main()\n', True),
+        ('\n\nif __name__ == "__main__":\n    main()\nprint("after")\n', False),
+        ("\n\nmain()\n", False),
+        ('\nraise SystemExit(3)\n\nif __name__ == "__main__":\n    main()\n', False),
+    ],
+    ids=["main guard", "code after the guard", "no guard", "a body that raises"],
+)
+def test_a_template_runs_a_public_programs_body_once_and_each_exec_its_main_guard(
+    guard: str, body_ran_once: bool
+) -> None:
+    """What a warm template does with the runner's text (``prepare_public``): a program that
+    ends in a main guard has its body run once, where it is prepared, and each exec runs only
+    the guard's block, in its own copy of that ``__main__``, with the line numbers of the
+    program's text; any other program (or one whose body raises there) runs whole in each."""
+    source = PUBLIC_PROGRAM.format(guard=guard)
+    result = subprocess.run(
+        [sys.executable, "-c", RUN_PREPARED], input=source, capture_output=True, text=True
+    )
+    if "SystemExit(3)" in guard:
+        assert result.stdout == "3\n3\n", result.stderr
+        return
+    line = f"{body_ran_once} True\n"
+    assert result.stdout == line + "1\n" + line + "1\n", result.stderr
+    call = 1 + source.splitlines().index("    main()" if "if __name__" in guard else "main()")
+    raised = f'"<string>", line {call}, in <module>\n  File "<string>", line 7, in main\nValueE'
+    assert result.stderr.count(raised) == 2, result.stderr
 
 
 def test_a_template_loads_the_hosts_compile_where_its_interpreter_takes_that_bytecode(

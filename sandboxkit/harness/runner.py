@@ -2144,6 +2144,9 @@ FRESH_ZYGOTE = (
 )
 """The program of a zygote started afresh (:func:`restart_zygote`): the runner's own code
 object and the candidate's code come on its stdin."""
+RUNNER_CODE = sys._getframe().f_code
+"""The code of this module as it runs here, whichever way it was started (``python -c``, a
+warm template that ran all but its main guard once, a fresh zygote)."""
 RESTART: list[Callable[[], None]] = []
 """T: how to start a fresh zygote on its socket to the zygote that became the first test's
 process (:func:`zygote`), while one is needed for a rerun and none has been started."""
@@ -2158,16 +2161,11 @@ def restart_zygote(
     interpreter, which takes T's socket to the old one, compiled and ready. Exec'd, so nothing
     of T's memory (the tests, the key) is in it, and started with the candidate's ids where
     T has the judge's (a rerun is rare: a job that ends at its first failure reruns only a
-    call its batch cannot vouch for, :class:`Unsure`). It runs the runner's own code object,
-    which T takes from its module's frame (no source, no compile)."""
+    call its batch cannot vouch for, :class:`Unsure`). It runs the runner's own code object
+    (:data:`RUNNER_CODE`: no source, no compile)."""
     import marshal
     import subprocess
 
-    module = sys._getframe()
-    while module.f_code.co_name != "<module>" or module.f_globals is not globals():
-        if module.f_back is None:
-            raise RemoteError("the runner's code is not at hand")
-        module = module.f_back
     mine, theirs = socket.socketpair()
     try:
         process = subprocess.Popen(
@@ -2184,7 +2182,7 @@ def restart_zygote(
     ZYGOTES.append(process.pid)
     assert process.stdin is not None
     with process.stdin as feed:
-        feed.write(marshal.dumps((module.f_code, first)))
+        feed.write(marshal.dumps((RUNNER_CODE, first)))
     os.dup2(mine.fileno(), t_end.fileno())
     mine.close()
     loaded = load(t_end, process.pid, timeout * 2, None)  # as the first zygote's

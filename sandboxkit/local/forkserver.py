@@ -40,8 +40,8 @@ one:
   processes' /proc directories are covered (``hide_serving_processes``); what a command
   inherits of the server's memory holds nothing of any request but its limits (argv, env,
   cwd, program text and stdin go unread through a pipe to the command, see ``main``) nor any
-  earlier output (see ``Output``); only public programs are compiled ahead, at the first
-  exec that runs one (the runner: ``compile_public``).
+  earlier output (see ``Output``); only public programs are made ready ahead, at the first
+  exec that runs one (the runner: ``prepare_public_programs``).
 
 The template also feeds the command's stdin, collects its output (capped) and enforces its
 timeout, so an exec costs the host one request and one answer.
@@ -215,9 +215,11 @@ OWN_MAPS = [
     ("gid_map", f"{OUTER_IDS[1]} {OUTER_IDS[1]} 1"),
 ]
 """The maps of a user namespace that keeps only those ids (``new_user_namespace``)."""
-COMPILED: dict[str, types.CodeType] = {}
-"""Public ``-c`` programs (the test runner) the host named at start, compiled before any
-command ran: only what every sandbox may read is kept between execs."""
+PUBLIC_MODULES: dict[str, tuple[types.ModuleType, types.CodeType]] = {}
+"""Public ``-c`` programs (the test runner) the host named at start, made ready before any
+command ran (``prepare_public``): each one's ``__main__`` module, and the code an exec of it
+still runs there. Only what every sandbox may read is kept between execs."""
+MAIN_GUARD = '\nif __name__ == "__main__":\n'
 PUBLIC: dict[str, str] = {}
 """The public programs' texts by their handles (:func:`public_handle`, in the host's order),
 by which its requests name them."""
@@ -432,6 +434,13 @@ def start_up(program: Program) -> None:
         sys.path.insert(0, first)
 
 
+def new_main() -> types.ModuleType:
+    """A fresh ``__main__`` module, as the interpreter makes for a program."""
+    main = type(sys)("__main__")
+    main.__dict__["__builtins__"] = builtins
+    return main
+
+
 def compile_program(source: str, filename: str) -> types.CodeType:
     """As the interpreter compiles ``-c`` code or a script (not with this module's
     ``from __future__`` flags)."""
@@ -441,15 +450,20 @@ def compile_program(source: str, filename: str) -> types.CodeType:
 def run_python(program: Program) -> int:
     """Run a program in this process as ``python`` would, and return its exit status."""
     start_up(program)
-    main = type(sys)("__main__")
-    main.__dict__["__builtins__"] = builtins
-    if program.filename != "<string>":
-        main.__file__ = os.path.abspath(program.filename)
+    prepared = PUBLIC_MODULES.get(program.source) if program.filename == "<string>" else None
+    if prepared is None:
+        main = new_main()
+        if program.filename != "<string>":
+            main.__file__ = os.path.abspath(program.filename)
+    else:
+        main = prepared[0]
     sys.modules["__main__"] = main
     status = 0
     try:
-        code = COMPILED.get(program.source) if program.filename == "<string>" else None
-        exec(code or compile_program(program.source, program.filename), main.__dict__)
+        if prepared is None:
+            exec(compile_program(program.source, program.filename), main.__dict__)
+        else:
+            exec(prepared[1], main.__dict__)
     except SystemExit as exc:
         if exc.code is None:
             status = 0
@@ -1300,7 +1314,7 @@ def main() -> None:
         end = received.find(b"\n", 1, size)
         header = json.loads(received[1:end])
         if header.get("judge") is True:
-            compile_public()
+            prepare_public_programs()
         with memoryview(received) as view:
             while size - end - 1 < header.get("size", 0):  # the rest of a long request
                 more = sock.recv_into(view[size:], MAX_PACKET)
@@ -1317,22 +1331,44 @@ def main() -> None:
             return
 
 
-def compile_public() -> None:
-    """Compile the public programs (the runner) here, once, at the first exec that runs one
-    (its request says ``judge``), before it is forked: every later exec finds them compiled
-    (``run_python``). A template whose execs run none (plain programs, as in most pools) pays
-    neither their compiling (some 20 ms of its start) nor their code in its heap (some 3 MB:
-    an entry for each page copied by every fork and unmapped by every exit)."""
-    if len(COMPILED) < len(PUBLIC):
+def prepare_public_programs() -> None:
+    """Make the public programs (the runner) ready here (``prepare_public``), once, at the
+    first exec that runs one (its request says ``judge``), before it is forked: every later
+    exec finds them ready (``run_python``). A template whose execs run none (plain programs,
+    as in most pools) pays neither their compiling (some 20 ms of its start) nor their code
+    in its heap (some 3 MB: an entry for each page copied by every fork and unmapped by every
+    exit)."""
+    if len(PUBLIC_MODULES) < len(PUBLIC):
         for source in PUBLIC.values():
-            COMPILED[source] = compile_program(source, "<string>")
+            prepare_public(source)
         settle_heap()
 
 
+def prepare_public(source: str) -> None:
+    """Make a public program ready to run (``run_python``). One that ends in a main guard
+    (``if __name__ == "__main__":`` and only its block) has all before the guard run here,
+    once, in its ``__main__`` module: an exec then runs only the guard's block, in its fork's
+    copy of that module, rather than define the runner's hundreds of functions and constants
+    again (a write to each page of its code, copied from this process's) in every exec. Its
+    body must do at import only what gives every exec the same (definitions, the standard
+    library's imports but ``threading``, whose at-fork hook would run in every fork); one
+    whose body raises here is compiled whole instead."""
+    head, guard, block = source.rpartition(MAIN_GUARD)
+    if guard and all(line[:1] in ("", " ", "\t") for line in block.splitlines()):
+        main = new_main()
+        with contextlib.suppress(BaseException):
+            exec(compile_program(head, "<string>"), main.__dict__)
+            # The block keeps its line numbers, for tracebacks.
+            padded = "\n" * (head.count("\n") + 1) + guard.lstrip("\n") + block
+            PUBLIC_MODULES[source] = (main, compile_program(padded, "<string>"))
+            return
+    PUBLIC_MODULES[source] = (new_main(), compile_program(source, "<string>"))
+
+
 def settle_heap() -> None:
-    """Once started, and once the public programs are compiled (``compile_public``): leave the
-    server's heap as small and as still as it can be, since every exec's fork copies an entry
-    for each of its pages, its exit unmaps them, and it copies each page it writes to.
+    """Once started, and once the public programs are ready (``prepare_public_programs``):
+    leave the server's heap as small and as still as it can be, since every exec's fork copies
+    an entry for each of its pages, its exit unmaps them, and it copies each page it writes to.
 
     What the template holds now lives as long as it: frozen, the cyclic collector of every
     command forked from it leaves it alone, rather than write to each object's header to find no
@@ -1473,7 +1509,7 @@ def container_main() -> None:
     learn_site(None)
     warm_up()
     for source in json.loads(sys.argv[3]) if len(sys.argv) > 3 else []:
-        COMPILED[source] = compile_program(source, "<string>")
+        prepare_public(source)
     settle_heap()
     received = mmap.mmap(-1, MAX_REQUEST + 4, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     with memoryview(received) as view:
