@@ -8,11 +8,13 @@ The inputs are HumanEval+'s kind, made here offline: each task's base inputs are
 arguments of its test's ``candidate(...)`` calls, and the rest are type-preserving mutants of
 them (EvalPlus's own first step), kept where the canonical solution returns on them in 50 ms
 without raising, with a value that crosses the runner's codec as itself; the expected values
-are the canonical solution's, computed here once. Every sample is a canonical solution, so
-every method must pass every one, and only speed differs. Each method runs the samples in
-their order (HumanEval's; evalplus's ``evaluate`` keeps its samples' order), and again longest
-first, the order in which sandboxkit's rewards start a batch: one task's reference (HumanEval/36)
-takes far longer than the rest, and a batch ends with its slowest run.
+are the canonical solution's, computed here once. Every task with enough such inputs takes
+part (a few tasks' too few, or too slow, ones leave them out), so that no one task's own
+run decides the wall time. Every sample is a canonical solution, so every method must pass
+every one, and only speed differs. Each method runs the samples in their order (HumanEval's;
+evalplus's ``evaluate`` keeps its samples' order), and again longest first, the order in
+which sandboxkit's rewards start a batch: one task's reference (HumanEval/36) takes far
+longer than the rest, and a batch ends with its slowest run.
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ HOST_LIMIT = 0.05
 TIMEOUT = 5.0
 """Each test's CPU limit in sandboxkit's rows."""
 SANDBOXKIT = "sandboxkit, one process while tests return"
-EVALPLUS = "evalplus 0.3.1 untrusted_check"
+EVALPLUS = "evalplus 0.3.1, a sample as its evaluate checks it"
+EVALPLUS_ONCE = "evalplus 0.3.1 untrusted_check, all inputs in one check"
 LONGEST = ", longest first"
 """Added to a method's name where it runs the samples longest first, as sandboxkit's rewards
 start a batch (the others as given, as evalplus's ``evaluate`` runs them)."""
@@ -57,6 +60,9 @@ class Sample:
     expected: list[Any]
     ref_time: list[float]
     """Seconds the canonical solution took on each input here (evalplus scales its limits)."""
+    base: int
+    """How many of the inputs, the first, are the task's own (HumanEval+'s ``base_input``; the
+    rest are its ``plus_input``): evalplus checks the two apart."""
 
 
 class _Late(Exception):
@@ -139,7 +145,8 @@ def samples(tasks: int, inputs: int, seed: int = 0) -> list[Sample]:
             exec(code, namespace)
             func = namespace[problem["entry_point"]]
             seen = _base_inputs(problem["test"])
-            kept: dict[str, tuple[tuple[Any, ...], Any, float]] = {}
+            own = len(seen)
+            kept: dict[str, tuple[tuple[Any, ...], Any, float, bool]] = {}
             for attempt in range(inputs * 20):
                 if len(kept) == inputs or not seen:
                     break
@@ -157,7 +164,7 @@ def samples(tasks: int, inputs: int, seed: int = 0) -> list[Sample]:
                 finally:
                     signal.setitimer(signal.ITIMER_REAL, 0)
                 if _crosses(value):
-                    kept[key] = (args, value, took)
+                    kept[key] = (args, value, took, attempt < own)
                     seen.append(args)
             if len(kept) == inputs:
                 rows = list(kept.values())
@@ -169,6 +176,7 @@ def samples(tasks: int, inputs: int, seed: int = 0) -> list[Sample]:
                         [r[0] for r in rows],
                         [r[1] for r in rows],
                         [r[2] for r in rows],
+                        sum(r[3] for r in rows),
                     )
                 )
     finally:
@@ -227,30 +235,47 @@ def _sandboxkit(client: SandboxClient, work: Sequence[Sample], workers: int) -> 
 
 
 def _evalplus_one(sample: Sample) -> bool:
-    """evalplus's own check of one sample, as its ``evaluate`` calls it (``fast_check``: it
-    stops at the first failure, its default)."""
+    """evalplus's own check of one sample, as its ``evaluate`` makes it: what its
+    ``check_correctness`` does (which cannot be imported here: its module imports evalplus's
+    generation stack), ``untrusted_check`` on the base inputs, then on the plus inputs."""
+    return all(
+        _untrusted_check(sample, part) for part in (slice(0, sample.base), slice(sample.base, None))
+    )
+
+
+def _evalplus_once(sample: Sample) -> bool:
+    """evalplus's checker called once on all of a sample's inputs: one process a sample
+    where ``evaluate`` starts two (``_evalplus_one``)."""
+    return _untrusted_check(sample, slice(None))
+
+
+def _untrusted_check(sample: Sample, part: slice) -> bool:
+    """evalplus's ``untrusted_check`` on the inputs ``part`` of ``sample``, with
+    ``fast_check`` (it stops at the first failure: ``evaluate``'s default)."""
     from evalplus.eval import PASS, untrusted_check
 
     status, _ = untrusted_check(
         "humaneval",
         sample.code,
-        sample.inputs,
+        sample.inputs[part],
         sample.entry_point,
-        sample.expected,
+        sample.expected[part],
         0,
-        sample.ref_time,
+        sample.ref_time[part],
         fast_check=True,
     )
     return bool(status == PASS)
 
 
-def _evalplus(work: Sequence[Sample], workers: int) -> tuple[float, int]:
+def _evalplus(
+    work: Sequence[Sample], workers: int, check: Callable[[Sample], bool] = _evalplus_one
+) -> tuple[float, int]:
     """Seconds for evalplus's checker on ``workers`` processes, as its ``evaluate`` runs it
     (in the order given)."""
     with ProcessPoolExecutor(workers) as pool:
-        list(pool.map(_evalplus_one, work[:workers]))  # the workers started before the clock
+        list(pool.map(check, work[:workers]))  # the workers started before the clock
         start = time.perf_counter()
-        passed = sum(pool.map(_evalplus_one, work))
+        passed = sum(pool.map(check, work))
         return time.perf_counter() - start, passed
 
 
@@ -276,6 +301,7 @@ def measure(
     else:
         methods[EVALPLUS] = lambda: _evalplus(work, workers)
         methods[EVALPLUS + LONGEST] = lambda: _evalplus(ordered, workers)
+        methods[EVALPLUS_ONCE] = lambda: _evalplus(work, workers, _evalplus_once)
     walls: dict[str, list[float]] = {m: [] for m in methods}
     passed: dict[str, list[int]] = {m: [] for m in methods}
     for round_ in range(rounds):

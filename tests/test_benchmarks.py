@@ -146,12 +146,19 @@ def test_heavy_smoke_run_passes_every_canonical_solution_by_every_method(tmp_pat
     assert "### Test-heavy rows" in done.stdout
     rows = json.loads(out.read_text())["heavy"]
     methods = [row["method"] for row in rows]
-    evalplus = ["evalplus 0.3.1 untrusted_check"] if importlib.util.find_spec("evalplus") else []
+    evalplus = "evalplus 0.3.1, a sample as its evaluate checks it"
     assert methods == [
         "sandboxkit, one process while tests return",
         "sandboxkit, one process while tests return, longest first",
-        *evalplus,
-        *(f"{m}, longest first" for m in evalplus),
+        *(
+            [
+                evalplus,
+                f"{evalplus}, longest first",
+                "evalplus 0.3.1 untrusted_check, all inputs in one check",
+            ]
+            if importlib.util.find_spec("evalplus")
+            else []
+        ),
     ]
     for row in rows:
         assert (row["samples"], row["tests"], row["passed"]) == (2, 10, [2]), row
