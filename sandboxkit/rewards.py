@@ -19,7 +19,7 @@ import json
 import logging
 import statistics
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
@@ -52,6 +52,10 @@ returned function raises is the completion's (``ERROR``): no completion can make
 unjudgeable."""
 RewardMapping = Callable[[Outcome], float | None]
 """An outcome's reward; infrastructure outcomes never reach it."""
+
+ROWS_KEPT = 256
+"""Rows whose harness a reward keeps for their next completions: a row's completions come
+together (TRL's groups), and a harness encodes its tests once."""
 
 logger = logging.getLogger("sandboxkit.rewards")
 
@@ -441,7 +445,7 @@ def assert_tests_reward(
     ``continuation=True`` treats completions as function bodies continuing the prompt.
     """
 
-    @functools.lru_cache(maxsize=256)  # a row's completions come together (TRL's groups)
+    @functools.lru_cache(maxsize=ROWS_KEPT)
     def judging(tests: tuple[str, ...], setup: str, prefix: str | None) -> Judging:
         harness = AssertTests(tests, setup=setup, timeout=timeout, prompt=prefix)
         buildable(harness, prefix or "")
@@ -493,6 +497,9 @@ def input_tests_reward(
         raise ValueError(f"scoring must be 'fraction' or 'all'; got {scoring!r}")
     expected_cache: dict[str, tuple[list[Any], float]] = {}
     """Per task: the reference's results and the CPU seconds it took (``reference_seconds``)."""
+    harnesses: OrderedDict[tuple[str, str | None], InputTests] = OrderedDict()
+    """The latest rows' harnesses, by task and prompt (``ROWS_KEPT``): a row's completions share
+    one, whose calls are encoded once (``InputTests.job``)."""
 
     def planner(i: int, prompt: Any, columns: Mapping[str, Any]) -> Judging:
         needed = [entry_point_column, *inputs_columns]
@@ -511,6 +518,7 @@ def input_tests_reward(
             expected, seconds = list(_json(given[i])), 0.0  # no reference run: none known
             if len(expected) != len(inputs):
                 raise ValueError(f"it has {len(inputs)} inputs but {len(expected)} expected")
+            key = inputs_key(repr(expected), entry, inputs, atol)
         elif reference_column in columns:
             program = reference_program(prefix, columns[reference_column][i], entry)
             key = inputs_key(program, entry, inputs, atol)
@@ -524,11 +532,18 @@ def input_tests_reward(
                 f"input_tests_reward: neither {expected_column!r} nor {reference_column!r} "
                 f"among {sorted(columns)}"
             )
-        harness = InputTests(
-            entry, tuple(inputs), tuple(expected), atol, timeout, scoring == "all", seconds
-        )
         body_of = prefix if continuation else None
-        buildable(harness, body_of or "")
+        harness = harnesses.get((key, body_of))
+        if harness is None:
+            harness = InputTests(
+                entry, tuple(inputs), tuple(expected), atol, timeout, scoring == "all", seconds
+            )
+            buildable(harness, body_of or "")
+            harnesses[key, body_of] = harness
+            if len(harnesses) > ROWS_KEPT:
+                harnesses.popitem(last=False)
+        else:
+            harnesses.move_to_end((key, body_of))
         return lambda completion: plan(completion, harness, prompt=body_of)
 
     def mapping(outcome: Outcome) -> float:

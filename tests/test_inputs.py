@@ -318,6 +318,37 @@ def test_the_reference_runs_once_per_task(tmp_path: Path) -> None:
     assert runs.read_text() == "x"
 
 
+def test_a_rows_completions_share_one_harness_whose_calls_are_encoded_once() -> None:
+    """TRL's groups bring a row's completions together: its harness (and its calls' encoding,
+    a row's thousands) is made once for all of them, whether its expected results come from
+    the reference or the row; another row, or the same one continuing another prompt, has
+    its own."""
+    row = {"entry_point": "inc", "base_input": [[1]], "plus_input": [[2], [3]]}
+    other = {**row, "plus_input": [[2], [4]]}
+    referenced = [
+        {**r, "canonical_solution": "def inc(x):\n    return x + 1\n"} for r in (row, other)
+    ]
+    given = [{**r, "expected_output": [2, 3, 4]} for r in (row, other)]
+    for continuation in (False, True):
+        reward = input_tests_reward("subprocess", continuation=continuation, pool_size=1)
+        right, wrong = ("    return x + 1\n", "    return x\n")
+        if not continuation:
+            right, wrong = (f"def inc(x):\n{body}" for body in (right, wrong))
+        try:
+            for rows in (referenced, given):
+                prompts = ["def inc(x):\n"] * 3 + ["# another prompt\ndef inc(x):\n"]
+                columns = _columns([rows[0], rows[0], rows[1], rows[0]])
+                plans = reward.plans(prompts, [right] * 4, **columns)
+                again = reward.plans(prompts[:1], [wrong], **_columns(rows[:1]))
+                first = plans[0].harness
+                assert first is not None and first.job is plans[1].harness.job
+                assert plans[1].harness is first and again[0].harness is first
+                assert plans[2].harness is not first
+                assert (plans[3].harness is not first) is continuation
+        finally:
+            reward.close()
+
+
 def test_a_row_whose_reference_raises_gets_no_reward() -> None:
     row = {
         "entry_point": "inv",
