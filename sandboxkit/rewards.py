@@ -533,17 +533,18 @@ def input_tests_reward(
                 f"among {sorted(columns)}"
             )
         body_of = prefix if continuation else None
-        harness = harnesses.get((key, body_of))
+        # Taken out and put back last (the latest rows are kept): each step is one operation
+        # of the dict's, so planners in other threads cannot make it raise.
+        harness = harnesses.pop((key, body_of), None)
         if harness is None:
             harness = InputTests(
                 entry, tuple(inputs), tuple(expected), atol, timeout, scoring == "all", seconds
             )
             buildable(harness, body_of or "")
-            harnesses[key, body_of] = harness
-            if len(harnesses) > ROWS_KEPT:
+        harnesses[key, body_of] = harness
+        while len(harnesses) > ROWS_KEPT:
+            with contextlib.suppress(KeyError):
                 harnesses.popitem(last=False)
-        else:
-            harnesses.move_to_end((key, body_of))
         return lambda completion: plan(completion, harness, prompt=body_of)
 
     def mapping(outcome: Outcome) -> float:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from sandboxkit import Sandbox
+from sandboxkit import Sandbox, rewards
 from sandboxkit.harness.inputs import InputTests
 from sandboxkit.rewards import RewardFunction, input_tests_reward
 
@@ -347,6 +347,31 @@ def test_a_rows_completions_share_one_harness_whose_calls_are_encoded_once() -> 
                 assert (plans[3].harness is not first) is continuation
         finally:
             reward.close()
+
+
+def test_a_reward_keeps_the_harnesses_of_its_latest_rows_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The harnesses kept are bounded (``ROWS_KEPT``, here 2): a row planned again after two
+    others gets a new one; one planned again sooner keeps its own."""
+    monkeypatch.setattr(rewards, "ROWS_KEPT", 2)
+    rows = [
+        {"entry_point": "inc", "base_input": [[n]], "plus_input": [], "expected_output": [n + 1]}
+        for n in range(3)
+    ]
+    reward = input_tests_reward("subprocess", pool_size=1)
+    code = "def inc(x):\n    return x + 1\n"
+
+    def harness(n: int) -> object:
+        return reward.plans([""], [code], **_columns([rows[n]]))[0].harness
+
+    try:
+        first, second = harness(0), harness(1)
+        assert harness(0) is first  # the latest again: row 1 is now the oldest
+        harness(2)
+        assert harness(0) is first and harness(1) is not second
+    finally:
+        reward.close()
 
 
 def test_a_row_whose_reference_raises_gets_no_reward() -> None:
