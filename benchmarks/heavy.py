@@ -154,15 +154,16 @@ def samples(tasks: int, inputs: int, seed: int = 0) -> list[Sample]:
                 key = repr(args)
                 if key in kept or not _crosses(args):
                     continue
-                signal.setitimer(signal.ITIMER_REAL, HOST_LIMIT)
-                try:
-                    start = time.perf_counter()
-                    value = func(*copy.deepcopy(args))
-                    took = time.perf_counter() - start
-                except BaseException:  # the input is out of the task's domain
+                try:  # the alarm may also come as the timer is stopped: out of time all the same
+                    signal.setitimer(signal.ITIMER_REAL, HOST_LIMIT)
+                    try:
+                        start = time.perf_counter()
+                        value = func(*copy.deepcopy(args))
+                        took = time.perf_counter() - start
+                    finally:
+                        signal.setitimer(signal.ITIMER_REAL, 0)
+                except BaseException:  # the input is out of the task's domain, or too slow
                     continue
-                finally:
-                    signal.setitimer(signal.ITIMER_REAL, 0)
                 if _crosses(value):
                     kept[key] = (args, value, took, attempt < own)
                     seen.append(args)
