@@ -361,6 +361,34 @@ def test_name_and_record_cheats_score_zero(sandbox: Sandbox, cheat: str) -> None
     assert outcome.passed == 0, f"{cheat}: {outcome}"
 
 
+RUNNER_REWRITE = (
+    EVENS_WRONG
+    + "import gc, sys\n"
+    + "_real = sys.modules['__main__'].describe\n"
+    + "def _forged(ns):\n    names = _real(ns)\n"
+    + f"    names['__builtins__'] = {_FORGED_BUILTINS}\n    return names\n"
+    + "gc.unfreeze()\n"
+    + "_found = [o for o in gc.get_objects() if type(o) is dict and 'RUNNER_CODE' in o]\n"
+    + "for _d in [vars(sys.modules['__main__']), *_found]:\n"
+    + "    _d['describe'] = _forged\n"
+    + "    _d['MAX_RECORD'] = 0\n"
+)
+"""Rewrites every copy of the runner's module it can reach (its process's ``__main__``, and
+any the heap holds: the one a warm template made ready holds the runner's definitions for
+every exec), so that a later exec's would forge its names."""
+
+
+def test_rewriting_the_runners_module_reaches_no_later_exec(sandbox: Sandbox) -> None:
+    """A warm template runs the runner's module body once, and each exec gets a fork's copy:
+    whatever a candidate does to the copy in its process is gone at its exec's end, and the
+    next exec in the sandbox is judged as a fresh one would be."""
+    harness = AssertTests(EVENS_TESTS, timeout=5)
+    assert judge(sandbox, harness, RUNNER_REWRITE).passed == 0
+    assert judge(sandbox, harness, EVENS_WRONG).passed == 0
+    right = judge(sandbox, harness, "def evens(xs):\n    return [x for x in xs if x % 2 == 0]\n")
+    assert (right.kind, right.passed) == (OutcomeKind.PASSED, 5), right
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("leaked", [False, True])
 def test_the_record_key_is_nowhere_the_candidate_can_read(sandbox: Sandbox, leaked: bool) -> None:
