@@ -433,6 +433,79 @@ def test_cheats_score_zero_in_shared_sandboxes() -> None:
     assert scores == [1.0] + [0.0] * len(cheats)
 
 
+_IN_THE_JUDGE = (
+    "import gc, os\n"
+    "open(MARK, 'w').write(str(os.getuid()))\n"
+    "for o in gc.get_objects():\n"
+    "    if type(o).__name__ == 'Reporter':\n"
+    "        for i in range(16):\n"
+    "            o.emit({'test': i, 'status': 'passed'})\n"
+    "        o.emit({'done': True})\n"
+    "        os._exit(0)\n"
+)
+"""Code that, run in the judge, seals a pass for every test with the judge's own key."""
+_PLANTED = (
+    "import os, types\n"
+    "MARK = os.path.abspath('judge-ran')\n"
+    "PAYLOAD = f'MARK = {MARK!r}\\n' + " + repr(_IN_THE_JUDGE) + "\n"
+    "for place in ('.', os.environ.get('TMPDIR', '/tmp')):\n"
+    "    for name in ('test_planted.py', 'planted.py', 'math.py', 'decimal.py'):\n"
+    "        try:\n"
+    "            with open(os.path.join(place, name), 'w') as f:\n"
+    "                f.write(PAYLOAD)\n"
+    "            os.chmod(os.path.join(place, name), 0o666)\n"
+    "        except OSError:\n"
+    "            pass\n"
+    "    try:\n"
+    "        os.chmod(place, 0o777)\n"
+    "    except OSError:\n"
+    "        pass\n"
+)
+"""Writes that code where the judge might import it from: the working directory (the judge's
+too, until it leaves it) and the temporary directory, readable by any uid."""
+JUDGE_IMPORTS = {
+    "the function reported as a module that discovers tests in the working directory": (
+        _PLANTED + "add = types.ModuleType('unittest.__main__')\n"
+    ),
+    "a module the test uses reported as another": (
+        _PLANTED + "import math\nmath = types.ModuleType('unittest.__main__')\n"
+        "def add(a, b):\n    return a - b\n"
+    ),
+    "a module the test uses reported under a dotted name": (
+        _PLANTED + "import math\nmath = types.ModuleType('math.planted')\n"
+        "def add(a, b):\n    return a - b\n"
+    ),
+}
+"""Ways to get the judge to import something: every one must leave the score at 0."""
+
+
+@pytest.mark.parametrize("tier", ["namespaces", "namespaces-cold", "rlimits"])
+@pytest.mark.parametrize("route", JUDGE_IMPORTS)
+def test_nothing_the_candidate_names_or_writes_runs_in_the_judge(
+    tier: str, route: str, local_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A test's names are bound from what the candidate's process reports; a module among
+    them is one the judge imports. Whatever the candidate reports, the judge imports no code
+    it chose (a test discovery from the working directory, a module it wrote), with the
+    setup importing the name too, and the score of a wrong ``add`` stays 0."""
+    import os
+
+    isolation, _, cold = tier.partition("-")
+    if isolation == "rlimits" and os.geteuid() != 0:
+        pytest.skip("without root the rlimits tier runs the judge as the candidate")
+    monkeypatch.setenv("SANDBOXKIT_ISOLATION", isolation)
+    tests = [*TESTS, "assert math.isclose(add(0.5, 0.25), 0.75)"]
+    with get_backend("subprocess", root=local_root, warm=not cold) as client:
+        with client.sandbox() as sb:
+            for setup in ("", "import math"):
+                outcome = judge(
+                    sb, AssertTests(tests, setup=setup, timeout=5), JUDGE_IMPORTS[route]
+                )
+                assert outcome.passed == 0, f"{route} ({setup!r}): {outcome}"
+                ran = sb.exec(["cat", "judge-ran"])
+                assert ran.returncode != 0, f"the planted code ran as uid {ran.stdout}"
+
+
 def test_records_that_are_not_the_runners_never_count(sandbox: Sandbox) -> None:
     """Whatever path a writer finds to the exec's stdout (a weaker tier, another backend),
     records it writes are not sealed with the exec's key and do not count."""

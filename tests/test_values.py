@@ -151,3 +151,17 @@ def test_a_forged_encoding_that_is_no_value_fails_its_calls(sandbox: Sandbox) ->
     outcome = judge(sandbox, harness, forge)
     assert (outcome.kind, outcome.passed) == (OutcomeKind.FAILED, 2), outcome
     assert outcome.detail == "bad value: not a value: {'$nope': [2, 2]}", outcome
+
+
+@pytest.mark.parametrize("name", ["exec", "eval", "open", "__import__", "breakpoint", "input"])
+def test_a_value_names_no_builtin_that_does_more_than_compute(name: str) -> None:
+    """A value may name a builtin type or a builtin that only computes (``len``), as itself or
+    as a ``defaultdict``'s factory, which the judge calls on a missing key: one that reads,
+    writes, imports or runs text is no value, wherever it stands."""
+    from sandboxkit.harness import runner
+
+    assert runner.decode({"$bi": "len"}) is len
+    assert runner.decode({"$dd": [{"$bi": "int"}, {"$d": []}]})["x"] == 0
+    for data in ({"$bi": name}, {"$dd": [{"$bi": name}, {"$d": []}]}):
+        with pytest.raises(runner.CodecError):
+            runner.decode(data)

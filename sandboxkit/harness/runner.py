@@ -376,9 +376,18 @@ def _namedtuple(name: Any, fields: Any) -> Any:
     return _NAMEDTUPLES[key]
 
 
+PURE_BUILTINS = frozenset(
+    "abs all any ascii bin callable chr divmod format hash hex id isinstance issubclass iter"
+    " len max min next oct ord pow repr round sorted sum".split()
+)
+"""The builtin functions a value may name besides the builtin types: those that compute and
+do nothing else. A value is data whoever holds it, and the judge may call it (a
+``defaultdict``'s factory on a missing key): none that reads, writes, imports or runs text."""
+
+
 def _builtin(name: str) -> Any:
-    value = getattr(builtins, name)
-    if not isinstance(value, (type, types.BuiltinFunctionType)):
+    value = getattr(builtins, _text(name))
+    if not (isinstance(value, type) or name in PURE_BUILTINS):
         raise CodecError(f"not a builtin: {name}")
     return value
 
@@ -419,7 +428,15 @@ def decode(data: JSON, channel: Channel | None = None, refs: list[Any] | None = 
 
     try:
         return d(data)
-    except (TypeError, KeyError, IndexError, ValueError, ArithmeticError, RecursionError) as exc:
+    except (
+        TypeError,
+        KeyError,
+        IndexError,
+        ValueError,
+        ArithmeticError,
+        AttributeError,
+        RecursionError,
+    ) as exc:
         raise CodecError(f"bad value: {exc}") from None
 
 
@@ -2155,7 +2172,11 @@ ZYGOTES: list[int] = []
 
 
 def restart_zygote(
-    t_end: socket.socket, first: Record, candidate: tuple[int, int] | None, timeout: float
+    t_end: socket.socket,
+    first: Record,
+    candidate: tuple[int, int] | None,
+    timeout: float,
+    workdir: str,
 ) -> None:
     """T, for a rerun once its zygote became the first test's process: a zygote in a fresh
     interpreter, which takes T's socket to the old one, compiled and ready. Exec'd, so nothing
@@ -2174,6 +2195,7 @@ def restart_zygote(
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             pass_fds=(theirs.fileno(),),
+            cwd=workdir,
             user=None if candidate is None else candidate[0],
             group=None if candidate is None else candidate[1],
         )
@@ -2315,7 +2337,12 @@ def referred_names(names: Any, *codes: types.CodeType) -> dict[str, Any]:
 def bind(names: dict[str, Any], channel_box: list[Channel]) -> dict[str, Any]:
     """The candidate's names as T sees them: proxies, data (read from the test's process as
     a call's result is), standard modules. What the process said about them is only data: a
-    malformed entry is left out (the test then fails on it)."""
+    malformed entry is left out (the test then fails on it).
+
+    A module binds only under its own name (``math`` as ``math``), a top-level module of the
+    standard library that the test itself names: the candidate's word decides whether the
+    name is bound, as it would in its own module, never which code T imports (a module's
+    import runs code, ``unittest.__main__`` a test discovery from the working directory)."""
     import importlib
 
     bound: dict[str, Any] = {}
@@ -2323,9 +2350,9 @@ def bind(names: dict[str, Any], channel_box: list[Channel]) -> dict[str, Any]:
         if type(info) is not dict or len(info) != 1:
             continue
         ((form, data),) = info.items()
-        if form == "module" and type(data) is str and data.split(".")[0] in STANDARD_MODULES:
+        if form == "module" and data == name and name in STANDARD_MODULES:
             with contextlib.suppress(Exception):
-                bound[name] = importlib.import_module(data)
+                bound[name] = importlib.import_module(name)
         elif form == "value":
             bound[name] = channel_box[0].request({"get": name})
         elif form == "callable":
@@ -2755,7 +2782,12 @@ def main() -> None:
             return
     make_undumpable()
     candidate = become_judge()
+    workdir = os.getcwd()
     zygote_pid, t_end = start_zygote(code, setup, program, run, first.get("bans"), candidate)
+    # The working directory is the candidate's (it writes there): T leaves it as soon as its
+    # zygote has it, so that no import of T's, and nothing a test opens by a relative path,
+    # can reach what the candidate wrote.
+    os.chdir("/")
     # Only now, in T alone: T forks nothing else (a fresh zygote is exec'd at once).
     report = Reporter(bytes.fromhex(key_memory[:].decode()))
     key_memory.close()
@@ -2770,7 +2802,9 @@ def main() -> None:
             request_child(t_end, become)
             if become:
                 again = {"code": code, "setup": setup, "bans": first.get("bans")}
-                RESTART.append(lambda: restart_zygote(t_end, again, candidate, job["timeout"]))
+                RESTART.append(
+                    lambda: restart_zygote(t_end, again, candidate, job["timeout"], workdir)
+                )
         limits = (program or {}).get("compile_limits")
         build_wall = limits["wall"] + PCH_WALL if limits else None
         loaded = load(t_end, zygote_pid, job["timeout"] * 2, build_wall)
