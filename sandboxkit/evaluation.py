@@ -25,6 +25,7 @@ from .errors import (
 )
 from .harness import Harness
 from .harness.records import RunRequest, read_records, spent
+from .harness.runner import RUN_WALL_ENV
 from .outcomes import Outcome, OutcomeKind
 from .pool import SandboxPool
 from .protocol import KILLED_RETURNCODE, ExecResult
@@ -156,8 +157,11 @@ async def run_plan(pool: SandboxPool, plan: Plan, *, deadline: float | None = No
         running = time.monotonic()
         if deadline is not None:
             limit = min(allowance, max(deadline - running - RETURN_GRACE, RETURN_GRACE))
+        # Cut short of its allowance, a runner ends the run itself just before its limit,
+        # saying whether the program kept its CPU limits' pace (then the cut is the deadline's).
+        env = {RUN_WALL_ENV: f"{limit:.3f}"} if limit < allowance and request.key else None
         try:
-            result = await sandbox.aexec(request.argv, stdin=request.stdin, timeout=limit)
+            result = await sandbox.aexec(request.argv, stdin=request.stdin, timeout=limit, env=env)
         except asyncio.CancelledError:
             raise  # cut off while running: ``running`` says since when
         except (SandboxLostError, SandboxNotFoundError) as exc:
@@ -219,7 +223,7 @@ async def run_plan(pool: SandboxPool, plan: Plan, *, deadline: float | None = No
         detail = f"{type(exc).__name__}: {exc}"
         return Outcome(OutcomeKind.INFRA, detail=detail, duration=time.monotonic() - started)
     try:
-        cut_short = limit < allowance and result.timed_out and not _overran(result, request)
+        cut_short = limit < allowance and _cut_short(result, request)
     except Exception as exc:
         return failed("its result could not be read", exc)
     if cut_short:
@@ -235,11 +239,18 @@ async def run_plan(pool: SandboxPool, plan: Plan, *, deadline: float | None = No
     return await asyncio.to_thread(_judged, harness, result, request)
 
 
-def _overran(result: ExecResult, request: RunRequest) -> bool:
-    """Whether the runner recorded that the program ran past a time limit of its own (loading
-    it, or a test): sealed records, which no candidate process can forge."""
+def _cut_short(result: ExecResult, request: RunRequest) -> bool:
+    """Whether a run the deadline cut short of its allowance ended through no doing of its
+    program's: the runner stopped it keeping its CPU limits' pace (``cut``), or it was killed
+    at its limit before the runner recorded a time limit of the program's own passed (loading
+    it, or a test). Sealed records, which no candidate process can forge."""
     records = read_records(result, request)
-    return records.load_timeout or any(t.get("status") == "timeout" for t in records.tests.values())
+    if records.cut:
+        return True
+    overran = records.load_timeout or any(
+        t.get("status") == "timeout" for t in records.tests.values()
+    )
+    return result.timed_out and not overran
 
 
 def _judged(harness: Harness, result: ExecResult, request: RunRequest) -> Outcome:

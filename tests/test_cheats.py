@@ -495,15 +495,13 @@ def test_nothing_the_candidate_names_or_writes_runs_in_the_judge(
         pytest.skip("without root the rlimits tier runs the judge as the candidate")
     monkeypatch.setenv("SANDBOXKIT_ISOLATION", isolation)
     tests = [*TESTS, "assert math.isclose(add(0.5, 0.25), 0.75)"]
-    with get_backend("subprocess", root=local_root, warm=not cold) as client:
-        with client.sandbox() as sb:
-            for setup in ("", "import math"):
-                outcome = judge(
-                    sb, AssertTests(tests, setup=setup, timeout=5), JUDGE_IMPORTS[route]
-                )
-                assert outcome.passed == 0, f"{route} ({setup!r}): {outcome}"
-                ran = sb.exec(["cat", "judge-ran"])
-                assert ran.returncode != 0, f"the planted code ran as uid {ran.stdout}"
+    client = get_backend("subprocess", root=local_root, warm=not cold)
+    with client, client.sandbox() as sb:
+        for setup in ("", "import math"):
+            outcome = judge(sb, AssertTests(tests, setup=setup, timeout=5), JUDGE_IMPORTS[route])
+            assert outcome.passed == 0, f"{route} ({setup!r}): {outcome}"
+            ran = sb.exec(["cat", "judge-ran"])
+            assert ran.returncode != 0, f"the planted code ran as uid {ran.stdout}"
 
 
 def test_records_that_are_not_the_runners_never_count(sandbox: Sandbox) -> None:
@@ -933,6 +931,72 @@ def test_waiting_out_the_deadline_gets_the_failure_score_through_every_path(rule
     assert scores == [1.0] + [failure] * len(WAITERS)
 
 
+PACER = "    import time\n    time.sleep(0.9)\n    return 2 * x\n"
+"""A right body that sleeps just under each test's wall-clock backstop (1 s): no test's own
+limit passes, and the row takes 36 s, past a 12 s batch deadline that an honest program
+(23.4 s of allowance, a fraction of a second of work) is never cut by."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "rule", ["function_tests_reward", "input_tests_reward", "stdio_tests_reward", "environment"]
+)
+def test_pacing_itself_to_the_batch_deadline_is_the_programs_own_timeout(rule: str) -> None:
+    """Cut at the batch deadline with no limit of its own passed, a run behind the pace its
+    tests' CPU limits allow is the program's timeout (the runner stops it just before the
+    deadline and says so), never the queue's ``deadline`` (None): Daytona's -1.0, all or
+    nothing's 0.0, the tests it passed before the cut under the fraction rule. Honest bodies
+    of the same batch are judged as ever."""
+    from sandboxkit.rewards import input_tests_reward
+
+    inputs = [int(t) for t in MANY.tests]
+    prompts: list[str] = [MANY.prompt] * 2
+    codes = ["    return 2 * x\n", PACER]
+    columns: dict[str, list[Any]] = {}
+    with get_backend("subprocess", warm=True) as client:
+        options: dict[str, Any] = {"backend": client, "pool_size": 2, "batch_timeout": 12}
+        if rule == "input_tests_reward":
+            reward = input_tests_reward(scoring="all", timeout=0.2, **options)
+            codes = [_whole(code) for code in codes]
+            row = {"entry_point": "twice", "base_input": [[i] for i in inputs]}
+            row |= {"plus_input": [], "canonical_solution": _whole("    return 2 * x\n")}
+            columns = {key: [value] * 2 for key, value in row.items()} | {"atol": [0, 0]}
+        elif rule == "stdio_tests_reward":
+            reward = stdio_tests_reward(timeout=0.2, **options)
+            row = {"inputs": [f"{i}\n" for i in inputs], "outputs": [f"{2 * i}\n" for i in inputs]}
+            columns["input_output"] = [json.dumps(row)] * 2
+            codes = [STDIO_WAIT.format(body=body) for body in codes]
+        else:
+            reward = function_tests_reward([MANY], timeout=0.2, **options)
+        seen: dict[str, list[str]] = {}
+        if rule != "environment":
+            try:  # the pool's sandboxes start before the batch that counts
+                assert reward(prompts, [codes[0]] * 2, **columns) == [1.0, 1.0]
+                scores = reward(prompts, codes, log_extra=seen.__setitem__, **columns)
+            finally:
+                reward.close()
+        else:
+            environment = sandbox_environment(client, reward=reward, name="PacingJudged")
+            try:
+                rollouts = [environment() for _ in codes]
+                for env, code in zip(rollouts, codes, strict=True):
+                    env.reset(prompt=MANY.prompt)
+                    env.submit(code)
+
+                async def judged() -> list[float | None]:
+                    return list(await asyncio.gather(*(env.get_reward() for env in rollouts)))
+
+                scores = asyncio.run(judged())
+            finally:
+                environment.close_all()
+    honest, pacer = scores
+    assert honest == 1.0, seen
+    if rule == "stdio_tests_reward":
+        assert pacer is not None and 0.0 < pacer < 1.0, seen
+    else:
+        assert pacer == (0.0 if rule == "input_tests_reward" else -1.0), seen
+
+
 @pytest.mark.parametrize("rule", ["assert", "function"])
 def test_a_program_that_kills_every_sandbox_it_runs_in_gets_its_failure_score(
     local_root: Path, rule: str
@@ -1184,6 +1248,76 @@ def test_work_handed_to_what_the_module_started_counts_toward_the_test(
         assert outcome.kind is OutcomeKind.ERROR and "BlockingIOError" in outcome.detail, outcome
 
 
+_SLICES = (
+    "def work(seconds):\n"
+    "    start = time.thread_time()\n"
+    "    while time.thread_time() - start < seconds:\n"
+    "        step = time.thread_time()\n"
+    "        while time.thread_time() - step < 0.01:\n"
+    "            pass\n"
+    "        time.sleep(0.01)\n"
+    "    DONE.append(7)\n"
+)
+"""``work(seconds)``: that much CPU, in slices with pauses between (a thread that keeps every
+time window it works in light), then 7 is ready."""
+MOVED_CPU = {
+    "a throttled helper thread banks quick tests' time for a slow one": (
+        "import threading, time\nDONE = []\n"
+        + _SLICES
+        + "threading.Thread(target=work, args=(1.0,), daemon=True).start()\n"
+        "def solve(x):\n"
+        "    if x == 'slow':\n"
+        "        while not DONE:\n"
+        "            time.sleep(0.01)\n"
+        "        return DONE[0]\n"
+        "    time.sleep(0.3)\n"
+        "    return x\n"
+    ),
+    "a load-time thread finishes its work in the first test": (
+        "import threading, time\nDONE = []\n"
+        + _SLICES
+        + "threading.Thread(target=work, args=(0.65,), daemon=True).start()\n"
+        "time.sleep(0.6)\n"
+        "def solve(x):\n"
+        "    while not DONE:\n"
+        "        time.sleep(0.01)\n"
+        "    return DONE[0] if x == 'slow' else x\n"
+    ),
+}
+"""Work the slow test needs (more CPU than its 0.5 s limit) done by a thread whose cycles fall
+into time windows that each stay under the limit: the quick tests' windows, or the load's
+(which has an allowance of its own) and the first test's."""
+HONEST_SLOW = (
+    "import time\n"
+    "def solve(x):\n"
+    "    if x != 'slow':\n"
+    "        return x\n"
+    "    start = time.process_time()\n"
+    "    while time.process_time() - start < 0.65:\n"
+    "        pass\n"
+    "    return 7\n"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cheat", MOVED_CPU)
+def test_work_moved_between_tests_in_a_thread_counts_toward_the_answer_it_makes(
+    sandbox: Sandbox, cheat: str
+) -> None:
+    """A slow answer whose work a thread did while other tests (or the load) were timed: it
+    runs out of time as the same work in the call does. A thread that worked during a test
+    does not live on into the next, and one that the load left working brings what it used
+    there into the first test."""
+    calls = [(0,), (1,), (2,), (3,), (4,), (5,), (6,), ("slow",)]
+    if "load-time" in cheat:
+        calls = calls[-1:]
+    harness = FunctionTests("solve", calls, [c[0] if c[0] != "slow" else 7 for c in calls], 0.5)
+    honest = judge(sandbox, harness, HONEST_SLOW)
+    assert honest.kind is OutcomeKind.TIMEOUT, honest
+    outcome = judge(sandbox, harness, MOVED_CPU[cheat])
+    assert outcome.kind is OutcomeKind.TIMEOUT and "CPU time" in outcome.detail, outcome
+
+
 # -- the prompt's names are the prompt's -------------------------------------------------------
 
 HELPER_REBINDS = {
@@ -1306,6 +1440,87 @@ def test_a_candidate_cannot_overflow_the_records_of_a_row_of_thousands_of_tests(
     assert (right.kind, right.passed) == (OutcomeKind.PASSED, 4000), right.detail
     wrong = judge(sandbox, calls, wide.replace("a + b", "a - b"))
     assert (wrong.kind, wrong.passed, wrong.total) == (OutcomeKind.FAILED, 0, 4000), wrong
+
+
+@pytest.mark.parametrize("tests", [1, 10, 373, 374, 3600, 8192])
+def test_the_records_of_any_row_fit_the_output_cap_by_construction(
+    tests: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every test's record at its longest (the longest fixed fields there are, each text far
+    past its share, a line of its own for each), and a program's output kept for a checker
+    wherever the spare bytes allow: whatever the row's size, the records fit the exec's
+    output cap (past it a run would be infra, None)."""
+    from sandboxkit.harness import runner
+
+    report = runner.Reporter(b"k" * runner.KEY_BYTES, tests)
+    report.HOLD = 0.0  # a line per record, each paid out of the spare bytes while they last
+    packed = "A" * 30_000  # a program's output, compressed, for a checker on the host
+    for i in range(tests):
+        kind = i % 5
+        if kind == 0:
+            record = {"status": "exited", "exit": -9, "rss": 1 << 40, "digest": "f" * 32}
+            record["stderr"] = "x" * 10_000
+        elif kind == 1:
+            record = {"status": "returned", "digest": "f" * 32}
+        elif kind == 2:
+            record = {"status": "timeout", "limit": "wall", "detail": "\u2603" * 5_000}
+        elif kind == 3 and report.spend(len(packed) + len(', "output": ""')):
+            record = {"status": "exited", "exit": 0, "rss": 1 << 40, "output": packed}
+        else:
+            record = {"status": "error", "detail": "y" * 10_000}
+        report.emit({"test": i, **record}, keep=("output",))
+    report.emit({"done": True})
+    written = capsys.readouterr().out.encode()
+    assert len(written) <= runner.OUTPUT_CAP, (tests, len(written))
+
+
+@pytest.mark.slow
+def test_rows_the_docs_accept_never_overflow_the_output_cap_into_infra(sandbox: Sandbox) -> None:
+    """3,600 inputs whose results are long lists of floats (compared with a tolerance), and
+    3,600 stdin tests under a float checker whose outputs come back to the host: right
+    programs pass, and programs that return or print far more than the expected fail test by
+    test; no run's records pass the output cap (which reads as infra: None)."""
+    from sandboxkit.contest.checkers import floats
+    from sandboxkit.harness.inputs import InputTests
+
+    def spread(x: int) -> list[float]:
+        return [x + k / 7 for k in range(40)]
+
+    inputs = tuple((i,) for i in range(3600))
+    harness = InputTests("spread", inputs, tuple(spread(i) for (i,) in inputs), timeout=5)
+    right = "def spread(x):\n    return [x + k / 7 for k in range(40)]\n"
+    outcome = judge(sandbox, harness, right)
+    assert (outcome.kind, outcome.passed) == (OutcomeKind.PASSED, 3600), outcome.detail
+    outcome = judge(sandbox, harness, right.replace("range(40)", "range(41)"))
+    assert (outcome.kind, outcome.passed) == (OutcomeKind.FAILED, 0), outcome.detail
+    cases = [(f"{i}\n", f"{i / 7:.6f}\n") for i in range(3600)]
+    stdio = StdioTests(cases, timeout=5, language="c", checker=floats())
+    program = (
+        '#include <stdio.h>\nint main(void) { int x; scanf("%d", &x);'
+        ' printf("%.6f\\n", x / 7.0);NOISE return 0; }\n'
+    )
+    outcome = judge(sandbox, stdio, program.replace("NOISE", ""))
+    assert (outcome.kind, outcome.passed) == (OutcomeKind.PASSED, 3600), outcome.detail
+    noisy = ' for (int i = 0; i < 400; i++) printf("%d ", (x * 7919 + i * 104729) % 1000003);'
+    outcome = judge(sandbox, stdio, program.replace("NOISE", noisy))
+    assert (outcome.kind, outcome.passed) == (OutcomeKind.FAILED, 0), outcome.detail
+
+
+def test_a_checker_row_whose_expected_outputs_cannot_come_back_is_the_rows_problem() -> None:
+    """A row whose checker needs the outputs on the host, whose expected outputs alone would
+    not fit in what an exec can send back: unjudgeable, said when it is planned (the row's),
+    never a completion's failure or None."""
+    import random
+
+    from sandboxkit.contest.checkers import floats
+    from sandboxkit.harness.records import Unjudgeable
+
+    rng = random.Random(7)
+    digits = "".join(rng.choice("0123456789") for _ in range(2_000))
+    cases = [(f"{i}\n", f"{digits}.{i}\n") for i in range(1_000)]
+    with pytest.raises(Unjudgeable, match="expected outputs"):
+        StdioTests(cases, timeout=1, checker=floats()).request("print(1)")
+    assert StdioTests(cases[:100], timeout=1, checker=floats()).request("print(1)")
 
 
 @pytest.mark.slow

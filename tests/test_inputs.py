@@ -263,6 +263,32 @@ def test_canonical_solutions_pass_and_mutants_score_as_evalplus_scores_them(
     ]  # fmt: skip
 
 
+def test_all_or_nothing_stops_at_the_first_wrong_result_as_evalplus_does(
+    sandbox: Sandbox,
+) -> None:
+    """The runner holds the expected results and judges each call as it is answered: with
+    all-or-nothing scoring it stops at the first wrong one (a mutant, most of an RL batch, runs
+    no further input, as EvalPlus's check stops), while a result within the tolerance passes
+    and the run goes on; the fraction rule runs every input."""
+    from sandboxkit.harness.records import read_records
+
+    def runs(code: str, stop: bool) -> list[int]:
+        floats = tuple(i / 3 for i in range(50))
+        harness = InputTests("third", tuple((i,) for i in range(50)), floats, 0.0, 5, stop)
+        request = harness.request(code)
+        result = sandbox.exec(request.argv, stdin=request.stdin, timeout=request.timeout)
+        found = read_records(result, request)
+        outcome = harness.judge(result, request)
+        assert outcome.passed == sum(t["status"] == "passed" for t in found.tests.values())
+        return sorted(found.tests)
+
+    right = "def third(x):\n    return x / 3 + 1e-9 * (x == 7)\n"  # within EvalPlus's 1e-6
+    mutant = "def third(x):\n    return x / 3 + (x == 3)\n"
+    assert runs(right, stop=True) == list(range(50))
+    assert runs(mutant, stop=True) == [0, 1, 2, 3]
+    assert runs(mutant, stop=False) == list(range(50))
+
+
 def test_all_scores_one_only_where_every_input_passes() -> None:
     row = {
         "entry_point": "double",
@@ -286,16 +312,18 @@ def test_all_scores_one_only_where_every_input_passes() -> None:
 
 
 def test_a_harness_makes_its_calls_once_for_every_completion_it_judges() -> None:
-    """The calls' texts, most of the host's work on a request, are made at the first request
-    (the reward's check that the row can be built) and taken by every later one whole."""
+    """The calls' texts and the expected results' (which the runner judges with), most of the
+    host's work on a request, are made at the first request (the reward's check that the row
+    can be built) and taken by every later one whole."""
     harness = InputTests("inc", tuple((i,) for i in range(300)), tuple(range(1, 301)))
     first = harness.request("def inc(x): return x + 1")
-    calls = harness.job["calls"]
+    calls, expect = harness.job["calls"], harness.job["expect"]
     second = harness.request("def inc(x): return x")
     assert harness.job["calls"] is calls and len(calls) == 300
-    assert calls[7] == b'{"call": "inc", "args": {"$t": [7]}}'
-    assert first.stdin.endswith(b"".join(b"%d\n%b" % (len(c), c) for c in calls))
-    assert second.stdin.endswith(b"".join(b"%d\n%b" % (len(c), c) for c in calls))
+    assert harness.job["expect"] is expect and len(expect) == 300
+    assert calls[7] == b'{"call": "inc", "args": {"$t": [7]}}' and expect[7] == b"8"
+    sent = b"".join(b"%d\n%b" % (len(c), c) for c in [*calls, *expect])
+    assert first.stdin.endswith(sent) and second.stdin.endswith(sent)
     assert first.key != second.key
 
 

@@ -136,3 +136,30 @@ def test_a_compiled_runs_directory_goes_and_one_left_by_a_killed_run_too(
     cpp = '#include <cstdio>\nint main(){long n;scanf("%ld",&n);printf("%ld\\n",n*(n+1)/2);}'
     assert judge(sandbox, cpp, language="cpp17").verdict is Verdict.ACCEPTED
     assert _listing(sandbox) == ["."]  # no cache: nothing included bits/stdc++.h
+
+
+def test_a_clock_never_reads_waiting_as_cpu_time_once_its_process_is_gone() -> None:
+    """Once a test's process has ended and been reaped (a whole program's, by its zygote), its
+    CPU time can no longer be read: the clock then waits for what the process left (its end
+    of file, its exit status) by the wall-clock backstop alone, and never takes the time it
+    waited on a loaded machine for CPU time (a program that used 0.02 s would be past a 0.2 s
+    limit)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from sandboxkit.harness import runner
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    clock = runner.Clock(child.pid, limit=0.2)
+    child.wait()  # reaped: its CPU-time clock is gone
+    time.sleep(0.3)  # the judge, slow to look on a busy machine
+    read, write = os.pipe()
+    os.write(write, b"x")
+    try:
+        assert clock.used() is None
+        assert clock.wait([read]) == [read]
+    finally:
+        os.close(read)
+        os.close(write)

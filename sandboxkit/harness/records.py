@@ -109,20 +109,25 @@ def runner_request(
             " one exec's output can hold"
         )
     sent = []
-    for i, test in enumerate(tests):
+    for i, test in enumerate([*tests, *job.get("expect", ())]):
         try:  # a test in bytes is its JSON text already (``runner.call_texts``)
             sent.append(runner.framed(test) if type(test) is bytes else runner.frame(test))
         except runner.CodecError as exc:
-            raise Unjudgeable(f"the row's test {i} cannot be sent to the runner: {exc}") from None
+            what = f"test {i}" if i < len(tests) else f"expected result {i - len(tests)}"
+            raise Unjudgeable(f"the row's {what} cannot be sent to the runner: {exc}") from None
     per_test = float(job.get("wall") or float(job["timeout"]) * runner.WALL_FACTOR)
     key = secrets.token_bytes(runner.KEY_BYTES)
+    head = {k: v for k, v in job.items() if k not in (items, "expect")}
+    head["count"] = len(tests)
+    if "expect" in job:
+        head["expect"] = True
     try:  # the code is at most a completion's size (a few MB encoded): the rest is the row's
-        head = frames(first, {**{k: v for k, v in job.items() if k != items}, "count": len(tests)})
+        head_frames = frames(first, head)
     except runner.CodecError as exc:
         raise Unjudgeable(f"the row's setup or prompt cannot be sent: {exc}") from None
     return RunRequest(
         argv=[PYTHON, "-I", "-c", RUNNER_SOURCE],
-        stdin=b"".join([key.hex().encode(), b"\n", head, *sent]),
+        stdin=b"".join([key.hex().encode(), b"\n", head_frames, *sent]),
         timeout=per_test * (len(tests) + 2) + START_SLACK + extra[1],
         key=key,
         # Loading may take twice a test's CPU limit, each test its CPU limit.
@@ -141,6 +146,9 @@ class Records:
     (the sandbox's: no compiler, a full disk; only the runner finds these, before anything of
     the candidate's runs)."""
     tests: dict[int, dict[str, Any]] = field(default_factory=dict)
+    cut: bool = False
+    """Whether the runner stopped the run at the wall-clock time the host gave it (a batch
+    deadline), the program keeping the pace its tests' CPU limits allow."""
     done: bool = False
     foreign: bool = False
     """Whether a whole line was not the runner's."""
@@ -167,7 +175,8 @@ def read_records(result: ExecResult, request: RunRequest) -> Records:
 
 def take_record(found: Records, record: Any) -> None:
     """One of the runner's records, into ``found``; one of ``values`` (the calls from
-    ``test`` on that returned them, one after another) as a record of each."""
+    ``test`` on that returned them, one after another) as a record of each, and one that
+    passed ``through`` a later test as one of each test from its own to that one."""
     if isinstance(record, dict):
         if "load_error" in record:
             found.load_error = str(record["load_error"])
@@ -176,11 +185,17 @@ def take_record(found: Records, record: Any) -> None:
             found.build = str(record.get("build") or "")
         elif isinstance(record.get("test"), int):
             first, values = record["test"], record.get("values")
-            if not isinstance(values, list):
+            through = record.get("through")
+            if isinstance(values, list):
+                for at, value in enumerate(values, first):
+                    found.tests[at] = {"test": at, "status": "returned", "value": value}
+            elif isinstance(through, int):
+                for at in range(first, min(through, runner.MAX_TESTS) + 1):
+                    found.tests[at] = {"test": at, "status": "passed"}
+            else:
                 found.tests[first] = record
-                return
-            for at, value in enumerate(values, first):
-                found.tests[at] = {"test": at, "status": "returned", "value": value}
+        elif record.get("cut") is True:
+            found.cut = True
         elif record.get("done") is True:
             found.done = True
 
@@ -237,11 +252,12 @@ def judge_returns(
     result: ExecResult,
     request: RunRequest,
     total: int,
-    passes: Callable[[int, dict[str, Any]], bool],
+    passes: Callable[[int, dict[str, Any]], bool] | None = None,
 ) -> Outcome:
     """The outcome of a calls job judged test by test, each scored on its own
-    (``test_scores``): a test passes when its call returned and ``passes`` (asked in order,
-    once per returned call, with the test's index and record) says so."""
+    (``test_scores``): a test passes when the runner judged it ``passed`` (it held the
+    expected results), or when its call returned and ``passes`` (asked in order, once per
+    returned call, with the test's index and record) says so."""
     records = read_records(result, request)
     early = unfinished(result, records, total)
     if early is not None:
@@ -251,15 +267,15 @@ def judge_returns(
     for i in range(total):
         record = records.tests.get(i, {"status": "missing"})
         status = record.get("status")
-        ok = False
-        if status == "returned":
+        ok = status == "passed"
+        if status == "returned" and passes is not None:
             try:
                 ok = passes(i, record)
             except runner.CodecError as exc:
                 detail = detail or f"test {i}: {exc}"
             if not ok:
                 detail = detail or f"test {i}: wrong result"
-        else:
+        elif not ok:
             timeouts += status == "timeout" or (status == "missing" and result.timed_out)
             detail = detail or f"test {i}: {record.get('detail', status)}"
         scores.append(1.0 if ok else 0.0)

@@ -18,30 +18,30 @@ candidate never runs in the process that judges it.
   compiles the code once (and imports the standard modules it names) and forks a child (C)
   on request. In a job that ends at its first failure (all-or-nothing scoring), Z becomes
   the first test's C itself instead (a fork and a process fewer per completion), closing its
-  socket to T first; should a test then need a fresh C (a rerun of a call its batch cannot
-  vouch for: :class:`Unsure`), T starts a zygote afresh (:func:`restart_zygote`: a new
+  socket to T first; should a passing test then need a fresh C (its process's threads worked
+  on past it: :class:`Threads`), T starts a zygote afresh (:func:`restart_zygote`: a new
   interpreter that runs the runner's own code object, with the candidate's ids). C installs
   the no-process filter (:func:`forbid_processes`), then loads the candidate
   (:func:`load_candidate`, the one place its module code first runs) and answers the tests'
   calls over a private socket, test after test, until a test in which it does not answer
   every request with a value; then T ends it and the next test gets a fresh C (a fork per
   test would be most of a call-heavy row's cost, and buys nothing while C only returns
-  values: :func:`run_loaded`). Function calls go to C in batches while they are quick, with
-  no round trip between (:meth:`Channel.send_ahead`): an answer is taken only where the
-  batch up to it kept one test's CPU limit, and what C answered after a failure is dropped;
-  the answers T finds already there are taken together, under one reading of C's CPU time
-  taken after they came, and recorded as one record of their values.
-  A program runs in a fresh C per test, with that socket as its
-  stdin and stdout. All of a test's candidate work is C's and its threads', load-time threads
-  included: the test's clock is C's CPU time from where the previous test's clock stopped
-  (the end of its load, which has an allowance of its own, for a fresh C). What C says is
+  values: :func:`run_loaded`). T sends C one request at a time, each once the one before is
+  answered, so no process of the candidate's holds a test's arguments before it has
+  answered the tests before it (:class:`Channel`). A program runs in a fresh C per test, with
+  that socket as its stdin and stdout. All of a test's candidate work is C's and its
+  threads': the test's clock is C's CPU time from where the previous test's clock stopped
+  (the end of its load, which has an allowance of its own, for a fresh C), and no thread
+  that worked during a test lives on into the next, nor one from the load without bringing
+  what it used there into the first test (:class:`Threads`). What C says is
   the candidate's word: bounded, and deciding nothing but its own verdict. C's answers cross
   as plain data
   (exact types: an ``int`` subclass with a lying ``__eq__`` arrives as an opaque reference),
   so the tests, running in T with their own builtins, compare real values. Everything C
   sends is data that T checks: the names C reports bind only where a test refers to them (a
   test's builtins and its own names stay its own, and so do the names a continued prompt
-  defines), modules only from the standard library.
+  defines), a module only under its own name, a standard one that the test names (T imports
+  nothing the candidate names, and leaves its working directory once Z has it).
   A whole program ends in C as ``python3`` ends a script (threads joined, ``atexit``, flush);
   Z, its parent, sends T its exit status and peak memory over a socket C never holds, and T
   records the test only then, so a thread that never ends runs into the time limit.
@@ -52,15 +52,23 @@ candidate never runs in the process that judges it.
   reaches it.
 - Every record T writes is sealed with the key (keyed BLAKE2b): whatever else reaches the
   exec's stdout, a process the candidate started included, is ignored by the host. Records
-  are small (long values and outputs cross as digests), so they stay far below an output cap.
+  fit the exec's output cap by construction (:class:`Reporter`).
+- Where the job holds the expected results of its calls (``expect``), T judges each (and
+  ends a job that ends at its first failure at the first wrong one); it holds them as it
+  holds the key, and no process of the candidate's ever does.
 - A test's time limit is CPU time of its process, so a loaded machine does not fail a
   correct program; a wall-clock backstop (``WALL_FACTOR`` times it) ends one that sleeps.
+  Where a batch deadline gives the run less time than its tests' limits could need
+  (``RUN_WALL_ENV``), T stops it before its end and says whether the program kept the pace
+  of its CPU limits (:func:`cut`).
 
 Protocol. stdin: the key in hex and a newline, then frames, each ``<decimal length>\\n<JSON>``:
 first ``{"code", "setup", "kind"}``, then the job ``{"kind": "asserts"|"calls"|"stdio",
-"timeout", "count", ...}``, then its ``count`` tests (``ITEMS``), one frame each. stdout: sealed
+"timeout", "count", ...}``, then its ``count`` tests (``ITEMS``), one frame each (a job of
+calls with ``expect``: then each call's expected result, one frame each). stdout: sealed
 lines (``<mac> <JSON>``) of records (``{"records": [...]}``), the last ``{"done": true}``; a
-record of ``values`` stands for the calls from its ``test`` on that returned them.
+record of ``values`` stands for the calls from its ``test`` on that returned them, one
+``through`` another test for the tests from its own to that one, which passed.
 """
 
 from __future__ import annotations
@@ -68,6 +76,7 @@ from __future__ import annotations
 import base64
 import builtins
 import contextlib
+import functools
 import json
 import json.scanner
 import math
@@ -77,6 +86,7 @@ import select
 import signal
 import socket
 import stat
+import struct
 import sys
 import time
 import types
@@ -112,22 +122,36 @@ INLINE_VALUE = 256
 DIGEST_BYTES = 16
 """Of a long value's digest: a value that is not the expected one matches it by chance one
 time in 2**128 (its sender never sees the expected value)."""
+OUTPUT_CAP = 1 << 20
+"""Bytes of an exec's stdout that every backend keeps (its default output cap): a run's
+records fit in it by construction, whatever the candidate returns or prints."""
 RECORDS_BUDGET = 224 * 1024
-"""Bytes of records (outputs for a checker on the host aside: ``RETURN_BUDGET``) that an
-exec's tests share: each record's share bounds what the candidate sets in it (a detail's
-length, a value sent inline), so that however it fails, the records of a row of thousands of
-tests fit the exec's output cap (1 MiB on every backend)."""
-MIN_RECORD = 64
-"""Bytes of a record's JSON that its share never goes below: what a record needs without its
-detail (whose candidate-set text then goes)."""
+"""Bytes that the records of a run's tests share: each record's share (:func:`record_limit`)
+bounds what the candidate sets in it (a detail's length, a value sent inline)."""
+MIN_RECORD = 125
+"""Bytes of a record's JSON that its share never goes below: the longest record without a
+text (a program's exit status, peak memory and output digest, at the last test's index)
+fits in it."""
 MAX_TESTS = 8192
-"""Tests of one row at most: so many records, each of its fixed part alone (at most about 105
-bytes with its seal: a timeout, a value or its digest), still fit the exec's output cap."""
+"""Tests of one row at most: so many records of their shares still fit the exec's output cap
+(:func:`spare`)."""
+LINE_BYTES = 2 * DIGEST_BYTES + len(' {"records": [') + len("]}\n")
+"""Bytes of a line of records besides the records: its seal, the list, its end."""
+MARGIN = 1024
+"""Bytes of the output cap kept free of every share (the last record, ``done``)."""
 
 
 def record_limit(tests: int) -> int:
     """Bytes of one record's JSON at most, in a run of ``tests`` tests."""
     return max(MIN_RECORD, min(MAX_RECORD, RECORDS_BUDGET // max(tests, 1)))
+
+
+def spare(tests: int) -> int:
+    """Bytes of the output cap that no record of a run of ``tests`` tests is promised: what a
+    record holds beyond its share (a program's output for a checker on the host), and each
+    line written before it holds ``Reporter.LINE`` records, come out of it."""
+    lines = -(-tests // Reporter.LINE) + 2  # the last, and a load error's
+    return OUTPUT_CAP - MARGIN - tests * (record_limit(tests) + 2) - lines * LINE_BYTES
 
 
 # -- the data codec: plain values only, exact types ---------------------------------------------
@@ -377,8 +401,11 @@ def _namedtuple(name: Any, fields: Any) -> Any:
 
 
 PURE_BUILTINS = frozenset(
-    "abs all any ascii bin callable chr divmod format hash hex id isinstance issubclass iter"
-    " len max min next oct ord pow repr round sorted sum".split()
+    (
+        *("abs", "all", "any", "ascii", "bin", "callable", "chr", "divmod", "format", "hash"),
+        *("hex", "id", "isinstance", "issubclass", "iter", "len", "max", "min", "next", "oct"),
+        *("ord", "pow", "repr", "round", "sorted", "sum"),
+    )
 )
 """The builtin functions a value may name besides the builtin types: those that compute and
 do nothing else. A value is data whoever holds it, and the judge may call it (a
@@ -483,8 +510,9 @@ def loads(data: bytes | bytearray) -> Any:
 
 
 def read_some(fd: int, n: int, clock: Clock | None) -> bytes:
-    """Up to ``n`` bytes from ``fd`` (b"" at its end); with a ``clock``, from a non-blocking
-    descriptor, waiting on the clock whenever there is nothing to read yet."""
+    """Up to ``n`` bytes from ``fd`` (b"" at its end); with a ``clock``, from a descriptor
+    whose reads do not block, or stop waiting after a while (``SO_RCVTIMEO``), waiting on the
+    clock whenever there is nothing to read yet."""
     while True:
         try:
             return os.read(fd, n)
@@ -613,6 +641,22 @@ class TimeUp(TimeoutError):
         self.limit = limit
 
 
+class Cut(BaseException):
+    """The run reached the wall-clock time the host gave it (:data:`RUN_END`): T stops, and
+    says whether the program was keeping the pace its CPU limits allow (not an ``Exception``,
+    which a test's ``except`` would take for the candidate's own)."""
+
+
+RUN_END: list[float] = []
+"""T: when (``time.monotonic()``) the run must end, where the host gave it less time than
+its tests' limits could need (a batch deadline: ``RUN_WALL_ENV``)."""
+RUN_WALL_ENV = "SANDBOXKIT_RUN_WALL"
+"""The variable in which the host gives a run its wall-clock seconds, where a batch deadline
+cuts it short of its allowance."""
+RUN_MARGIN = 1.0
+"""Seconds before the host's limit at which T stops a run cut short, to write its records."""
+
+
 class Clock:
     """A test's time limit, judged in CPU time of the process that runs it (all its threads;
     it may start no processes), so that a loaded
@@ -633,11 +677,11 @@ class Clock:
         self.backstop = self.started + self.wall
         self.check_at = self.started + limit / CPUS
 
-    def rebase(self, used: float | None = None) -> None:
+    def rebase(self, used: float) -> None:
         """Become the next test's clock on the same process: based at the CPU time it has
-        used by now (``used``, where just read), so that no cycle between two tests (a
-        thread's) escapes both clocks."""
-        self.base = self.used() if used is None else used
+        used by now (``used``, just read), so that no cycle between two tests (a thread's)
+        escapes both clocks."""
+        self.base = used
         self.started = time.monotonic()
         self.backstop = self.started + self.wall
         self.check_at = self.started + self.limit / CPUS
@@ -645,28 +689,31 @@ class Clock:
     def past_backstop(self) -> str:
         return f"still running after {self.wall:g}s of wall-clock time"
 
-    def used(self) -> float:
-        """CPU seconds the process has used in all (wall-clock seconds where there is no
-        such clock)."""
+    def used(self) -> float | None:
+        """CPU seconds the process has used in all; None once it is gone (reaped): what it
+        used then is no longer to be had, and it uses no more."""
         try:
             return time.clock_gettime(self.clock_id)
         except OSError:
-            return self.base + time.monotonic() - self.started
+            return None
 
     def wait(self, readers: list[Any], writers: list[Any] | None = None) -> list[Any]:
         """Wait until one of ``readers`` or ``writers`` is ready (returns those that are),
-        raising :class:`TimeUp` when the time is up."""
+        raising :class:`TimeUp` when the time is up (:class:`Cut` at the run's end)."""
         while True:
             now = time.monotonic()
             if now >= self.backstop:
                 raise TimeUp("wall", self.past_backstop())
+            if RUN_END and now >= RUN_END[0]:
+                raise Cut
             if now >= self.check_at:
-                used = self.used() - self.base
-                if used >= self.limit:
+                used = self.used()
+                if used is not None and used - self.base >= self.limit:
                     raise TimeUp("cpu", f"used more than {self.limit:g}s of CPU time")
-                self.check_at = now + max((self.limit - used) / CPUS, 0.01)
-            wait = min(self.check_at, self.backstop) - now
-            readable, writable, _ = select.select(readers, writers or [], [], wait)
+                left = self.limit if used is None else self.limit - (used - self.base)
+                self.check_at = now + max(left / CPUS, 0.01)
+            wait = min(self.check_at, self.backstop, *RUN_END) - now
+            readable, writable, _ = select.select(readers, writers or [], [], max(wait, 0))
             if readable or writable:
                 return readable + writable
 
@@ -674,33 +721,72 @@ class Clock:
 CPUS = len(os.sched_getaffinity(0))
 
 
-class Unsure(Exception):
-    """A call answered ahead (:meth:`Channel.send_ahead`) whose CPU time T cannot bound by its
-    limit, or one whose failure T cannot pin on it (its process may hold the answers to a batch
-    until the batch's end): it is run again in a fresh process, and so is each of the
-    ``hold`` calls from it on, one at a time."""
+class Threads:
+    """A candidate process's other threads (all but its first, which answers T), read from its
+    ``/proc`` entries, opened when first needed: the CPU they have used. No work may cross
+    from one test to the next in a live thread (it would be no test's, or share many tests'
+    limits): a process whose other threads worked during a test and live on is ended after
+    it. Where the entries cannot be read, every process is taken to have such threads."""
 
-    def __init__(self, hold: int = 1) -> None:
-        super().__init__()
-        self.hold = hold
+    def __init__(self) -> None:
+        self.pid = ""
+        """Its directory's name in /proc, as it said before the candidate's code ran (none:
+        unreadable)."""
+        self.task = self.sched = -2
+        """Descriptors of its ``task`` directory and its first thread's ``schedstat`` (-2: not
+        opened yet; -1: unreadable)."""
+        self.others: float | None = None
+        """The CPU seconds its other threads had used, live or ended, when last read (None:
+        not read while any lived)."""
 
+    def alive(self) -> bool:
+        """Whether a thread besides the first is alive now (the ``task`` directory's links:
+        one per thread, and two)."""
+        if self.task == -2:
+            self.task = self._open(f"/proc/{self.pid}/task", os.O_DIRECTORY)
+        try:
+            return os.fstat(self.task).st_nlink > 3
+        except OSError:
+            return True
 
-MAX_AHEAD = 256
-"""Calls sent to a process at once, at most (:meth:`Channel.send_ahead`)."""
-QUICK = 128
-"""A batch that took at most this part of one test's CPU limit is followed by one ``GROWTH``
-times its size (each batch is two wake-ups of the judge and the candidate's process, which a
-loaded machine may make wait); one that has not answered by ``PATIENCE`` times as much is
-judged again, call by call."""
-GROWTH = 4
-PATIENCE = 8
-AHEAD_BYTES = 64 * 1024
-"""Bytes of calls sent ahead at once, at most: far below a socket's buffer, so that sending
-them never waits on the candidate's process."""
+    def other_cpu(self, used: float) -> float | None:
+        """The CPU seconds its other threads have used, given the process's ``used`` (read
+        after its first thread's, which can only have grown since: never less than theirs)."""
+        if self.sched == -2:
+            self.sched = self._open(f"/proc/{self.pid}/schedstat", 0)
+        try:
+            first = int(os.pread(self.sched, 64, 0).split()[0]) / 1e9
+        except (OSError, ValueError, IndexError):
+            return None
+        return used - first
+
+    def worked(self, used: float) -> bool:
+        """Whether another thread lives now and has used CPU since the last reading (or none
+        was read while one lived)."""
+        if not self.alive():
+            return False
+        before, self.others = self.others, self.other_cpu(used)
+        return before is None or self.others is None or self.others > before
+
+    def close(self) -> None:
+        for fd in (self.task, self.sched):
+            if fd >= 0:
+                os.close(fd)
+
+    @staticmethod
+    def _open(path: str, flags: int) -> int:
+        if not path.split("/")[2].isdigit():
+            return -1
+        try:
+            return os.open(path, os.O_RDONLY | os.O_CLOEXEC | flags)
+        except OSError:
+            return -1
 
 
 class Channel:
-    """T's end of the socket to one candidate child."""
+    """T's end of the socket to one candidate child. One request at a time, each sent only
+    once the one before is answered: no process of the candidate's holds a test's arguments
+    before it has answered the tests before it (whatever reaches its memory, it can read)."""
 
     def __init__(
         self,
@@ -716,6 +802,7 @@ class Channel:
         """Where the zygote sends the exit status of a whole program's process."""
         self.stderr = stderr
         """A whole program's stderr (its tail says why it failed)."""
+        self.threads = Threads()
         self.names: Names = {}
         """The candidate's names, as its process said when it had loaded the code."""
         self.banned = ""
@@ -725,25 +812,6 @@ class Channel:
         (the candidate raised, a ban, a timeout, an answer T could not read, its end). A
         call's short answer is not read here but by the host, which judges one that is no
         value a wrong result, as any other."""
-        self.ahead = 0
-        """Requests sent ahead (:meth:`send_ahead`) and not answered yet."""
-        self.leading = False
-        """Whether the next answer is the first of those sent ahead."""
-        self.batch = 1
-        """How many requests the next :meth:`send_ahead` sends."""
-        self.since = (0.0, 0.0)
-        """The process's CPU time and T's wall clock when the last requests were sent, while
-        the process had answered every request before them."""
-        self.reading: float | None = None
-        """The process's CPU time read just after the last answer (the next clock's base)."""
-        self.last = 0.0
-        self.fills = -1
-        """The last reading of the process's CPU time, and how many reads of its answers had
-        come before it: answers read since with no read between came before it."""
-        self.patience = clock
-        """The clock of a batch's answers (:data:`PATIENCE`)."""
-        self.answers: list[Any] = []
-        """Answers read (a frame holds a list of them) and not yet taken, the next last."""
 
     def request(self, message: dict[str, Any]) -> Any:
         message = dict(message)
@@ -760,141 +828,64 @@ class Channel:
         return value
 
     def send(self, data: bytes) -> None:
-        # Sent within the test's backstop: a process that stops reading its requests (its
-        # answer forged by a thread while the call still runs) cannot hold the judge.
-        self.sock.settimeout(max(self.clock.backstop - time.monotonic(), 0.001))
-        try:
-            self.sock.sendall(data)
-        except TimeoutError:
-            raise TimeUp("wall", self.clock.past_backstop()) from None
+        """Write a request, within the test's backstop: a process that stops reading its
+        requests cannot hold the judge (a write waits a tick at most: :func:`child_channel`)."""
+        view, fd = memoryview(data), self.sock.fileno()
+        while view:
+            try:
+                view = view[os.write(fd, view) :]
+            except BlockingIOError:
+                if time.monotonic() >= self.clock.backstop:
+                    raise TimeUp("wall", self.clock.past_backstop()) from None
+                if RUN_END and time.monotonic() >= RUN_END[0]:
+                    raise Cut from None
 
-    def send_ahead(self, requests: list[bytes]) -> None:
-        """Send the next tests' requests (texts) at once, as a frame of their list, while
-        the process has answered every request before them: it answers them one after another
-        with no round trip between. The first is timed as any test; each later one from its
-        predecessor's answer (:class:`Clock`), and its answer is taken only if this whole
-        batch, up to it, kept one test's CPU limit and backstop (else :class:`Unsure`)."""
-        self.send(framed(b"[" + b", ".join(requests) + b"]"))
-        self.since = (self.clock.base, self.clock.started)
-        self.ahead, self.leading = len(requests), True
-        self.patience = Clock(
-            self.clock.pid, self.clock.limit * PATIENCE / QUICK, base=self.clock.base
-        )
+    def settled(self) -> bool:
+        """After a test that got a value for each of its requests: whether this process may
+        answer the next test (it lives, and no other thread of its worked during this one to
+        live on into the next), whose clock then starts here."""
+        used = self.clock.used()
+        if used is None or self.threads.worked(used):
+            return False
+        self.clock.rebase(used)
+        return True
 
-    def settled(self) -> None:
-        """After a test that got a value for each of its requests: the next test's clock, and
-        the next batch's size (``GROWTH`` times larger while batches take a small part of the
-        limit)."""
-        self.clock.rebase(self.reading)
-        self.reading = None
-        if not self.ahead:
-            quick = self.clock.base - self.since[0] <= self.clock.limit / QUICK
-            self.batch = min(GROWTH * self.batch, MAX_AHEAD) if quick else 1
-
-    def ready_values(self, accept: Callable[[JSON], bool]) -> list[JSON]:
-        """The answers sent ahead that are here already, in order, each as :meth:`exchange`
-        and :meth:`settled` would take it for a test, with none of a test's set-up (most of a
-        call-heavy row's answers come so): values that ``accept`` takes, answered while the
-        batch up to them kept one test's CPU limit and backstop, up to the first that is not
-        such (left for the test's own path to judge). One reading of the process's CPU time,
-        taken after all of them came, bounds them all."""
-        frames, queue = self.frames, self.answers
-        if not self.ahead or self.leading or not (queue or frames.ready()):
-            return []
-        if not self.kept_limits():
-            return []
-        buffer, values, at, left = frames.buffer, [], 0, self.ahead
-        while left:
-            if not queue:  # the next frame's answers, if it is here whole and holds a list
-                newline = buffer.find(b"\n", at, at + 13)
-                try:
-                    size = int(buffer[at:newline]) if newline >= 0 else -1
-                except ValueError:
-                    break
-                end = newline + 1 + size
-                if not 0 <= size <= MAX_FRAME or len(buffer) < end:
-                    break
-                try:
-                    answers = loads(buffer[newline + 1 : end])
-                except ValueError:
-                    break
-                if type(answers) is not list or not answers:
-                    break  # left for the test's own path
-                queue[:] = answers[::-1]
-                at = end
-            answer = queue[-1]
-            if type(answer) is not dict or len(answer) != 1 or "ok" not in answer:
-                break
-            data = answer["ok"]
-            if not accept(data):
-                break
-            queue.pop()
-            values.append(data)
-            left -= 1
-        del buffer[:at]
-        if values:
-            self.ahead = left
-            self.reading = self.last
-            self.settled()
-        return values
-
-    def kept_limits(self) -> bool:
-        """Whether the batch sent ahead, up to its answer read last (or here already), kept one
-        test's CPU limit and backstop: judged by the process's CPU time when its answers
-        last came (read again only where a read came since: else it came with, so before,
-        the last reading)."""
-        if self.frames.fills != self.fills:
-            self.last, self.fills = self.clock.used(), self.frames.fills
-        late = time.monotonic() - self.since[1] > self.clock.wall
-        return not late and self.last - self.since[0] <= self.clock.limit
-
-    def receive(self, clock: Clock) -> Any:
-        """The next answer: one read already, else the next frame's first (a frame that holds
-        no list of them: the answer itself)."""
-        if self.answers:
-            return self.answers.pop()
-        answers = self.frames.read(clock=clock)
-        if type(answers) is not list or not answers:
-            return answers
-        self.answers = answers[::-1]
-        return self.answers.pop()
-
-    def exchange(self, request: bytes | None) -> JSON:
-        """Send ``request`` (a frame; None: the next of those sent ahead); the value
+    def exchange(self, request: bytes) -> JSON:
+        """Send ``request`` (a frame) and wait for its answer on the test's clock: the value
         answered, encoded as the candidate's process sent it (not yet decoded: whoever
         decodes it learns whether it is a value)."""
+        return self.taken(self.answer(request))
+
+    def answer(self, request: bytes) -> bytes:
+        """Send ``request`` (a frame) and wait for its answer on the test's clock: the
+        answer's JSON text, unread (:meth:`taken` reads it)."""
         self.clean = False
-        trailing = request is None and not self.leading
-        if request is None:
-            self.ahead, self.leading = self.ahead - 1, False
-        else:
-            self.send(request)
-            self.since = (self.clock.base, self.clock.started)
-        # Requests after this one still unanswered: the process may hold a batch's answers
-        # until its end, so while there are any, what fails may be a later call.
-        pending = self.ahead
+        self.send(request)
         try:
-            answer = self.receive(self.patience if pending else self.clock)
+            return self.frames.raw(clock=self.clock)
         except TimeUp:
-            if pending:
-                raise Unsure(pending + 1) from None
             raise
-        except (EOFError, OSError, ValueError):
-            if pending:
-                raise Unsure(pending + 1) from None
+        except (EOFError, OSError, ValueError):  # OSError: TimeUp's base, kept apart above
             raise RemoteError("the candidate's process ended during a call") from None
-        if trailing:  # answered with no round trip since its batch was sent
-            if not self.kept_limits():
-                raise Unsure
-            self.reading = self.last
+
+    def taken(self, text: bytes) -> JSON:
+        """The value of an answer's JSON text; the candidate's exception, a ban it reached,
+        or a :class:`RemoteError` where it answered no value."""
+        try:
+            answer = loads(text)
+        except ValueError:
+            answer = None
+        if type(answer) is not dict:
+            raise RemoteError("the candidate's process answered something else than a value")
         if "raise" in answer:
             raise remote_exception(answer, self)
         if "banned" in answer:
             self.banned = banned_detail(answer["banned"])
             raise Banned(self.banned)
-        data = answer["ok"]
+        if "ok" not in answer:
+            raise RemoteError("the candidate's process answered something else than a value")
         self.clean = True
-        return data
+        return answer["ok"]
 
 
 def banned_detail(what: Any) -> str:
@@ -936,33 +927,16 @@ def raised(exc: BaseException) -> Record:
     return {"raise": exception_line(exc), "type": builtin.__name__, "args": args}
 
 
-FLUSH = 16
-"""Answers C holds at most before it sends them (one write and one wake-up of T for many,
-while T can read and judge the first of a batch as C answers the rest)."""
-
-
 def serve(sock: socket.socket, namespace: dict[str, Any]) -> None:
-    """C: answer calls (and reads of the module's names) until T closes the socket. A frame
-    holds a request or a list of them (a batch); the answers go back as a list, when none is
-    left or ``FLUSH`` are held: one write, wake-up and parse of T's for many calls."""
+    """C: answer calls (and reads of the module's names), one at a time as T sends them,
+    until T closes the socket."""
     refs: list[Any] = []
     frames = Frames(sock.fileno())
-    held: list[bytes] = []
-    batch: list[Any] = []
-    at = size = 0
     while True:
-        if held and (len(held) >= FLUSH or (at == len(batch) and not frames.ready())):
-            sock.sendall(framed(b"[" + b", ".join(held) + b"]"))
-            held.clear()
-            size = 0
-        while at == len(batch):
-            try:
-                request = frames.read()
-            except (EOFError, OSError, ValueError):
-                os._exit(0)
-            batch, at = request if type(request) is list else [request], 0
-        request = batch[at]
-        at += 1
+        try:
+            request = frames.read()
+        except (EOFError, OSError, ValueError):
+            os._exit(0)
         try:
             if "call" in request:  # the commonest first
                 target = request["call"]
@@ -983,16 +957,11 @@ def serve(sock: socket.socket, namespace: dict[str, Any]) -> None:
             answer = raised(exc)
         try:
             text = dumps(answer).encode()
-            if len(text) > MAX_FRAME - 2:
+            if len(text) > MAX_FRAME:
                 raise CodecError(f"its encoding is over the limit of {MAX_FRAME} bytes")
         except (TypeError, ValueError, RecursionError) as exc:
             text = dumps({"raise": "unsendable result: " + exception_line(exc)}).encode()
-        if held and size + len(text) > MAX_FRAME - 2:  # the list's frame within the limit
-            sock.sendall(framed(b"[" + b", ".join(held) + b"]"))
-            held.clear()
-            size = 0
-        held.append(text)
-        size += len(text) + 2
+        sock.sendall(framed(text))
 
 
 def describe(namespace: dict[str, Any]) -> Names:
@@ -1130,6 +1099,13 @@ def zygote(
                 if run is not None:
                     exec_program(mine, err_mine, *run)
                 run_program(mine, err_mine, compiled)
+            # Its entry in /proc, before anything of the candidate's runs (T's own pid for it
+            # may name another process there: a warm exec has a pid namespace of its own).
+            try:
+                proc = os.readlink("/proc/self")
+            except OSError:
+                proc = ""
+            mine.sendall(frame({"proc": proc}))
             forbid_processes()  # all the candidate's work is this process's: none in children
             if bans:  # bans: before the candidate's first instruction (what this frame's
                 enforce_bans(bans, mine.fileno())  # code runs from here on is left alone)
@@ -1916,25 +1892,61 @@ def seal(key: bytes, line: str) -> str:
 
 
 class Reporter:
-    """T's records on stdout, each short (``limit``). They are written in lines of many
-    records, each line sealed with the exec's key, at most ``HOLD`` seconds apart while tests
-    end, and at the end: a line (a seal, a write) per test would cost a call-heavy row more
-    than its calls, and wake the sandbox's reader once per test."""
+    """T's records on stdout, which all fit in the exec's output cap by construction: each
+    test's record is held to its share of it (``limit``), and whatever a record holds beyond
+    (a field of ``keep``), like any line written early, is paid out of what no share takes
+    (:func:`spare`, :meth:`spend`). Records go in lines of many, each line sealed with the
+    exec's key, written at most ``HOLD`` seconds apart while tests end, and at the end: a line
+    (a seal, a write) per test would cost a call-heavy row more than its calls, and wake the
+    sandbox's reader once per test. Consecutive tests that passed, or returned short values,
+    share a record."""
 
     HOLD = 0.1
     LINE = 256
     """Records in one line at most."""
 
-    def __init__(self, key: bytes) -> None:
+    def __init__(self, key: bytes, tests: int = 1) -> None:
         self.key = key
-        self.limit = MAX_RECORD
-        """Bytes of a record's JSON at most (:func:`record_limit` once the tests are known)."""
+        self.limit = record_limit(tests)
+        """Bytes of a record's JSON at most, its ``keep`` fields aside."""
+        self.spare = spare(tests)
+        """Bytes of the cap left to records beyond their shares, and to early lines."""
         self.flushed = time.monotonic()
         self.held: list[Record] = []
+        self.tests = 0
+        """Tests recorded so far."""
+
+    def spend(self, size: int) -> bool:
+        """Take ``size`` bytes out of the spare ones; False (nothing taken) if too few are
+        left."""
+        if size > self.spare:
+            return False
+        self.spare -= size
+        return True
+
+    def joined(self, record: Record) -> bool:
+        """Whether ``record`` (a test's, with its status and at most a value) went into the
+        last record held: the next of its run of passes, or of its returned values."""
+        last, test, status = self.held[-1], record["test"], record["status"]
+        if status != last.get("status"):
+            return False
+        if status == "passed":
+            through = last["through"] if "through" in last else last["test"]
+            if through + 1 == test:
+                last["through"] = test
+                return True
+            return False
+        if "value" not in record or "values" not in last:
+            return False
+        values = last["values"]
+        if last["test"] + len(values) != test:
+            return False
+        values.append(record["value"])
+        return True
 
     def emit(self, record: Record, keep: tuple[str, ...] = ()) -> None:
         """Write ``record``, its text fields shortened to fit ``limit`` (those in
-        ``keep``, whose size the caller bounds, do not count)."""
+        ``keep``, paid out of the spare bytes by the caller, do not count)."""
         texts = [name for name in ("stderr", "detail", "load_error") if record.get(name)]
         if texts:  # a record without them is short: its parts' sizes are bounded where made
             line = json.dumps(record)
@@ -1946,10 +1958,19 @@ class Reporter:
         self.add(record)
 
     def add(self, record: Record) -> None:
-        """Write ``record``, whose parts' sizes are bounded where it was made (no text)."""
+        """Write ``record``, whose parts' sizes are bounded where it was made (no text), into
+        the record before it where it continues that one's run of passes or values (each
+        item of which takes less than the record of its own it stands for)."""
+        ours = "test" in record and len(record) == 2 + ("value" in record)
+        self.tests += "test" in record
+        if ours and self.held and self.joined(record):
+            return
+        if record.get("status") == "returned" and "value" in record:
+            record = {"test": record["test"], "status": "returned", "values": [record["value"]]}
         self.held.append(record)
         now = time.monotonic()
-        if now - self.flushed >= self.HOLD or "done" in record or len(self.held) >= self.LINE:
+        due = now - self.flushed >= self.HOLD and self.spend(LINE_BYTES)
+        if due or "done" in record or len(self.held) >= self.LINE:
             line = dumps({"records": self.held})
             self.held = []
             sys.stdout.write(f"{seal(self.key, line)} {line}\n")
@@ -1981,27 +2002,82 @@ def value_digest(data: JSON) -> str:
     return blake2b(json.dumps(canonical(data)).encode(), digest_size=DIGEST_BYTES).hexdigest()
 
 
-def loosened(data: JSON) -> JSON:
-    """An encoded value as Python's ``==`` sees it, for :func:`value_digest`: numbers of equal
-    value alike (``True``, ``1``, ``1.0``), a namedtuple as its tuple, a frozenset as a set,
-    a bytearray as bytes, an ordered, counting or default dict as a dict."""
-    t = type(data)
-    if t is bool or (t is float and data.is_integer()):
-        return encode(int(data))
-    if t is list:
-        return [loosened(v) for v in data]
-    if t is not dict:
-        return data
-    ((tag, v),) = data.items()
-    if tag == "$c" and loosened(v[1]) == 0:
-        return loosened(v[0])
-    renamed = {"$nt": ("$t", 2), "$fs": ("$s", None), "$ba": ("$b", None), "$od": ("$d", None)}
-    if tag in renamed:
-        new, at = renamed[tag]
-        return {new: loosened(v if at is None else v[at])}
-    if tag in ("$ctr", "$dd"):
-        return loosened(v if tag == "$ctr" else v[1])
-    return {tag: v if tag in ("$i", "$f", "$b", "$dec", "$fr", "$bi", "$r") else loosened(v)}
+# -- results compared as EvalPlus compares them (the judge's, and the host's) -------------------
+
+RTOL = 1e-07
+"""The relative tolerance EvalPlus passes to ``np.allclose`` (``np.testing.assert_allclose``'s
+default)."""
+FLOATS_ATOL = 1e-6
+"""The absolute tolerance EvalPlus uses for float results where the task's ``atol`` is 0: from
+the first result expected to be floats (:func:`is_floats`) that its candidate returned a value
+for, for the task's later inputs too."""
+UNEQUAL_ALIKE = (b'"$f"', b'"$it"', b'"$dec"')
+"""Tags of encoded values that may be unequal to the same encoding: NaN (a float's, a
+Decimal's), an iterator (equal to itself alone)."""
+_INT64 = 1 << 63
+
+
+def is_floats(value: Any) -> bool:
+    """EvalPlus's ``is_floats``: a float, or a non-empty list or tuple of floats only."""
+    if isinstance(value, float):
+        return True
+    if isinstance(value, (list, tuple)) and value:
+        return all(isinstance(v, float) for v in value)
+    return False
+
+
+def evalplus_equal(out: Any, expected: Any, atol: float) -> bool:
+    """Whether EvalPlus passes ``out`` for ``expected``: ``out == expected``; failing that,
+    under a tolerance ``atol`` (``FLOATS_ATOL`` or the task's), the same type, the same length
+    (a list or tuple) and ``np.allclose(out, expected, rtol=1e-07, atol=atol)``. NaN never
+    equals (``==`` and ``allclose`` both say so); a tuple is never a list. Both are plain values
+    (the codec's: no comparison runs code of the candidate's)."""
+    if out == expected:
+        return True
+    if atol == 0 or type(out) is not type(expected):
+        return False
+    if isinstance(expected, (list, tuple)) and len(out) != len(expected):
+        return False
+    return allclose(out, expected, atol)
+
+
+def allclose(a: Any, b: Any, atol: float) -> bool:
+    """``np.allclose(a, b, rtol=RTOL, atol=atol)`` for plain values: numbers, or nested lists
+    and tuples of them of one shape. What NumPy cannot compare (text, None, ragged nesting,
+    integers past 64 bits) is not close; arrays of different shapes are not close either
+    (NumPy would broadcast some)."""
+    x, y = _numbers(a), _numbers(b)
+    if x is None or y is None or x[0] != y[0]:
+        return False
+    return all(_close(p, q, atol) for p, q in zip(x[1], y[1], strict=True))
+
+
+def _numbers(value: Any) -> tuple[tuple[int, ...], list[Any]] | None:
+    """A nested list or tuple of numbers as NumPy reads it: its shape and its numbers in order;
+    None where NumPy would make no numeric array of it."""
+    if isinstance(value, (bool, float, complex)):
+        return (), [value]
+    if isinstance(value, int):
+        return ((), [value]) if -_INT64 <= value < _INT64 else None
+    if not isinstance(value, (list, tuple)):
+        return None
+    parts = [_numbers(v) for v in value]
+    if any(p is None for p in parts):
+        return None
+    shapes = {p[0] for p in parts if p is not None}
+    if len(shapes) > 1:
+        return None
+    inner = shapes.pop() if shapes else ()
+    return (len(parts), *inner), [n for p in parts if p is not None for n in p[1]]
+
+
+def _close(x: Any, y: Any, atol: float) -> bool:
+    """NumPy's ``isclose`` for two numbers: infinities equal only themselves, NaN nothing."""
+    import cmath
+
+    if not (cmath.isfinite(x) and cmath.isfinite(y)):
+        return bool(x == y)
+    return bool(abs(x - y) <= atol + RTOL * abs(y))
 
 
 def _decimal_digits(text: str) -> str:
@@ -2036,7 +2112,8 @@ def tokens_digest(text: str | bytes, case_sensitive: bool = True) -> str:
     checker accepts one for the other. Standard library only, so the in-sandbox runner can
     share this definition (tokens hold no whitespace, so joining them with a space is
     unambiguous)."""
-    return blake2b(b" ".join(split_tokens(text, case_sensitive))).hexdigest()
+    joined = b" ".join(split_tokens(text, case_sensitive))
+    return blake2b(joined, digest_size=DIGEST_BYTES).hexdigest()
 
 
 def make_undumpable() -> None:
@@ -2172,17 +2249,13 @@ ZYGOTES: list[int] = []
 
 
 def restart_zygote(
-    t_end: socket.socket,
-    first: Record,
-    candidate: tuple[int, int] | None,
-    timeout: float,
-    workdir: str,
+    t_end: socket.socket, first: Record, candidate: tuple[int, int] | None, timeout: float
 ) -> None:
     """T, for a rerun once its zygote became the first test's process: a zygote in a fresh
     interpreter, which takes T's socket to the old one, compiled and ready. Exec'd, so nothing
     of T's memory (the tests, the key) is in it, and started with the candidate's ids where
-    T has the judge's (a rerun is rare: a job that ends at its first failure reruns only a
-    call its batch cannot vouch for, :class:`Unsure`). It runs the runner's own code object
+    T has the judge's (rare: a job that ends at its first failure needs another process only
+    after a test whose threads worked on past it). It runs the runner's own code object
     (:data:`RUNNER_CODE`: no source, no compile)."""
     import marshal
     import subprocess
@@ -2195,7 +2268,6 @@ def restart_zygote(
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             pass_fds=(theirs.fileno(),),
-            cwd=workdir,
             user=None if candidate is None else candidate[0],
             group=None if candidate is None else candidate[1],
         )
@@ -2217,6 +2289,7 @@ def fresh_zygote(fd: int, first: Record) -> None:
     socket to T at ``fd``."""
     ctl = socket.socket(fileno=fd)
     zygote_process(ctl, None)
+    os.chdir(first["workdir"])  # the candidate's, with its ids (T's may not enter it)
     zygote(ctl, first["code"], first.get("setup", ""), None, None, first.get("bans"))
     os._exit(0)
 
@@ -2256,14 +2329,21 @@ def child_channel(
         said = json.loads(msg.split(b"\n", 1)[1])
         pid = int(said["child"])
         socks = [socket.socket(fileno=fd) for fd in fds]
-        socks[0].setblocking(False)  # read on the test's clock (read_frame)
+        # Reads and writes wait in the kernel, a look at the test's clock at most this far
+        # apart (a read that times out goes to the clock: read_some), and at most half the
+        # margin before the run's end where the host gave it one (:class:`Cut`).
+        interval = min(timeout / CPUS, RUN_MARGIN / 2 if RUN_END else timeout)
+        seconds = int(interval)
+        tick = struct.pack("@ll", seconds, max(int((interval - seconds) * 1e6), 1000))
+        for option in (socket.SO_RCVTIMEO, socket.SO_SNDTIMEO):
+            socks[0].setsockopt(socket.SOL_SOCKET, option, tick)
     except Exception:
         raise RemoteError("the candidate's process could not start a test") from None
     socks += [None] * (3 - len(socks))  # type: ignore[list-item]
     clock = Clock(pid, timeout, wall)
     became = said.get("became")
     if type(became) is float:  # the zygote's CPU time when it became the child (its word,
-        clock.base = min(became, clock.used())  # given before the candidate's code ran)
+        clock.base = min(became, clock.used() or 0.0)  # given before the candidate's code ran)
     return pid, Channel(socks[0], clock, socks[1], socks[2])
 
 
@@ -2293,11 +2373,17 @@ class LoadFailed(Exception):
 def await_load(channel: Channel, pid: int) -> None:
     """T: wait for the test's process to load the candidate's code, within its allowance
     (twice the test's CPU time, on the process's own clock, and a wall-clock backstop), then
-    start the test's clock from the CPU time the process has used: every cycle after it,
-    load-time threads' included, counts toward the test."""
+    start the test's clock from the CPU time the process has used: every cycle after it
+    counts toward the test. Threads that the load started and that live on bring what they
+    used while it loaded with them: the first test is charged it too (a module that works
+    through its load counts it there; one whose work carries on into the tests, every cycle
+    of it in the first)."""
     test = channel.clock
     loading = Clock(pid, 2 * test.limit, 2 * test.wall, base=test.base)
     try:
+        where = channel.frames.read(MAX_NAMES, loading)
+        if type(where) is dict and type(where.get("proc")) is str:
+            channel.threads.pid = where["proc"]
         said = channel.frames.read(MAX_NAMES, loading)
     except TimeUp as exc:
         raise LoadFailed(f"TimeoutError: loading the code {exc}", timeout=True) from None
@@ -2312,7 +2398,13 @@ def await_load(channel: Channel, pid: int) -> None:
     if type(names) is not dict:
         raise LoadFailed("the code's process sent something else than its names")
     channel.names = names
-    channel.clock = Clock(pid, test.limit, test.wall, base=loading.used())
+    used = loading.used()
+    if used is None:
+        raise LoadFailed("the code's process ended while loading")
+    threads = channel.threads
+    carried = threads.other_cpu(used) if threads.alive() else 0.0
+    threads.others = carried
+    channel.clock = Clock(pid, test.limit, test.wall, base=used - (carried or 0.0))
 
 
 def referred_names(names: Any, *codes: types.CodeType) -> dict[str, Any]:
@@ -2395,9 +2487,7 @@ def prompt_names(prompt: Record | None) -> Callable[[list[Channel]], dict[str, A
     return names
 
 
-def run_asserts(
-    job: Record, t_end: socket.socket, setup: str, report: Reporter, requested: bool
-) -> None:
+def run_asserts(job: Record, t_end: socket.socket, setup: str, report: Reporter) -> None:
     from_prompt = prompt_names(job.get("prompt"))
     tests: list[Callable[[list[Channel]], Record]] = []
     for index, snippet in enumerate(job["tests"]):
@@ -2414,30 +2504,19 @@ def run_asserts(
             return {"status": "passed"}
 
         tests.append(test)
-    stop = bool(job.get("stop_at_first_failure"))
-    run_loaded(tests, t_end, job["timeout"], report, stop, requested)
+    run_loaded(tests, t_end, job["timeout"], report, bool(job.get("stop_at_first_failure")))
 
 
-def run_calls(job: Record, t_end: socket.socket, report: Reporter, requested: bool) -> None:
-    """Each call's result crosses as itself when short, else as a digest (of its
-    :func:`loosened` encoding where the job is ``loose``); a call marked ``whole`` (the host
-    compares its result with a tolerance) sends it whole while ``RETURN_BUDGET`` lasts."""
-    calls: list[Callable[[list[Channel]], Record]] = []
-    budget = [RETURN_BUDGET]
+def run_calls(job: Record, t_end: socket.socket, report: Reporter) -> None:
+    """Each call's result is judged here where the job holds the expected ones (``expect``:
+    compared as EvalPlus compares, :func:`evalplus_equal`, under its tolerance from the
+    first of the calls whose result is expected to be floats, ``floats``, that returned), and
+    a job that ends at its first failure ends at the first wrong one; else it crosses to the
+    host as itself when short, or as a digest."""
     requests: list[bytes] = job["calls"]  # JSON texts, as the host made them: sent unread
-    wholes = set(job.get("whole", ()))
-
-    def ahead(index: int, count: int) -> list[bytes]:
-        """The texts of calls ``index`` on, up to ``count`` of them and ``AHEAD_BYTES``."""
-        out: list[bytes] = []
-        size = 2
-        for at in range(index, min(index + count, len(requests))):
-            size += len(requests[at]) + 2
-            if out and size > AHEAD_BYTES:
-                break
-            out.append(requests[at])
-        return out
-
+    expect: list[bytes] | None = job.get("expect")  # the expected results' JSON texts
+    floats = frozenset(job.get("floats", ()))
+    atol = [float(job.get("atol", 0.0))]
     inline = min(INLINE_VALUE, max(2 * DIGEST_BYTES, report.limit - 100))
 
     def short(data: JSON) -> bool:
@@ -2448,31 +2527,37 @@ def run_calls(job: Record, t_end: socket.socket, report: Reporter, requested: bo
             return True
         return len(dumps(data)) <= inline
 
-    for index in range(len(requests)):
+    def judged(channel: Channel, index: int, text: bytes, expected: bytes) -> Record:
+        """A call's answer ``text`` against the expected result's JSON text: one encoded
+        alike is equal (but a NaN's, or an iterator's, :data:`UNEQUAL_ALIKE`), with no more
+        reading; any other is read and compared."""
+        alike = text == b'{"ok": ' + expected + b"}"
+        alike = alike and not any(tag in expected for tag in UNEQUAL_ALIKE)
+        data = None if alike else channel.taken(text)  # an answer that is no value raises
+        channel.clean = True
+        if index in floats and not atol[0]:  # EvalPlus's tolerance, once a float came back
+            atol[0] = FLOATS_ATOL
+        if alike or evalplus_equal(channel.value(data), decode(loads(expected)), atol[0]):
+            return {"status": "passed"}
+        return {"status": "failed", "detail": "wrong result"}
 
-        def call(box: list[Channel], index: int = index, whole: bool = index in wholes) -> Record:
-            channel = box[0]
-            if not channel.ahead and channel.batch > 1:
-                channel.send_ahead(ahead(index, channel.batch))
-            data = channel.exchange(None if channel.ahead else framed(requests[index]))
-            if short(data):
-                return {"status": "returned", "value": data}
-            data = encode(channel.value(data))
-            size = len(json.dumps(data))
-            if whole and size <= budget[0]:
-                budget[0] -= size
-                return {"status": "returned", "value": data}
-            digested = loosened(data) if job.get("loose") else data
-            return {"status": "returned", "digest": value_digest(digested)}
+    def call(box: list[Channel], index: int) -> Record:
+        channel = box[0]
+        if expect is not None:
+            return judged(channel, index, channel.answer(framed(requests[index])), expect[index])
+        data = channel.exchange(framed(requests[index]))
+        if short(data):
+            return {"status": "returned", "value": data}
+        return {"status": "returned", "digest": value_digest(encode(channel.value(data)))}
 
-        calls.append(call)
-
-    stop = bool(job.get("stop_at_first_failure"))
-    run_loaded(calls, t_end, job["timeout"], report, stop, requested, short)
+    tests: list[Callable[[list[Channel]], Record]] = [
+        functools.partial(call, index=index) for index in range(len(requests))
+    ]
+    run_loaded(tests, t_end, job["timeout"], report, bool(job.get("stop_at_first_failure")))
 
 
 PASSES = ("passed", "returned")
-"""A test's status when it passed (asserts) or its call returned a value (calls)."""
+"""A test's status when it passed (asserts, judged calls) or its call returned a value."""
 
 
 def run_loaded(
@@ -2481,50 +2566,29 @@ def run_loaded(
     timeout: float,
     report: Reporter,
     stop_at_first_failure: bool = False,
-    requested: bool = False,
-    ready: Callable[[JSON], bool] | None = None,
 ) -> None:
     """The tests in order, each against a process that has loaded the candidate's code. A
     fork per test is the cost of a call-heavy row, so a process answers test after test for
-    as long as it answers every request of each with a value (:attr:`Channel.clean`); after a
-    test in which it did not (it raised, reached a ban, ran out of time, sent what T could
-    not read, or ended) it is ended, and the next test gets a fresh one from the zygote: no
-    test sees what a previous one left of a raise or a timeout. T's own verdict on the values
-    (an ``assert`` that fails) changes nothing in that process and is not told to it: ending
-    it then would tell the candidate which of its answers were wrong. Each test's clock is
-    its process's CPU time from where the previous test's clock stopped (for a fresh
-    process, the end of its load), so every cycle of its threads counts toward a test.
-
-    Calls (``run_calls``) are sent ahead in batches (:meth:`Channel.send_ahead`), whose
-    answers the process may hold until the batch's end: a test whose answer came with no round
-    trip since its batch was sent, and cannot be shown to have kept its CPU limit, or whose
-    failure may be a later call's (:class:`Unsure`), is run again in a fresh process, and
-    so is each test of its batch after it, one at a time.
+    as long as it answers every request of each with a value (:attr:`Channel.clean`) and no
+    other thread of its works on past a test (:meth:`Channel.settled`); after a test in which
+    it did not (it raised, reached a ban, ran out of time, sent what T could not read, or
+    ended) it is ended, and the next test gets a fresh one from the zygote: no test sees what
+    a previous one left of a raise or a timeout. T's own verdict on the values (an
+    ``assert`` that fails) changes nothing in that process and is not told to it: ending it
+    then would tell the candidate which of its answers were wrong. Each test's clock is its
+    process's CPU time from where the previous test's clock stopped (for a fresh process, the
+    end of its load), so every cycle of its threads counts toward a test.
 
     A load that fails in the first test's process is the code's load error (no test runs);
     in a later one, that test's failure. With ``stop_at_first_failure`` (all-or-nothing
-    scoring), no test runs after one that did not pass (or return). ``requested``: the first
-    test's process is asked for already (:func:`request_child`). ``ready``: which answers'
-    values the next tests pass with where they are here already, with none of a test's
-    set-up (:meth:`Channel.ready_values`): recorded as one record of their ``values``."""
+    scoring), no test runs after one that did not pass (or return). The first test's process
+    is asked for already (:func:`request_child`)."""
     box: list[Channel] = []
-    index = hold = 0
+    requested = True
     try:
-        while index < len(tests):
-            values = box[0].ready_values(ready) if box and ready else None
-            if values:
-                report.add({"test": index, "status": "returned", "values": values})
-                index += len(values)
-                continue
-            found = judge(tests[index], t_end, timeout, loads=True, box=box, requested=requested)
+        for index, test in enumerate(tests):
+            found = judge(test, t_end, timeout, loads=True, box=box, requested=requested)
             requested = False
-            if found["status"] == "unsure":
-                hold = found["hold"]
-                continue  # again, alone, in a fresh process: its first test is timed exactly
-            if hold:  # a test of a batch that was unsure: the next one runs alone too
-                hold -= 1
-                if box:
-                    box[0].batch = 1
             if found["status"] == "load_error":
                 if index == 0:
                     report.emit({"load_error": found["detail"], "timeout": found["timeout"]})
@@ -2534,7 +2598,6 @@ def run_loaded(
             report.emit({"test": index, **found})
             if stop_at_first_failure and found["status"] not in PASSES:
                 return
-            index += 1
     finally:
         if box:
             end_child(box[0])
@@ -2553,7 +2616,7 @@ def judge(
     """Run one test against a fresh child (which first ``loads`` the candidate's code), or
     against the one a previous test left in ``box``; the verdict is T's alone. The child is
     ended after the test, unless it is left in ``box`` for the next one (where the test got a
-    value for each of its requests: :func:`run_loaded`)."""
+    value for each of its requests, and it settled: :func:`run_loaded`)."""
     box = [] if box is None else box
     loaded = bool(box)
     try:
@@ -2570,8 +2633,6 @@ def judge(
         return record
     except LoadFailed as exc:
         return {"status": "load_error", "detail": str(exc), "timeout": exc.timeout}
-    except Unsure as exc:
-        return {"status": "unsure", "hold": exc.hold}
     except TimeUp as exc:
         return {"status": "timeout", "limit": exc.limit, "detail": str(exc)}
     except Banned as exc:
@@ -2583,9 +2644,8 @@ def judge(
     except Exception as exc:  # AssertionError and whatever else the test raised
         return {"status": "failed", "detail": exception_line(exc)}
     finally:
-        if loaded and box[0].clean and not box[0].banned:
-            box[0].settled()
-        elif box:
+        kept = loaded and box[0].clean and not box[0].banned and box[0].settled()
+        if box and not kept:
             end_child(box.pop())
 
 
@@ -2595,6 +2655,7 @@ def end_child(channel: Channel) -> None:
     for sock in (channel.sock, channel.exit_sock, channel.stderr):
         if sock is not None:
             sock.close()
+    channel.threads.close()
 
 
 class OutputLimit(Exception):
@@ -2603,17 +2664,14 @@ class OutputLimit(Exception):
 
 STDERR_TAIL = 300
 """Characters of a failed program's stderr kept for its outcome's detail."""
-RETURN_BUDGET = 768 * 1024
-"""Bytes of outputs (compressed) an exec may send back for a checker on the host: the exec's
-stdout is capped (1 MiB on every backend)."""
 
 
 def run_stdio(job: Record, t_end: socket.socket, report: Reporter) -> None:
     """Each input runs the candidate as a whole program in a fresh process. Its output
     crosses to the host as a digest of its tokens (``compare``: ``tokens`` or
-    ``tokens_nocase``), or itself, compressed, for a checker there (``output``)."""
+    ``tokens_nocase``), or itself, compressed, for a checker there (``output``), paid out of
+    the bytes of the exec's output no record is promised (:meth:`Reporter.spend`)."""
     compare = job.get("compare", "tokens")
-    budget = [RETURN_BUDGET]
     for index, stdin_text in enumerate(job["inputs"]):
 
         def run(box: list[Channel], data: bytes = stdin_text.encode()) -> Record:
@@ -2633,11 +2691,10 @@ def run_stdio(job: Record, t_end: socket.socket, report: Reporter) -> None:
             import zlib
 
             packed = base64.b64encode(zlib.compress(out, 6)).decode()
-            if len(packed) > budget[0]:
+            if not report.spend(len(packed) + len(', "output": ""')):
                 raise OutputLimit(
                     "its output is over what an exec can send back to the host's checker"
                 )
-            budget[0] -= len(packed)
             record["output"] = packed
             return record
 
@@ -2745,6 +2802,26 @@ ITEMS = {"asserts": "tests", "calls": "calls", "stdio": "inputs"}
 test, not per job."""
 
 
+PACE_GRACE = 1.0
+"""Seconds a run may be behind the pace of its tests' CPU limits when a batch deadline cuts
+it (processes started, records written) and still be cut through no doing of its own."""
+
+
+def cut(job: Record, done: int, built: float | None) -> Record:
+    """The record of a run cut short by its batch deadline (:class:`Cut`) after ``done``
+    tests, its program built (loaded, for Python) at ``built``: a timeout of the test it was
+    in where the run is behind the pace its CPU limits allow (it slept, or waited: an honest
+    program within its limits would be further on), else ``cut``, the deadline's doing."""
+    if built is None:  # still building: the compile's own limits are CPU time
+        return {"cut": True}
+    spent = time.monotonic() - built
+    allowed = job["timeout"] * (done + 3) + PACE_GRACE  # loading a module, the test it is in
+    if spent <= allowed:
+        return {"cut": True}
+    detail = f"{spent:.1f}s of wall-clock time for {done} tests, {allowed:.1f}s at their limits"
+    return {"test": done, "status": "timeout", "limit": "pace", "detail": detail[:MIN_RECORD]}
+
+
 def read_job(fd: int) -> Record:
     """The job, its tests read one frame each (in chunks: the zygote is forked already). A
     call's text is the request the candidate's process gets, kept as it came (T forwards it
@@ -2754,12 +2831,18 @@ def read_job(fd: int) -> Record:
     count = range(int(job["count"]))
     if job["kind"] == "calls":
         job["calls"] = [frames.raw() for _ in count]
+        if job.get("expect"):  # then the expected results, one frame each (read when needed)
+            job["expect"] = [frames.raw() for _ in count]
     else:
         job[ITEMS[job["kind"]]] = [frames.read() for _ in count]
     return job
 
 
 def main() -> None:
+    started = time.monotonic()
+    wall = os.environ.get(RUN_WALL_ENV)
+    if wall:  # the host's word (its exec's limit): a batch deadline cuts this run short
+        RUN_END.append(started + float(wall) - RUN_MARGIN)
     key_memory = read_key()
     first = read_frame(0)
     code, setup = first["code"], first.get("setup", "")
@@ -2788,26 +2871,26 @@ def main() -> None:
     # zygote has it, so that no import of T's, and nothing a test opens by a relative path,
     # can reach what the candidate wrote.
     os.chdir("/")
-    # Only now, in T alone: T forks nothing else (a fresh zygote is exec'd at once).
-    report = Reporter(bytes.fromhex(key_memory[:].decode()))
-    key_memory.close()
     job = read_job(0)  # only now: the zygote never had the tests in its memory
-    report.limit = record_limit(job["count"])
+    # Only now, in T alone: T forks nothing else (a fresh zygote is exec'd at once).
+    report = Reporter(bytes.fromhex(key_memory[:].decode()), job["count"])
+    key_memory.close()
     # A job of calls or asserts runs its first test in a process that loads the code: asked
     # for now (the zygote forks it once ready, a process it ends if it cannot compile the code).
     requested = job["kind"] in ("asserts", "calls") and job["count"] > 0
+    built: float | None = None
     try:
         if requested:
             become = bool(job.get("stop_at_first_failure"))
             request_child(t_end, become)
             if become:
                 again = {"code": code, "setup": setup, "bans": first.get("bans")}
-                RESTART.append(
-                    lambda: restart_zygote(t_end, again, candidate, job["timeout"], workdir)
-                )
+                again["workdir"] = workdir
+                RESTART.append(lambda: restart_zygote(t_end, again, candidate, job["timeout"]))
         limits = (program or {}).get("compile_limits")
         build_wall = limits["wall"] + PCH_WALL if limits else None
         loaded = load(t_end, zygote_pid, job["timeout"] * 2, build_wall)
+        built = time.monotonic()
         if "load_error" in loaded:
             report.emit(
                 {
@@ -2818,11 +2901,13 @@ def main() -> None:
                 }
             )
         elif job["kind"] == "asserts":
-            run_asserts(job, t_end, setup, report, requested)
+            run_asserts(job, t_end, setup, report)
         elif job["kind"] == "calls":
-            run_calls(job, t_end, report, requested)
+            run_calls(job, t_end, report)
         else:
             run_stdio(job, t_end, report)
+    except Cut:
+        report.emit(cut(job, report.tests, built))
     finally:
         for pid in (zygote_pid, *ZYGOTES):
             with contextlib.suppress(OSError):

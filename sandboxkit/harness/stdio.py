@@ -10,6 +10,7 @@ outputs never enter the sandbox; verdicts are decided here.
 from __future__ import annotations
 
 import base64
+import functools
 import secrets
 import zlib
 from collections.abc import Sequence
@@ -21,7 +22,7 @@ from ..contest.languages import Language, language_for
 from ..outcomes import Outcome, OutcomeKind, Verdict
 from ..protocol import ExecResult
 from . import runner
-from .records import RunRequest, read_records, runner_request, tests_kind, unfinished
+from .records import RunRequest, Unjudgeable, read_records, runner_request, tests_kind, unfinished
 
 if TYPE_CHECKING:
     from ..contest.checkers import Checker
@@ -99,7 +100,23 @@ class StdioTests:
             return "tokens"
         return self.checker.digest_mode or "output"
 
+    @functools.cached_property
+    def returned_bytes(self) -> int:
+        """Bytes the expected outputs take as the runner sends outputs back for a checker on
+        the host (compressed, in a record's field): what a right program's outputs need."""
+        return sum(
+            len(base64.b64encode(zlib.compress(runner.output_bytes(out), 6))) + 16
+            for _, out in self.cases
+        )
+
     def request(self, code: str) -> RunRequest:
+        room = runner.spare(len(self.cases))
+        if self.compare == "output" and self.returned_bytes > room:
+            raise Unjudgeable(
+                f"the row's expected outputs take {self.returned_bytes} bytes compressed, more "
+                f"than the {room} an exec can send back for its checker beside its "
+                f"{len(self.cases)} tests' records"
+            )
         job = {
             "kind": "stdio",
             "timeout": self.timeout,
