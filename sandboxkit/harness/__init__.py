@@ -219,15 +219,15 @@ def plain_alike(value: Any, expected: Any) -> bool:
     return types == list(map(type, expected)) and plain.issuperset(types)
 
 
-def returned(record: dict[str, Any], expected: Any) -> bool:
+def returned(record: dict[str, Any], expected: Any, namedtuples: runner.NamedTuples) -> bool:
     """Whether a call's record holds the expected value: compared as itself, or (a long value)
     by digest, which strict comparison would also accept only if ``expected`` equals itself
-    through the codec (no NaN in it, say)."""
+    through the codec (no NaN in it, say). ``namedtuples``: the run's own (``runner.decode``)."""
     if "digest" not in record:
         value = record.get("value")
         if plain_alike(value, expected):  # decodes as itself, and == is strict equality here
             return bool(value == expected)
-        return strict_equal(runner.decode(value), expected)
+        return strict_equal(runner.decode(value, namedtuples=namedtuples), expected)
     data = runner.encode(expected)
     return record["digest"] == runner.value_digest(data) and strict_equal(
         runner.decode(data), expected
@@ -280,6 +280,7 @@ class FunctionTests:
         passed = 0
         detail = ""
         missing = {"status": "missing"}
+        namedtuples = runner.NamedTuples()  # this run's, as every budget its values spend
         for i, expected in enumerate(self.expected):
             record = records.tests.get(i, missing)
             status = record.get("status")
@@ -288,7 +289,7 @@ class FunctionTests:
                 return Outcome(OutcomeKind.TIMEOUT, passed, total, said, result.duration)
             if status == "returned":
                 try:
-                    ok = returned(record, expected)
+                    ok = returned(record, expected, namedtuples)
                 except runner.CodecError as exc:
                     ok, detail = False, detail or str(exc)
                 passed += ok

@@ -163,19 +163,24 @@ class InputTests:
 
     def judge(self, result: ExecResult, request: RunRequest) -> Outcome:
         atol = [self.atol]  # as EvalPlus: a tolerance once set is kept for the later inputs
+        namedtuples = runner.NamedTuples()  # this run's, as every budget its values spend
 
         def passes(i: int, record: dict[str, Any]) -> bool:
             atol[0] = tolerance(self.expected[i], atol[0])
-            return _passes(record, self.expected[i], atol[0])
+            return _passes(record, self.expected[i], atol[0], namedtuples)
 
         return judge_returns(result, request, len(self.inputs), passes)
 
 
-def _passes(record: dict[str, Any], expected: Any, atol: float) -> bool:
+def _passes(
+    record: dict[str, Any], expected: Any, atol: float, namedtuples: runner.NamedTuples
+) -> bool:
     """A result sent as itself is compared as EvalPlus compares; one sent as a digest (long,
-    and compared exactly) passes when it is ``==`` the expected one."""
+    and compared exactly) passes when it is ``==`` the expected one. ``namedtuples``: the
+    run's own (``runner.decode``)."""
     if "digest" not in record:
-        return evalplus_equal(runner.decode(record.get("value")), expected, atol)
+        value = runner.decode(record.get("value"), namedtuples=namedtuples)
+        return evalplus_equal(value, expected, atol)
     if _has_nan(expected):  # never == itself: the digest cannot say so
         return False
     loose = runner.value_digest(runner.loosened(runner.encode(expected)))

@@ -321,7 +321,6 @@ _TAGS: dict[str, Callable[[Any, Callable[[Any], Any]], Any]] = {
     "$bi": lambda v, d: _builtin(v),
     "$f": lambda v, d: float({"nan": "nan", "inf": "inf", "-inf": "-inf"}[v]),
     "$i": lambda v, d: int(_text(v), 16),
-    "$nt": lambda v, d: _namedtuple(v[0], v[1])._make(d(x) for x in v[2]),
     "$ctr": lambda v, d: _standard("collections", "Counter")(_dict(d(v))),
     "$od": lambda v, d: _standard("collections", "OrderedDict")((d(k), d(x)) for k, x in v),
     "$dd": lambda v, d: _standard("collections", "defaultdict")(
@@ -331,7 +330,47 @@ _TAGS: dict[str, Callable[[Any, Callable[[Any], Any]], Any]] = {
     "$dec": lambda v, d: _decimal(_text(v)),
     "$fr": lambda v, d: _standard("fractions", "Fraction")(_int(d(v[0])), _int(d(v[1]))),
 }
-_NAMEDTUPLES: dict[tuple[str, tuple[str, ...]], Any] = {}
+MAX_NAMEDTUPLES = 1024
+"""Namedtuple classes the values of one completion may make, in each process decoding them."""
+
+
+class NamedTuples:
+    """The namedtuple classes made in decoding one completion's values, one per name and
+    fields (what crosses is the name, the fields and the values, never the sender's class):
+    a completion's values spend a budget of their own, never one that another's need.
+
+    ``real``: classes of ``collections.namedtuple``, in the sandbox, where a test reads a field
+    by its name. The host only compares values (``strict_equal`` reads a class's name and
+    ``_fields``), and gets tuple classes of that name and ``_fields`` alone: a namedtuple
+    compiles the names of its fields, and CPython 3.12 and later keep the names a compile
+    interns for the rest of the process (the host judges millions of completions)."""
+
+    __slots__ = ("made", "real")
+
+    def __init__(self, real: bool = False) -> None:
+        self.made: dict[tuple[str, tuple[str, ...]], type] = {}
+        self.real = real
+
+    def make(self, name: Any, fields: Any, items: Iterable[Any]) -> tuple[Any, ...]:
+        """A value of the class of ``name`` and ``fields`` (made here at its first value)."""
+        key = (_text(name), tuple(_text(f) for f in fields))
+        cls = self.made.get(key)
+        if cls is None:
+            if len(self.made) >= MAX_NAMEDTUPLES:
+                raise CodecError("too many namedtuple types")
+            if self.real:
+                cls = _standard("collections", "namedtuple")(*key)
+            else:
+                cls = type(key[0], (tuple,), {"__slots__": (), "_fields": key[1]})
+            self.made[key] = cls
+        value: tuple[Any, ...] = tuple.__new__(cls, items)
+        if len(value) != len(key[1]):
+            raise CodecError(f"{len(value)} values for the fields {key[1]}")
+        return value
+
+
+NAMEDTUPLES = NamedTuples(real=True)
+"""This process's, in the sandbox: a process there is one completion's."""
 
 
 def _standard(module: str, name: str) -> Any:
@@ -365,17 +404,6 @@ def _decimal(text: str) -> Any:
     return number
 
 
-def _namedtuple(name: Any, fields: Any) -> Any:
-    """The namedtuple class of this name and fields (one per pair, made by the codec: what
-    crosses is the name, the fields and the values, never the sender's class)."""
-    key = (_text(name), tuple(_text(f) for f in fields))
-    if key not in _NAMEDTUPLES:
-        if len(_NAMEDTUPLES) >= 1024:
-            raise CodecError("too many namedtuple types")
-        _NAMEDTUPLES[key] = _standard("collections", "namedtuple")(*key)
-    return _NAMEDTUPLES[key]
-
-
 PURE_BUILTINS = frozenset(
     "abs all any ascii bin callable chr divmod format hash hex id isinstance issubclass iter"
     " len max min next oct ord pow repr round sorted sum".split()
@@ -392,8 +420,17 @@ def _builtin(name: str) -> Any:
     return value
 
 
-def decode(data: JSON, channel: Channel | None = None, refs: list[Any] | None = None) -> Any:
-    """From JSON-able data; builds only plain values (and references), never runs code."""
+def decode(
+    data: JSON,
+    channel: Channel | None = None,
+    refs: list[Any] | None = None,
+    namedtuples: NamedTuples | None = None,
+) -> Any:
+    """From JSON-able data; builds only plain values (and references), never runs code.
+    ``namedtuples``: the classes made so far for the completion whose values these are
+    (:data:`NAMEDTUPLES` in the sandbox; one per judged run on the host); None: this value's
+    own."""
+    made = NamedTuples() if namedtuples is None else namedtuples
     items = data.get("$t") if type(data) is dict and len(data) == 1 else None
     if type(items) is list:  # a call's arguments, most often plain or lists of plain items:
         plain = []  # taken with no call per item
@@ -422,6 +459,8 @@ def decode(data: JSON, channel: Channel | None = None, refs: list[Any] | None = 
                 if refs is not None:
                     return refs[v]
                 return Ref(v, channel)
+            if tag == "$nt":
+                return made.make(v[0], v[1], [d(x) for x in v[2]])
             if tag in _TAGS:
                 return _TAGS[tag](v, d)
         raise CodecError(f"not a value: {x!r}")
@@ -755,7 +794,7 @@ class Channel:
     def value(self, data: JSON) -> Any:
         """An answer's value; a process whose answer is no value is not clean."""
         self.clean = False
-        value = decode(data, channel=self)
+        value = decode(data, channel=self, namedtuples=NAMEDTUPLES)
         self.clean = True
         return value
 
@@ -914,7 +953,7 @@ def remote_exception(answer: Record, channel: Channel) -> Exception:
         and not issubclass(cls, (StopIteration, StopAsyncIteration))
     ):
         with contextlib.suppress(Exception):
-            return cls(*decode(answer.get("args"), channel))
+            return cls(*decode(answer.get("args"), channel, namedtuples=NAMEDTUPLES))
     return RemoteError(str(answer["raise"]))
 
 
@@ -967,13 +1006,17 @@ def serve(sock: socket.socket, namespace: dict[str, Any]) -> None:
             if "call" in request:  # the commonest first
                 target = request["call"]
                 func = namespace[target] if type(target) is str else refs[target]
-                args = decode(request.get("args", {"$t": []}), refs=refs)
-                kwargs = decode(request["kwargs"], refs=refs) if "kwargs" in request else {}
+                args = decode(request.get("args", {"$t": []}), refs=refs, namedtuples=NAMEDTUPLES)
+                kwargs = (
+                    decode(request["kwargs"], refs=refs, namedtuples=NAMEDTUPLES)
+                    if "kwargs" in request
+                    else {}
+                )
                 result = func(*args, **kwargs)
             elif "getattr" in request:
                 result = getattr(refs[request["getattr"]], request["name"])
             elif "setattr" in request:
-                (value,) = decode(request["args"], refs=refs)
+                (value,) = decode(request["args"], refs=refs, namedtuples=NAMEDTUPLES)
                 setattr(refs[request["setattr"]], request["name"], value)
                 result = None
             else:
