@@ -1700,3 +1700,29 @@ def test_the_names_of_decoded_namedtuples_leave_nothing_behind_on_the_host() -> 
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert int(done.stdout) < 1000, done.stdout  # 20,000 blocks and more where names stay
+
+
+HUGE_ANSWER = (
+    "import sys\n"
+    "def big(n):\n"
+    "    sys.modules['__main__'].dumps = lambda obj: '{\"ok\": ' + '7' * n + '}'\n"
+    "    return 0\n"
+)
+"""Its process answers with a number of ``n`` decimal digits, however the judge asked."""
+
+
+@pytest.mark.parametrize("kind", ["assert tests", "function tests"])
+def test_the_judge_never_reads_a_candidates_decimal_text_past_the_digit_limit(
+    sandbox: Sandbox, kind: str
+) -> None:
+    """Decimal text takes quadratic time to read: an answer of 100,000 digits (a frame holds
+    millions) is no value, however the judge compiles the dataset's own long literals."""
+    if kind == "assert tests":
+        harness: Harness = AssertTests(
+            [f"assert big(100_000) == {'7' * 5000}", "assert big(10) == 7777777777"]
+        )
+    else:
+        harness = FunctionTests("big", [(100_000,), (10,)], [0, 7777777777])
+    outcome = judge(sandbox, harness, HUGE_ANSWER)
+    assert outcome.passed == 1, outcome
+    assert outcome.detail.endswith("the candidate's process ended during a call"), outcome

@@ -2421,6 +2421,21 @@ def _proxy(name: str, channel_box: list[Channel]) -> Callable[..., Any]:
     return call
 
 
+def compile_trusted(source: str, filename: str) -> types.CodeType:
+    """The dataset's text (a test, its set-up, a prompt) compiled whole, integer literals of
+    any length included (HumanEval+'s tests write out results of thousands of digits): Python's
+    limit on the digits of decimal text guards the judge against the candidate's, whose
+    reading would take quadratic time, and is back in place before anything else runs."""
+    limit = getattr(sys, "get_int_max_str_digits", lambda: 0)()
+    if limit:
+        sys.set_int_max_str_digits(0)
+    try:
+        return compile(source, filename, "exec")
+    finally:
+        if limit:
+            sys.set_int_max_str_digits(limit)
+
+
 def prompt_names(prompt: Record | None) -> Callable[[list[Channel]], dict[str, Any]]:
     """The names the row's prompt defines, for a test (dataset text, trusted like the tests,
     run here afresh for each test): all but the function the completion completes, which is
@@ -2431,7 +2446,7 @@ def prompt_names(prompt: Record | None) -> Callable[[list[Channel]], dict[str, A
 
     def names(box: list[Channel]) -> dict[str, Any]:
         namespace: dict[str, Any] = {"__name__": CANDIDATE_MODULE}
-        exec(compile(prompt["code"], "<prompt>", "exec"), namespace)
+        exec(compile_trusted(prompt["code"], "<prompt>"), namespace)
         namespace[completes] = _proxy(completes, box)
         return {n: v for n, v in namespace.items() if not n.startswith("__") and n != completes}
 
@@ -2446,8 +2461,8 @@ def run_asserts(
     for index, snippet in enumerate(job["tests"]):
 
         def test(box: list[Channel], snippet: str = snippet, index: int = index) -> Record:
-            setup_code = compile(setup, "<setup>", "exec")
-            test_code = compile(snippet, f"<test {index}>", "exec")
+            setup_code = compile_trusted(setup, "<setup>")
+            test_code = compile_trusted(snippet, f"<test {index}>")
             prompts = from_prompt(box)
             candidate = {n: i for n, i in box[0].names.items() if n not in prompts}
             taken = referred_names(candidate, setup_code, test_code)
