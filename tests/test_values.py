@@ -193,3 +193,12 @@ def test_a_tests_integer_literal_of_thousands_of_digits_is_the_datasets_own(
     code = f"def starts_one_ends(n):\n    return {literal}\n"
     said = judge(sandbox, harness, code)
     assert said.kind is OutcomeKind.ERROR and "4300" in said.detail, said
+
+
+def test_code_that_does_not_compile_says_so_however_long_its_rows_tests(sandbox: Sandbox) -> None:
+    """The judge asks for the first test's process while it still reads the tests; a zygote
+    that could not compile the code has ended by then, and the judge reads why."""
+    harness = AssertTests(["assert f(1) == 1  # " + "x" * 4000] * 2000)
+    outcome = judge(sandbox, harness, "def f(:\n")
+    assert outcome.kind is OutcomeKind.ERROR, outcome
+    assert outcome.detail.startswith("compile error: SyntaxError"), outcome

@@ -2857,7 +2857,8 @@ def main() -> None:
     try:
         if requested:
             become = bool(job.get("stop_at_first_failure"))
-            request_child(t_end, become)
+            with contextlib.suppress(BrokenPipeError):  # a zygote that could not compile
+                request_child(t_end, become)  # the code has ended: ``load`` reads why
             if become:
                 again = {"code": code, "setup": setup, "bans": first.get("bans")}
                 RESTART.append(
