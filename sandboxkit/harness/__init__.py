@@ -27,7 +27,7 @@ import tokenize
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..outcomes import Outcome, OutcomeKind
 from ..protocol import ExecResult
@@ -43,7 +43,9 @@ from .records import (
     runner_request,
     unfinished,
 )
-from .stdio import StdioTests
+
+if TYPE_CHECKING:
+    from .stdio import StdioTests
 
 __all__ = [
     "AssertTests",
@@ -55,6 +57,17 @@ __all__ = [
     "StdioTests",
     "strict_equal",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """:class:`StdioTests` on first use: its module imports the contest checkers, which read
+    outputs with the runner's tokens (from this package), so that importing it here would
+    make every import of the checkers that comes first a cycle."""
+    if name == "StdioTests":
+        from .stdio import StdioTests
+
+        return StdioTests
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
