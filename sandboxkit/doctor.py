@@ -2,8 +2,9 @@
 
 A training run that discovers a missing SDK, key or route only when its first reward is due
 has wasted its start-up; this answers the same questions in a few seconds. Secrets are never
-printed: credentials are reported as set or missing, and every line of the report is scrubbed
-of the values of the credential variables before it is shown.
+printed: credentials are reported as set or missing, and whatever the report quotes (what
+failed, what to fix, where a sandbox found a tool) is scrubbed of the values of the credential
+variables before it is shown; the doctor's own words are not (a key ``ok`` leaves ``[ok  ]``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import urllib.error
 import urllib.request
 import warnings
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from importlib.metadata import EntryPoint, PackageNotFoundError, version
 from urllib.parse import urlsplit
 
@@ -121,6 +122,24 @@ def redact(text: str, values: Sequence[str]) -> str:
         whole = rf"(?<![{_TOKEN_CHARS}]){re.escape(value)}(?![{_TOKEN_CHARS}])"
         text = re.sub(whole, "***", text)
     return text
+
+
+def scrubbed(reports: Sequence[BackendReport], values: Sequence[str]) -> list[BackendReport]:
+    """``reports`` with each of ``values`` masked (:func:`redact`) in what they quote: each
+    check's detail and fix, and where a sandbox found a language's tool."""
+    return [
+        replace(
+            report,
+            checks=[
+                replace(c, detail=redact(c.detail, values), fix=redact(c.fix, values))
+                for c in report.checks
+            ],
+            languages=[
+                replace(lang, found=redact(lang.found, values)) for lang in report.languages
+            ],
+        )
+        for report in reports
+    ]
 
 
 def _error(exc: BaseException) -> str:
@@ -653,8 +672,8 @@ def run_doctor(backend: str | None, timeout: float, as_json: bool) -> int:
     """Print the report; 0 when the selected backend can work, 1 when it cannot."""
     selected = resolve_backend(backend)
     source = "--backend" if selected.source == "argument" else selected.source
-    reports = diagnose(selected, timeout)
+    reports = scrubbed(diagnose(selected, timeout), secrets())
     render = format_json if as_json else format_report
-    print(redact(render(reports, selected.name, source), secrets()))
+    print(render(reports, selected.name, source))
     chosen = next(r for r in reports if r.selected)
     return 0 if chosen.ready else 1

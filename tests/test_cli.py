@@ -34,12 +34,15 @@ from sandboxkit.contest.languages import Language, languages, register_language
 from sandboxkit.doctor import (
     BackendReport,
     Check,
+    LanguageCheck,
     Status,
     _commands,
     _warm_path,
+    format_json,
     format_report,
     redact,
     run_doctor,
+    scrubbed,
 )
 from sandboxkit.evalfile import summary
 from sandboxkit.local import disk, seccomp
@@ -174,6 +177,53 @@ def test_doctor_report_with_a_one_letter_key_keeps_its_status_marks() -> None:
     )
     out = redact(format_report([report], "daytona", "--backend"), ["k"])
     assert "  [ok  ] credentials   DAYTONA_API_KEY set" in out.splitlines()
+
+
+def test_doctor_masks_a_short_key_in_what_it_quotes_never_in_its_own_words() -> None:
+    report = BackendReport(
+        "daytona",
+        selected=True,
+        checks=[
+            Check("credentials", Status.OK, "DAYTONA_API_KEY set"),
+            Check("endpoint", Status.FAIL, "http://127.0.0.1:9/ok/api unreachable: ok", "see ok"),
+        ],
+        languages=[LanguageCheck("python", "Python 3", "/ok/bin/python3")],
+    )
+    out = format_report(scrubbed([report], ["ok"]), "daytona", "--backend").splitlines()
+    assert "  [ok  ] credentials   DAYTONA_API_KEY set" in out
+    assert "  [FAIL] endpoint      http://127.0.0.1:9/***/api unreachable: ***" in out
+    assert f"  {'':6} {'':13} fix: see ***" in out
+    assert f"  {'':6} python        Python 3              /***/bin/python3" in out
+    data = json.loads(format_json(scrubbed([report], ["ok"]), "daytona", "--backend"))
+    assert [c["status"] for c in data["backends"][0]["checks"]] == ["ok", "FAIL"]
+
+
+@pytest.mark.slow
+def test_doctor_run_with_a_two_letter_key_keeps_its_status_marks() -> None:
+    """A key ``ok`` (a test account's, say) masked every ``ok`` the doctor printed."""
+    done = cli(
+        "doctor", "--backend", "daytona", "--timeout", "2", env=clean_env(DAYTONA_API_KEY="ok")
+    )
+    assert re.search(r"^  \[ok  \] credentials   DAYTONA_API_KEY set$", done.stdout, re.M), (
+        done.stdout
+    )
+    assert "[***" not in done.stdout
+    json_done = cli(
+        "doctor",
+        "--backend",
+        "daytona",
+        "--json",
+        "--timeout",
+        "2",
+        env=clean_env(DAYTONA_API_KEY="ok"),
+    )
+    daytona = next(b for b in json.loads(json_done.stdout)["backends"] if b["name"] == "daytona")
+    assert daytona["checks"][1] == {
+        "name": "credentials",
+        "status": "ok",
+        "detail": "DAYTONA_API_KEY set",
+        "fix": "",
+    }
 
 
 @pytest.mark.slow
