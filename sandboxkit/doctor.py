@@ -18,6 +18,7 @@ import os
 import platform
 import pwd
 import re
+import shutil
 import socket
 import sys
 import time
@@ -37,6 +38,7 @@ from .contest.languages import Language, languages
 from .harness import runner
 from .local import seccomp
 from .local.isolation import IsolationReport, Tier, bwrap_binary
+from .local.toolchains import TOOLCHAINS_VAR
 from .local.uids import RANGE_VAR
 from .portal import run_sync
 from .registry import BackendChoice, BackendEntry, backend_names, get_backend, resolve_backend
@@ -71,12 +73,18 @@ class LanguageCheck:
     missing: str = ""
     """The first command it lacks."""
     install: str = ""
+    host: str = ""
+    """Where this machine has the command the sandbox lacks (local sandboxes only): outside
+    what they see, as a toolchain in ``~/.cargo`` or ``/usr/local/go`` is."""
 
     @property
     def line(self) -> str:
         if not self.missing:
             return self.found
-        return f"missing: {self.install or 'install it'} (no {self.missing} in the sandbox)"
+        line = f"missing: {self.install or 'install it'} (no {self.missing} in the sandbox"
+        if self.host:
+            line += f"; this machine has {self.host}: {TOOLCHAINS_VAR} shows its toolchain"
+        return line + ")"
 
 
 @dataclass
@@ -341,8 +349,26 @@ def _local_checks(client: SandboxClient, timeout: float) -> list[Check]:
     )
     checks.append(Check("python", Status.OK, report.python))
     checks.append(Check("root", Status.OK, str(local.root)))
+    checks.append(_toolchains(local))
     checks += _smoke(client, timeout)
     return checks
+
+
+def _toolchains(local: SubprocessBackend) -> Check:
+    """The toolchain directories outside ``/usr`` that sandboxes are given."""
+    given = local.toolchains.directories
+    if not given:
+        return Check("toolchains", Status.OK, f"/usr's only (none in {TOOLCHAINS_VAR})")
+    how = (
+        "read-only, "
+        if local.isolation.tier is Tier.NAMESPACES
+        else "as their permissions allow (this tier shows the host's files), "
+    )
+    return Check(
+        "toolchains",
+        Status.OK,
+        f"{', '.join(given)} ({TOOLCHAINS_VAR}): {how}their bin first on PATH",
+    )
 
 
 def _runs_as(uid: int, user: str, tier: Tier, uids: range | None) -> Check:
@@ -599,15 +625,23 @@ def check_languages(report: BackendReport, timeout: float) -> None:
     try:
         with get_backend(report.name) as client, client.sandbox(tags=[PROBE_TAG]) as sb:
             report.languages = probe_languages(sb, timeout)
+            local = isinstance(client.backend, SubprocessBackend)
     except Exception as exc:
         report.checks.append(Check("languages", Status.WARN, f"not probed: {_error(exc)}"))
         return
+    if local:  # sandboxes of this machine: what it has that they do not see
+        report.languages = [
+            replace(lang, host=shutil.which(lang.missing) or "") if lang.missing else lang
+            for lang in report.languages
+        ]
     missing = [lang.name for lang in report.languages if lang.missing]
     found = len(report.languages) - len(missing)
     detail = f"{found} of {len(report.languages)} found in a sandbox"
     if missing:
         detail += f"; missing: {', '.join(missing)}"
         fix = "install the missing toolchains in the sandbox's image (below)"
+        if any(lang.host for lang in report.languages):
+            fix += f"; one this machine has outside /usr: name its directory in {TOOLCHAINS_VAR}"
         report.checks.append(Check("languages", Status.WARN, detail, fix))
     else:
         report.checks.append(Check("languages", Status.OK, detail))

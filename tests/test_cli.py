@@ -382,7 +382,45 @@ def test_doctor_shows_a_language_whose_toolchain_the_sandbox_lacks_with_its_inst
         "found": "",
         "missing": "cobc-not-installed",
         "install": "apt install gnucobol",
+        "host": "",
     }
+
+
+@pytest.mark.slow
+def test_doctor_finds_a_toolchain_outside_usr_in_the_sandbox_once_it_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    clean_process_env: None,
+    toolchain: Path,
+) -> None:
+    """A language whose compiler this machine has outside /usr (on its PATH here) is missing
+    in local sandboxes, and the doctor says what shows it to them; named in
+    ``SANDBOXKIT_LOCAL_TOOLCHAINS``, a sandbox finds it."""
+    monkeypatch.setattr(contest_languages, "_LANGUAGES", dict(contest_languages._LANGUAGES))
+    monkeypatch.setattr(contest_languages, "_NAMES", dict(contest_languages._NAMES))
+    register_language(
+        Language("sbx", "Toolchain shell", (), "main.sh", ("sbx-cc", "main.sh"), ("./main",))
+    )
+    monkeypatch.setenv("PATH", f"{toolchain}/bin:{os.environ['PATH']}")
+    assert run_doctor("subprocess", timeout=5, as_json=False) == 0
+    out = capsys.readouterr().out
+    assert re.search(
+        rf"^ {{9}}sbx +Toolchain shell +missing: install it \(no sbx-cc in the sandbox; this "
+        rf"machine has {toolchain}/bin/sbx-cc: SANDBOXKIT_LOCAL_TOOLCHAINS shows its "
+        r"toolchain\)$",
+        out,
+        re.M,
+    ), out
+    assert "name its directory in SANDBOXKIT_LOCAL_TOOLCHAINS" in out
+    assert re.search(r"^  \[ok  \] toolchains    /usr's only", out, re.M), out
+
+    monkeypatch.setenv("SANDBOXKIT_LOCAL_TOOLCHAINS", str(toolchain))
+    assert run_doctor("subprocess", timeout=5, as_json=False) == 0
+    out = capsys.readouterr().out
+    assert re.search(rf"^ {{9}}sbx +Toolchain shell +{toolchain}/bin/sbx-cc$", out, re.M), out
+    assert re.search(
+        rf"^  \[ok  \] toolchains    {toolchain} \(SANDBOXKIT_LOCAL_TOOLCHAINS\): ", out, re.M
+    ), out
 
 
 def test_the_registry_names_what_the_backends_read(monkeypatch: pytest.MonkeyPatch) -> None:
