@@ -1904,7 +1904,7 @@ def precompiled(native: Record, program: Record, env: Env) -> str:
             with open(wrapper, "w") as wrapper_file:
                 wrapper_file.write(f"#include <{header}>\n")
             built = os.path.join(fresh, "header.gch")
-            limits = dict(program["compile_limits"], wall=PCH_WALL, cpu=PCH_WALL)
+            limits = dict(program["compile_limits"], cpu=PCH_CPU, wall=PCH_CPU * WALL_FACTOR)
             status, _ = run_tool(
                 [argv[0], *flags, "-x", "c++-header", wrapper, "-o", built], env, limits
             )
@@ -1929,8 +1929,9 @@ def precompiled(native: Record, program: Record, env: Env) -> str:
     return own
 
 
-PCH_WALL = 120.0
-"""Seconds a sandbox's first compile may spend precompiling its header."""
+PCH_CPU = 60.0
+"""CPU seconds a sandbox's first compile may spend precompiling its header, as a compile is
+judged (:func:`run_tool`: a wall-clock backstop of ``WALL_FACTOR`` times as many seconds)."""
 
 
 def hmac_equal(a: str, b: str) -> bool:
@@ -2865,7 +2866,7 @@ def main() -> None:
                     lambda: restart_zygote(t_end, again, candidate, job["timeout"], workdir)
                 )
         limits = (program or {}).get("compile_limits")
-        build_wall = limits["wall"] + PCH_WALL if limits else None
+        build_wall = limits["wall"] + PCH_CPU * WALL_FACTOR if limits else None
         loaded = load(t_end, zygote_pid, job["timeout"] * 2, build_wall)
         if "load_error" in loaded:
             report.emit(
