@@ -134,7 +134,7 @@ def redact(text: str, values: Sequence[str]) -> str:
 
 def scrubbed(reports: Sequence[BackendReport], values: Sequence[str]) -> list[BackendReport]:
     """``reports`` with each of ``values`` masked (:func:`redact`) in what they quote: each
-    check's detail and fix, and where a sandbox found a language's tool."""
+    check's detail and fix, and where a sandbox (or this machine) has a language's tool."""
     return [
         replace(
             report,
@@ -143,7 +143,8 @@ def scrubbed(reports: Sequence[BackendReport], values: Sequence[str]) -> list[Ba
                 for c in report.checks
             ],
             languages=[
-                replace(lang, found=redact(lang.found, values)) for lang in report.languages
+                replace(lang, found=redact(lang.found, values), host=redact(lang.host, values))
+                for lang in report.languages
             ],
         )
         for report in reports

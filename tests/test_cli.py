@@ -187,13 +187,22 @@ def test_doctor_masks_a_short_key_in_what_it_quotes_never_in_its_own_words() -> 
             Check("credentials", Status.OK, "DAYTONA_API_KEY set"),
             Check("endpoint", Status.FAIL, "http://127.0.0.1:9/ok/api unreachable: ok", "see ok"),
         ],
-        languages=[LanguageCheck("python", "Python 3", "/ok/bin/python3")],
+        languages=[
+            LanguageCheck("python", "Python 3", "/ok/bin/python3"),
+            LanguageCheck("go", "Go", "", "go", "apt install golang-go", "/ok/go/bin/go"),
+        ],
     )
     out = format_report(scrubbed([report], ["ok"]), "daytona", "--backend").splitlines()
     assert "  [ok  ] credentials   DAYTONA_API_KEY set" in out
     assert "  [FAIL] endpoint      http://127.0.0.1:9/***/api unreachable: ***" in out
     assert f"  {'':6} {'':13} fix: see ***" in out
     assert f"  {'':6} python        Python 3              /***/bin/python3" in out
+    assert any(
+        line.endswith(
+            "this machine has /***/go/bin/go: SANDBOXKIT_LOCAL_TOOLCHAINS shows its toolchain)"
+        )
+        for line in out
+    )
     data = json.loads(format_json(scrubbed([report], ["ok"]), "daytona", "--backend"))
     assert [c["status"] for c in data["backends"][0]["checks"]] == ["ok", "FAIL"]
 
