@@ -2,8 +2,9 @@
 
 A training run that discovers a missing SDK, key or route only when its first reward is due
 has wasted its start-up; this answers the same questions in a few seconds. Secrets are never
-printed: credentials are reported as set or missing, and every line of the report is scrubbed
-of the values of the credential variables before it is shown.
+printed: credentials are reported as set or missing, and whatever the report quotes (what
+failed, what to fix, where a sandbox found a tool) is scrubbed of the values of the credential
+variables before it is shown; the doctor's own words are not (a key ``ok`` leaves ``[ok  ]``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import os
 import platform
 import pwd
 import re
+import shutil
 import socket
 import sys
 import time
@@ -24,7 +26,7 @@ import urllib.error
 import urllib.request
 import warnings
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from importlib.metadata import EntryPoint, PackageNotFoundError, version
 from urllib.parse import urlsplit
 
@@ -36,6 +38,7 @@ from .contest.languages import Language, languages
 from .harness import runner
 from .local import seccomp
 from .local.isolation import IsolationReport, Tier, bwrap_binary
+from .local.toolchains import TOOLCHAINS_VAR
 from .local.uids import RANGE_VAR
 from .portal import run_sync
 from .registry import BackendChoice, BackendEntry, backend_names, get_backend, resolve_backend
@@ -70,12 +73,18 @@ class LanguageCheck:
     missing: str = ""
     """The first command it lacks."""
     install: str = ""
+    host: str = ""
+    """Where this machine has the command the sandbox lacks (local sandboxes only): outside
+    what they see, as a toolchain in ``~/.cargo`` or ``/usr/local/go`` is."""
 
     @property
     def line(self) -> str:
         if not self.missing:
             return self.found
-        return f"missing: {self.install or 'install it'} (no {self.missing} in the sandbox)"
+        line = f"missing: {self.install or 'install it'} (no {self.missing} in the sandbox"
+        if self.host:
+            line += f"; this machine has {self.host}: {TOOLCHAINS_VAR} shows its toolchain"
+        return line + ")"
 
 
 @dataclass
@@ -121,6 +130,25 @@ def redact(text: str, values: Sequence[str]) -> str:
         whole = rf"(?<![{_TOKEN_CHARS}]){re.escape(value)}(?![{_TOKEN_CHARS}])"
         text = re.sub(whole, "***", text)
     return text
+
+
+def scrubbed(reports: Sequence[BackendReport], values: Sequence[str]) -> list[BackendReport]:
+    """``reports`` with each of ``values`` masked (:func:`redact`) in what they quote: each
+    check's detail and fix, and where a sandbox (or this machine) has a language's tool."""
+    return [
+        replace(
+            report,
+            checks=[
+                replace(c, detail=redact(c.detail, values), fix=redact(c.fix, values))
+                for c in report.checks
+            ],
+            languages=[
+                replace(lang, found=redact(lang.found, values), host=redact(lang.host, values))
+                for lang in report.languages
+            ],
+        )
+        for report in reports
+    ]
 
 
 def _error(exc: BaseException) -> str:
@@ -322,8 +350,26 @@ def _local_checks(client: SandboxClient, timeout: float) -> list[Check]:
     )
     checks.append(Check("python", Status.OK, report.python))
     checks.append(Check("root", Status.OK, str(local.root)))
+    checks.append(_toolchains(local))
     checks += _smoke(client, timeout)
     return checks
+
+
+def _toolchains(local: SubprocessBackend) -> Check:
+    """The toolchain directories outside ``/usr`` that sandboxes are given."""
+    given = local.toolchains.directories
+    if not given:
+        return Check("toolchains", Status.OK, f"/usr's only (none in {TOOLCHAINS_VAR})")
+    how = (
+        "read-only, "
+        if local.isolation.tier is Tier.NAMESPACES
+        else "as their permissions allow (this tier shows the host's files), "
+    )
+    return Check(
+        "toolchains",
+        Status.OK,
+        f"{', '.join(given)} ({TOOLCHAINS_VAR}): {how}their bin first on PATH",
+    )
 
 
 def _runs_as(uid: int, user: str, tier: Tier, uids: range | None) -> Check:
@@ -580,15 +626,23 @@ def check_languages(report: BackendReport, timeout: float) -> None:
     try:
         with get_backend(report.name) as client, client.sandbox(tags=[PROBE_TAG]) as sb:
             report.languages = probe_languages(sb, timeout)
+            local = isinstance(client.backend, SubprocessBackend)
     except Exception as exc:
         report.checks.append(Check("languages", Status.WARN, f"not probed: {_error(exc)}"))
         return
+    if local:  # sandboxes of this machine: what it has that they do not see
+        report.languages = [
+            replace(lang, host=shutil.which(lang.missing) or "") if lang.missing else lang
+            for lang in report.languages
+        ]
     missing = [lang.name for lang in report.languages if lang.missing]
     found = len(report.languages) - len(missing)
     detail = f"{found} of {len(report.languages)} found in a sandbox"
     if missing:
         detail += f"; missing: {', '.join(missing)}"
         fix = "install the missing toolchains in the sandbox's image (below)"
+        if any(lang.host for lang in report.languages):
+            fix += f"; one this machine has outside /usr: name its directory in {TOOLCHAINS_VAR}"
         report.checks.append(Check("languages", Status.WARN, detail, fix))
     else:
         report.checks.append(Check("languages", Status.OK, detail))
@@ -653,8 +707,8 @@ def run_doctor(backend: str | None, timeout: float, as_json: bool) -> int:
     """Print the report; 0 when the selected backend can work, 1 when it cannot."""
     selected = resolve_backend(backend)
     source = "--backend" if selected.source == "argument" else selected.source
-    reports = diagnose(selected, timeout)
+    reports = scrubbed(diagnose(selected, timeout), secrets())
     render = format_json if as_json else format_report
-    print(redact(render(reports, selected.name, source), secrets()))
+    print(render(reports, selected.name, source))
     chosen = next(r for r in reports if r.selected)
     return 0 if chosen.ready else 1

@@ -141,6 +141,28 @@ def local_root() -> Iterator[Path]:
             uids.release(uid, holder)
 
 
+TOOLCHAIN_COMPILER = """#!/bin/sh
+# sbx-cc SOURCE: ./main, this toolchain's prelude and then SOURCE, a shell program
+{ echo '#!/bin/sh'; cat "$(dirname "$0")/../lib/prelude.sh" "$1"; } > main && chmod +x main
+"""
+
+
+@pytest.fixture
+def toolchain() -> Iterator[Path]:
+    """A toolchain where rustup's or ``/usr/local/go`` are, outside ``/usr`` and a sandbox's
+    own ``/tmp``: ``bin/sbx-cc`` "compiles" a shell program with the prelude ``lib`` holds
+    beside it (``greet``, which prints ``hello from the toolchain``)."""
+    top = Path(tempfile.mkdtemp(prefix="sandboxkit-toolchain-", dir="/var/tmp"))
+    (top / "bin").mkdir()
+    (top / "lib").mkdir()
+    (top / "bin" / "sbx-cc").write_text(TOOLCHAIN_COMPILER)
+    (top / "lib" / "prelude.sh").write_text("greet() { echo hello from the toolchain; }\n")
+    for path in (top, *top.rglob("*")):
+        path.chmod(0o755)
+    yield top
+    shutil.rmtree(top)
+
+
 @pytest.fixture
 def local(local_root: Path) -> Iterator[SandboxClient]:
     """The local backend on a private root, so tests can inspect what it leaves on disk."""

@@ -7,6 +7,9 @@ modules whose extras are not installed here.
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -63,13 +66,29 @@ def imports_of(path: Path) -> set[str]:
     return {m for m in found if m.split(".")[0] == "sandboxkit"}
 
 
+def with_packages(name: str, imported: set[str]) -> set[str]:
+    """What importing ``imported`` from module ``name`` runs: each module and, first, the
+    ``__init__`` of every package above it (``a.b.c`` runs ``a.b``'s), but for the packages
+    that hold ``name`` itself, which are being imported already."""
+    found = set()
+    for module in imported:
+        parts = module.split(".")
+        found.update(".".join(parts[:i]) for i in range(2, len(parts) + 1))
+    return {m for m in found if not (name == m or name.startswith(f"{m}."))}
+
+
 @pytest.fixture(scope="module")
 def graph() -> dict[str, set[str]]:
     modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
-    return {name: imports_of(path) & modules.keys() - {name} for name, path in modules.items()}
+    return {
+        name: with_packages(name, imports_of(path)) & modules.keys()
+        for name, path in modules.items()
+    }
 
 
 def test_the_package_has_no_import_cycles(graph: dict[str, set[str]]) -> None:
+    """Through packages too: a module that imports ``sandboxkit.harness.runner`` runs the
+    ``__init__`` of ``sandboxkit.harness`` first, and every module that imports."""
     done: set[str] = set()
 
     def visit(name: str, stack: list[str]) -> None:
@@ -79,9 +98,7 @@ def test_the_package_has_no_import_cycles(graph: dict[str, set[str]]) -> None:
         if name in done:
             return
         for imported in sorted(graph[name]):
-            # A package's __init__ importing its own submodules is how packages work.
-            if not imported.startswith(f"{name}."):
-                visit(imported, [*stack, name])
+            visit(imported, [*stack, name])
         done.add(name)
 
     for name in sorted(graph):
@@ -95,3 +112,43 @@ def test_product_modules_import_no_test_machinery(graph: dict[str, set[str]]) ->
         if not within(name, ALLOWED_INTO_MACHINERY)
     }
     assert {name: found for name, found in offenders.items() if found} == {}
+
+
+PRODUCT = sorted(
+    name
+    for name in map(module_name, PACKAGE.rglob("*.py"))
+    if name != "sandboxkit.__main__"  # runs the command line
+)
+
+
+@pytest.mark.slow
+def test_every_module_imports_first_in_a_fresh_interpreter() -> None:
+    """Whatever a user imports first (docs name ``sandboxkit.contest.checkers``) imports;
+    a module whose extra is not installed may say so, naming the missing package."""
+    code = (
+        "import importlib, sys\n"
+        "try:\n"
+        "    importlib.import_module(sys.argv[1])\n"
+        "except ModuleNotFoundError as exc:\n"
+        "    if (exc.name or '').split('.')[0] == 'sandboxkit':\n"
+        "        raise\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE.parent)}
+    failed = {}
+    for at in range(0, len(PRODUCT), 4):  # a few at once: each is an interpreter's start
+        batch = PRODUCT[at : at + 4]
+        running = [
+            subprocess.Popen(
+                [sys.executable, "-c", code, name],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for name in batch
+        ]
+        for name, process in zip(batch, running, strict=True):
+            _, err = process.communicate(timeout=300)
+            if process.returncode != 0:
+                failed[name] = err.strip().splitlines()[-1:]
+    assert failed == {}

@@ -10,6 +10,9 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import shutil
+import subprocess
+from collections import namedtuple
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -17,7 +20,15 @@ from typing import Any
 import pytest
 
 from sandboxkit import Sandbox, SandboxClient, get_backend
-from sandboxkit.harness import AssertTests, FunctionTask, FunctionTests, Harness, StdioTests
+from sandboxkit.harness import (
+    AssertTests,
+    FunctionTask,
+    FunctionTests,
+    Harness,
+    StdioTests,
+    runner,
+)
+from sandboxkit.harness.inputs import InputTests
 from sandboxkit.harness.records import spent
 from sandboxkit.integrations.environment import sandbox_environment
 from sandboxkit.outcomes import Outcome, OutcomeKind
@@ -1821,3 +1832,112 @@ def test_silencing_the_report_fails_the_test_it_was_silenced_in(sandbox: Sandbox
     outcome = judge(sandbox, harness, DAYTONA_SORTING.prompt + body)
     assert (outcome.kind, outcome.passed) == (OutcomeKind.FAILED, 0)
     assert "ended during a call" in outcome.detail
+
+
+NAMEDTUPLE_FLOOD = (
+    "import collections\ndef make(i):\n    return collections.namedtuple(f'T{i}', 'x')(i)\n"
+)
+
+
+@pytest.mark.parametrize("kind", ["function tests", "input tests"])
+def test_namedtuple_types_a_completion_sends_fill_no_budget_of_a_later_one(
+    sandbox: Sandbox, kind: str
+) -> None:
+    """The host decodes a returned namedtuple with a class of its name and fields, made for
+    it: a completion that returns a thousand types of its own spends its own budget of them,
+    never one that a later completion's correct namedtuple needs."""
+    calls = [(i,) for i in range(1100)]
+    types = [namedtuple(f"T{i}", "x")(i) for i in range(1100)]
+
+    def harness(args: list[tuple[int]], expected: list[Any]) -> Harness:
+        if kind == "function tests":
+            return FunctionTests("make", args, expected, timeout=5)
+        return InputTests("make", tuple(args), tuple(expected), timeout=5)
+
+    flood = judge(sandbox, harness(calls, types), NAMEDTUPLE_FLOOD)
+    assert flood.passed >= 1024, flood  # what one completion may make is its own
+    honest = (
+        "import collections\ndef make(i):\n    return collections.namedtuple('P', 'x y')(i, 2)\n"
+    )
+    point = namedtuple("P", "x y")
+    for _ in range(2):
+        outcome = judge(sandbox, harness([(1,), (3,)], [point(1, 2), point(3, 2)]), honest)
+        assert (outcome.kind, outcome.passed) == (OutcomeKind.PASSED, 2), outcome
+
+
+HOST_DECODING = """
+import gc, importlib.util, sys
+spec = importlib.util.spec_from_file_location("runner", sys.argv[1])
+runner = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(runner)
+def run(r):
+    for i in range(1000):
+        tag = f"{r}_{i}_" + "n" * 150
+        value = runner.decode({"$nt": ["T" + tag, ["f" + tag, "g" + tag], [i, r]]})
+        assert tuple(value) == (i, r) and type(value).__name__ == "T" + tag
+for r in range(2):
+    run(r)
+gc.collect()
+before = sys.getallocatedblocks()
+for r in range(2, 12):
+    run(r)
+gc.collect()
+print(sys.getallocatedblocks() - before)
+"""
+
+
+def _newer_python() -> str | None:
+    """A CPython 3.12 or later on this machine (PATH's, or pyenv's), else None."""
+    found = [shutil.which(f"python3.{minor}") for minor in range(12, 20)]
+    found += sorted(map(str, (Path.home() / ".pyenv" / "versions").glob("3.1[2-9]*/bin/python3")))
+    for python in filter(None, found):
+        done = subprocess.run(
+            [python, "-c", "import sys; assert sys.version_info >= (3, 12)"], capture_output=True
+        )
+        if done.returncode == 0:
+            return python
+    return None
+
+
+def test_the_names_of_decoded_namedtuples_leave_nothing_behind_on_the_host() -> None:
+    """CPython 3.12 and later keep every name a compile interns for the process's life, and a
+    namedtuple compiles the names of its fields: a host that made one for each namedtuple a
+    completion returned would keep a little of every completion's text, run after run. The
+    host decodes 10,000 types of long names with nothing kept (a few blocks at most)."""
+    python = _newer_python()
+    if python is None:
+        pytest.skip("needs a CPython 3.12 or later (where interned names are never freed)")
+    done = subprocess.run(
+        [python, "-I", "-c", HOST_DECODING, runner.__file__],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert int(done.stdout) < 1000, done.stdout  # 20,000 blocks and more where names stay
+
+
+HUGE_ANSWER = (
+    "import sys\n"
+    "def big(n):\n"
+    "    sys.modules['__main__'].dumps = lambda obj: '{\"ok\": ' + '7' * n + '}'\n"
+    "    return 0\n"
+)
+"""Its process answers with a number of ``n`` decimal digits, however the judge asked."""
+
+
+@pytest.mark.parametrize("kind", ["assert tests", "function tests"])
+def test_the_judge_never_reads_a_candidates_decimal_text_past_the_digit_limit(
+    sandbox: Sandbox, kind: str
+) -> None:
+    """Decimal text takes quadratic time to read: an answer of 100,000 digits (a frame holds
+    millions) is no value, however the judge compiles the dataset's own long literals."""
+    if kind == "assert tests":
+        harness: Harness = AssertTests(
+            [f"assert big(100_000) == {'7' * 5000}", "assert big(10) == 7777777777"]
+        )
+    else:
+        harness = FunctionTests("big", [(100_000,), (10,)], [0, 7777777777])
+    outcome = judge(sandbox, harness, HUGE_ANSWER)
+    assert outcome.passed == 1, outcome
+    assert outcome.detail.endswith("answered something else than a value"), outcome

@@ -34,12 +34,15 @@ from sandboxkit.contest.languages import Language, languages, register_language
 from sandboxkit.doctor import (
     BackendReport,
     Check,
+    LanguageCheck,
     Status,
     _commands,
     _warm_path,
+    format_json,
     format_report,
     redact,
     run_doctor,
+    scrubbed,
 )
 from sandboxkit.evalfile import summary
 from sandboxkit.local import disk, seccomp
@@ -174,6 +177,62 @@ def test_doctor_report_with_a_one_letter_key_keeps_its_status_marks() -> None:
     )
     out = redact(format_report([report], "daytona", "--backend"), ["k"])
     assert "  [ok  ] credentials   DAYTONA_API_KEY set" in out.splitlines()
+
+
+def test_doctor_masks_a_short_key_in_what_it_quotes_never_in_its_own_words() -> None:
+    report = BackendReport(
+        "daytona",
+        selected=True,
+        checks=[
+            Check("credentials", Status.OK, "DAYTONA_API_KEY set"),
+            Check("endpoint", Status.FAIL, "http://127.0.0.1:9/ok/api unreachable: ok", "see ok"),
+        ],
+        languages=[
+            LanguageCheck("python", "Python 3", "/ok/bin/python3"),
+            LanguageCheck("go", "Go", "", "go", "apt install golang-go", "/ok/go/bin/go"),
+        ],
+    )
+    out = format_report(scrubbed([report], ["ok"]), "daytona", "--backend").splitlines()
+    assert "  [ok  ] credentials   DAYTONA_API_KEY set" in out
+    assert "  [FAIL] endpoint      http://127.0.0.1:9/***/api unreachable: ***" in out
+    assert f"  {'':6} {'':13} fix: see ***" in out
+    assert f"  {'':6} python        Python 3              /***/bin/python3" in out
+    assert any(
+        line.endswith(
+            "this machine has /***/go/bin/go: SANDBOXKIT_LOCAL_TOOLCHAINS shows its toolchain)"
+        )
+        for line in out
+    )
+    data = json.loads(format_json(scrubbed([report], ["ok"]), "daytona", "--backend"))
+    assert [c["status"] for c in data["backends"][0]["checks"]] == ["ok", "FAIL"]
+
+
+@pytest.mark.slow
+def test_doctor_run_with_a_two_letter_key_keeps_its_status_marks() -> None:
+    """A key ``ok`` (a test account's, say) masked every ``ok`` the doctor printed."""
+    done = cli(
+        "doctor", "--backend", "daytona", "--timeout", "2", env=clean_env(DAYTONA_API_KEY="ok")
+    )
+    assert re.search(r"^  \[ok  \] credentials   DAYTONA_API_KEY set$", done.stdout, re.M), (
+        done.stdout
+    )
+    assert "[***" not in done.stdout
+    json_done = cli(
+        "doctor",
+        "--backend",
+        "daytona",
+        "--json",
+        "--timeout",
+        "2",
+        env=clean_env(DAYTONA_API_KEY="ok"),
+    )
+    daytona = next(b for b in json.loads(json_done.stdout)["backends"] if b["name"] == "daytona")
+    assert daytona["checks"][1] == {
+        "name": "credentials",
+        "status": "ok",
+        "detail": "DAYTONA_API_KEY set",
+        "fix": "",
+    }
 
 
 @pytest.mark.slow
@@ -332,7 +391,45 @@ def test_doctor_shows_a_language_whose_toolchain_the_sandbox_lacks_with_its_inst
         "found": "",
         "missing": "cobc-not-installed",
         "install": "apt install gnucobol",
+        "host": "",
     }
+
+
+@pytest.mark.slow
+def test_doctor_finds_a_toolchain_outside_usr_in_the_sandbox_once_it_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    clean_process_env: None,
+    toolchain: Path,
+) -> None:
+    """A language whose compiler this machine has outside /usr (on its PATH here) is missing
+    in local sandboxes, and the doctor says what shows it to them; named in
+    ``SANDBOXKIT_LOCAL_TOOLCHAINS``, a sandbox finds it."""
+    monkeypatch.setattr(contest_languages, "_LANGUAGES", dict(contest_languages._LANGUAGES))
+    monkeypatch.setattr(contest_languages, "_NAMES", dict(contest_languages._NAMES))
+    register_language(
+        Language("sbx", "Toolchain shell", (), "main.sh", ("sbx-cc", "main.sh"), ("./main",))
+    )
+    monkeypatch.setenv("PATH", f"{toolchain}/bin:{os.environ['PATH']}")
+    assert run_doctor("subprocess", timeout=5, as_json=False) == 0
+    out = capsys.readouterr().out
+    assert re.search(
+        rf"^ {{9}}sbx +Toolchain shell +missing: install it \(no sbx-cc in the sandbox; this "
+        rf"machine has {toolchain}/bin/sbx-cc: SANDBOXKIT_LOCAL_TOOLCHAINS shows its "
+        r"toolchain\)$",
+        out,
+        re.M,
+    ), out
+    assert "name its directory in SANDBOXKIT_LOCAL_TOOLCHAINS" in out
+    assert re.search(r"^  \[ok  \] toolchains    /usr's only", out, re.M), out
+
+    monkeypatch.setenv("SANDBOXKIT_LOCAL_TOOLCHAINS", str(toolchain))
+    assert run_doctor("subprocess", timeout=5, as_json=False) == 0
+    out = capsys.readouterr().out
+    assert re.search(rf"^ {{9}}sbx +Toolchain shell +{toolchain}/bin/sbx-cc$", out, re.M), out
+    assert re.search(
+        rf"^  \[ok  \] toolchains    {toolchain} \(SANDBOXKIT_LOCAL_TOOLCHAINS\): ", out, re.M
+    ), out
 
 
 def test_the_registry_names_what_the_backends_read(monkeypatch: pytest.MonkeyPatch) -> None:

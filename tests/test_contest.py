@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -432,6 +433,40 @@ def test_a_compile_is_judged_by_the_cpu_time_of_its_whole_process_tree(
     finally:
         fn.close()
     assert (scores, seen["stdio_tests_reward_outcome"]) == ([score], [said])
+
+
+TOOLCHAIN_LANGUAGE = Language(
+    "sbx", "Toolchain shell", ("sbx",), "main.sh", ("sbx-cc", "main.sh"), ("./main",), "sbx-cc"
+)
+"""Compiled by the ``toolchain`` fixture's compiler, whose prelude gives it ``greet``."""
+
+
+@pytest.mark.parametrize("warm", ["1", "0"])
+def test_a_language_whose_compiler_is_outside_usr_is_judged_with_its_toolchain(
+    warm: str, toolchain: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compiler installed outside /usr (rustup's, /usr/local/go) was missing in every local
+    sandbox, each program an ``infra`` outcome; named in ``SANDBOXKIT_LOCAL_TOOLCHAINS``, it
+    builds programs there as on the host."""
+    monkeypatch.setattr(languages, "_LANGUAGES", dict(languages._LANGUAGES))
+    monkeypatch.setattr(languages, "_NAMES", dict(languages._NAMES))
+    register_language(TOOLCHAIN_LANGUAGE)
+    monkeypatch.setenv("SANDBOXKIT_LOCAL_TOOLCHAINS", str(toolchain))
+    monkeypatch.setenv("SANDBOXKIT_WARM", warm)
+    fn = stdio_tests_reward("subprocess", timeout=5, pool_size=1)
+    seen: dict[str, list[str]] = {}
+    rows = [{"test_cases": [{"input": "1 2", "output": "hello from the toolchain 3"}]}] * 2
+    programs = ["read a b; greet; echo $((a + b))", "read a b; greet; echo $((a - b))"]
+    try:
+        scores = fn(
+            prompts=["p", "p"],
+            completions=[f"```sbx\n{program}\n```" for program in programs],
+            verification_info=[{**row, "language": "sbx"} for row in rows],
+            log_extra=seen.__setitem__,
+        )
+    finally:
+        fn.close()
+    assert scores == [1.0, 0.0], seen["stdio_tests_reward_outcome"]
 
 
 def test_the_harness_of_a_row_carries_every_limit_the_factory_took() -> None:

@@ -2968,3 +2968,25 @@ def test_spending_the_pipe_buffer_allowance_leaves_other_sandboxes_full_pipes(
         r = other.exec([PY, "-c", _PIPE_SIZE], timeout=60)
         assert (r.returncode, r.stdout) == (0, "65536\n"), r.stderr
     assert done[0].stdout == "True\n", done[0]
+
+
+def test_a_toolchain_outside_usr_is_on_path_and_read_only(
+    tier: str, local_root: Path, toolchain: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``SANDBOXKIT_LOCAL_TOOLCHAINS`` shows a compiler's directory (rustup's, Go's in
+    /usr/local) to every tier's sandboxes, its ``bin`` on their ``PATH``; a namespaced one
+    sees it read-only, whatever the host's permissions let it write (every user's here)."""
+    for path in (toolchain, *toolchain.rglob("*")):
+        path.chmod(0o777)
+    monkeypatch.setenv("SANDBOXKIT_LOCAL_TOOLCHAINS", f"{toolchain}")
+    with _sandbox_of(tier, local_root) as (_, sb, _):
+        built = sb.exec(["sh", "-c", "echo greet > prog.sh && sbx-cc prog.sh && ./main"])
+        assert (built.returncode, built.stdout) == (0, "hello from the toolchain\n"), built
+        found = sb.exec(["sh", "-c", "command -v sbx-cc"])
+        assert found.stdout.strip() == f"{toolchain}/bin/sbx-cc"
+        if tier == "namespaces":
+            for target in ("lib/prelude.sh", "bin/sbx-cc", "bin/gcc"):
+                tamper = sb.exec(["sh", "-c", f"echo 'exit 0' > {toolchain}/{target}"])
+                assert "Read-only file system" in tamper.stderr, (target, tamper)
+    assert sorted(p.name for p in toolchain.rglob("*")) == ["bin", "lib", "prelude.sh", "sbx-cc"]
+    assert (toolchain / "bin" / "sbx-cc").read_text().startswith("#!/bin/sh\n# sbx-cc")

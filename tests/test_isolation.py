@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -243,3 +244,39 @@ def test_concurrent_execs_in_one_sandbox_do_not_wait_for_each_other(
         return elapsed
 
     assert asyncio.run(main()) < 12  # not one after another (15 s)
+
+
+def test_toolchain_directories_that_would_show_the_host_are_refused(
+    monkeypatch: pytest.MonkeyPatch, toolchain: Path
+) -> None:
+    """Everything in a toolchain's directory is the sandboxes' to read: never the sandboxes'
+    own directories (their root, here beside the toolchain), what a sandbox gets of its own,
+    or the host's root."""
+    root = Path(tempfile.mkdtemp(prefix="sandboxkit-root-", dir=toolchain.parent))
+    opt = "/opt/sandboxkit" if Path("/opt/sandboxkit").is_dir() else "/opt"
+    refused = {
+        "relative/bin": "is not an absolute path",
+        "/no/such/toolchain": "is no directory",
+        "/": "holds /tmp",
+        "/tmp": "holds /tmp",
+        str(root): f"holds {root}",
+        str(root.parent): f"holds {root}",
+        opt: "holds /opt/sandboxkit/bin",
+    }
+    try:
+        for entry, why in refused.items():
+            monkeypatch.setenv("SANDBOXKIT_LOCAL_TOOLCHAINS", f"{toolchain}:{entry}")
+            with pytest.raises(BackendMisconfiguredError) as raised:
+                sandboxkit.get_backend("subprocess", root=root)
+            said = f"SANDBOXKIT_LOCAL_TOOLCHAINS='{toolchain}:{entry}': '{entry}' {why};"
+            assert said in str(raised.value)
+        inner = root / "sbx-planted"
+        inner.mkdir()
+        with pytest.raises(BackendMisconfiguredError, match=f"toolchains=: '{inner}' lies in"):
+            sandboxkit.get_backend("subprocess", root=root, toolchains=[str(inner)])
+        if uids.sandbox_uids() is not None:  # a root host: sandboxes run as a uid of no user
+            toolchain.chmod(0o700)
+            with pytest.raises(BackendMisconfiguredError, match="cannot be read by uid"):
+                sandboxkit.get_backend("subprocess", root=root, toolchains=[str(toolchain)])
+    finally:
+        shutil.rmtree(root)

@@ -165,3 +165,40 @@ def test_a_value_names_no_builtin_that_does_more_than_compute(name: str) -> None
     for data in ({"$bi": name}, {"$dd": [{"$bi": name}, {"$d": []}]}):
         with pytest.raises(runner.CodecError):
             runner.decode(data)
+
+
+STARTS_ONE_ENDS = "def starts_one_ends(n):\n    return 1 if n == 1 else 18 * 10 ** (n - 2)\n"
+"""HumanEval/83's canonical solution."""
+
+
+def test_a_tests_integer_literal_of_thousands_of_digits_is_the_datasets_own(
+    sandbox: Sandbox,
+) -> None:
+    """HumanEval+/83's tests write its results out, 5,000 digits and more: Python refuses to
+    read decimal text past 4,300 digits (the read takes quadratic time), but a test is the
+    dataset's trusted text, so it is compiled whole; the candidate's own text keeps the
+    limit."""
+    literal = "18" + "0" * 4998  # BIG in decimal: 5,000 digits
+    tests = [
+        f"assert starts_one_ends(5000) == {literal}",
+        "assert starts_one_ends(2) == 18",
+        f"results = [18, {literal}]\nfor n, r in zip([2, 5000], results):\n"
+        "    assert starts_one_ends(n) == r",
+    ]
+    harness = AssertTests(tests)
+    outcome = judge(sandbox, harness, STARTS_ONE_ENDS)
+    assert (outcome.kind, outcome.passed) == (OutcomeKind.PASSED, 3), outcome
+    wrong = judge(sandbox, harness, STARTS_ONE_ENDS.replace("18 *", "17 *"))
+    assert wrong.passed == 0, wrong
+    code = f"def starts_one_ends(n):\n    return {literal}\n"
+    said = judge(sandbox, harness, code)
+    assert said.kind is OutcomeKind.ERROR and "4300" in said.detail, said
+
+
+def test_code_that_does_not_compile_says_so_however_long_its_rows_tests(sandbox: Sandbox) -> None:
+    """The judge asks for the first test's process while it still reads the tests; a zygote
+    that could not compile the code has ended by then, and the judge reads why."""
+    harness = AssertTests(["assert f(1) == 1  # " + "x" * 4000] * 2000)
+    outcome = judge(sandbox, harness, "def f(:\n")
+    assert outcome.kind is OutcomeKind.ERROR, outcome
+    assert outcome.detail.startswith("compile error: SyntaxError"), outcome

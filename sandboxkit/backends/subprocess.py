@@ -41,6 +41,7 @@ from ..local.isolation import SANDBOX_BIN, IsolationReport, Tier, bwrap_binary, 
 from ..local.limits import Limits, MiB, check_cpus
 from ..local.seccomp import host_filter
 from ..local.supervisor import Confinement, kill_session, run
+from ..local.toolchains import configured_toolchains
 from ..local.warm import ColdPath, LearntSite, WarmTemplate
 from ..portal import on_portal
 from ..protocol import DEFAULT_WORKDIR, ExecResult, SandboxInfo, SandboxSpec, SandboxStatus
@@ -129,16 +130,20 @@ class SubprocessBackend:
         root: str | os.PathLike[str] | None = None,
         limits: Limits | None = None,
         read_only_paths: Sequence[str] = (),
+        toolchains: Sequence[str] | None = None,
         python: str | None = None,
         warm: bool | None = None,
         **limit_overrides: Any,
     ) -> None:
         """``root`` holds the sandboxes (``SANDBOXKIT_LOCAL_ROOT``, else a per-user temp dir);
         ``read_only_paths`` are extra host paths shown read-only inside namespaced sandboxes
-        (a virtualenv with numpy, say); ``python`` is the interpreter sandboxes get (default:
-        this process's, outside any venv); ``warm`` keeps a warm template per namespaced
-        sandbox that forks each exec (``SANDBOXKIT_WARM``, default on); keyword limits
-        override :class:`Limits` fields (those of ``limits`` too)."""
+        (a virtualenv with numpy, say); ``toolchains`` are directories of compilers outside
+        ``/usr``, shown read-only with their ``bin`` on the sandboxes' ``PATH``
+        (``SANDBOXKIT_LOCAL_TOOLCHAINS``; :mod:`sandboxkit.local.toolchains`); ``python`` is
+        the interpreter sandboxes get (default: this process's, outside any venv); ``warm``
+        keeps a warm template per namespaced sandbox that forks each exec
+        (``SANDBOXKIT_WARM``, default on); keyword limits override :class:`Limits` fields
+        (those of ``limits`` too)."""
         limit_names = {f.name for f in dataclasses.fields(Limits)}
         check_keywords(
             "SubprocessBackend()", limit_overrides, keyword_only(type(self)) | limit_names
@@ -162,12 +167,13 @@ class SubprocessBackend:
         self._bin = (
             self._python_links(report.python) if report.tier is not Tier.NAMESPACES else None
         )
+        self.toolchains = configured_toolchains(toolchains, root=self.root, uid=report.run_as)
         self.confinement = Confinement(
             isolation=report,
             limits=self.limits,
             bwrap=bwrap_binary() if report.tier is Tier.NAMESPACES else None,
             cgroups=cgroups,
-            read_only=tuple(read_only_paths),
+            read_only=(*read_only_paths, *self.toolchains.directories),
             syscall_filter=host_filter() if report.tier is not Tier.NONE else None,
         )
         self.warm = report.tier is Tier.NAMESPACES and (
@@ -391,7 +397,7 @@ class SubprocessBackend:
             home, tmp, bin_dir = str(path / "workspace"), str(path / "tmp"), str(self._bin)
         env = {k: os.environ[k] for k in ENV_ALLOWLIST if k in os.environ}
         env |= {
-            "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",
+            "PATH": ":".join([bin_dir, *self.toolchains.bins, "/usr/local/bin:/usr/bin:/bin"]),
             "HOME": home,
             "TMPDIR": tmp,
             "LANG": env.get("LANG", "C.UTF-8"),

@@ -32,7 +32,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..harness import FunctionTests, RunRequest, returned
+from ..harness import FunctionTests, RunRequest, returned, runner
 from ..harness.records import judge_returns
 from ..outcomes import Outcome
 from ..protocol import ExecResult
@@ -96,8 +96,10 @@ class CallTests:
         return tests.request(PRELUDE + code + _SHIM.format(entry=ENTRY, name=self.fn_name))
 
     def judge(self, result: ExecResult, request: RunRequest) -> Outcome:
+        namedtuples = runner.NamedTuples()  # this run's, as every budget its values spend
+
         def passes(i: int, record: dict[str, Any]) -> bool:
-            return any(returned(record, expected) for expected in self.accepted[i])
+            return any(returned(record, e, namedtuples) for e in self.accepted[i])
 
         return judge_returns(result, request, len(self.args), passes)
 

@@ -27,7 +27,7 @@ import tokenize
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..outcomes import Outcome, OutcomeKind
 from ..protocol import ExecResult
@@ -43,7 +43,9 @@ from .records import (
     runner_request,
     unfinished,
 )
-from .stdio import StdioTests
+
+if TYPE_CHECKING:
+    from .stdio import StdioTests
 
 __all__ = [
     "AssertTests",
@@ -55,6 +57,17 @@ __all__ = [
     "StdioTests",
     "strict_equal",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """:class:`StdioTests` on first use: its module imports the contest checkers, which read
+    outputs with the runner's tokens (from this package), so that importing it here would
+    make every import of the checkers that comes first a cycle."""
+    if name == "StdioTests":
+        from .stdio import StdioTests
+
+        return StdioTests
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -219,15 +232,15 @@ def plain_alike(value: Any, expected: Any) -> bool:
     return types == list(map(type, expected)) and plain.issuperset(types)
 
 
-def returned(record: dict[str, Any], expected: Any) -> bool:
+def returned(record: dict[str, Any], expected: Any, namedtuples: runner.NamedTuples) -> bool:
     """Whether a call's record holds the expected value: compared as itself, or (a long value)
     by digest, which strict comparison would also accept only if ``expected`` equals itself
-    through the codec (no NaN in it, say)."""
+    through the codec (no NaN in it, say). ``namedtuples``: the run's own (``runner.decode``)."""
     if "digest" not in record:
         value = record.get("value")
         if plain_alike(value, expected):  # decodes as itself, and == is strict equality here
             return bool(value == expected)
-        return strict_equal(runner.decode(value), expected)
+        return strict_equal(runner.decode(value, namedtuples=namedtuples), expected)
     data = runner.encode(expected)
     return record["digest"] == runner.value_digest(data) and strict_equal(
         runner.decode(data), expected
@@ -280,6 +293,7 @@ class FunctionTests:
         passed = 0
         detail = ""
         missing = {"status": "missing"}
+        namedtuples = runner.NamedTuples()  # this run's, as every budget its values spend
         for i, expected in enumerate(self.expected):
             record = records.tests.get(i, missing)
             status = record.get("status")
@@ -288,7 +302,7 @@ class FunctionTests:
                 return Outcome(OutcomeKind.TIMEOUT, passed, total, said, result.duration)
             if status == "returned":
                 try:
-                    ok = returned(record, expected)
+                    ok = returned(record, expected, namedtuples)
                 except runner.CodecError as exc:
                     ok, detail = False, detail or str(exc)
                 passed += ok

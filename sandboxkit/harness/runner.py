@@ -345,7 +345,6 @@ _TAGS: dict[str, Callable[[Any, Callable[[Any], Any]], Any]] = {
     "$bi": lambda v, d: _builtin(v),
     "$f": lambda v, d: float({"nan": "nan", "inf": "inf", "-inf": "-inf"}[v]),
     "$i": lambda v, d: int(_text(v), 16),
-    "$nt": lambda v, d: _namedtuple(v[0], v[1])._make(d(x) for x in v[2]),
     "$ctr": lambda v, d: _standard("collections", "Counter")(_dict(d(v))),
     "$od": lambda v, d: _standard("collections", "OrderedDict")((d(k), d(x)) for k, x in v),
     "$dd": lambda v, d: _standard("collections", "defaultdict")(
@@ -355,7 +354,47 @@ _TAGS: dict[str, Callable[[Any, Callable[[Any], Any]], Any]] = {
     "$dec": lambda v, d: _decimal(_text(v)),
     "$fr": lambda v, d: _standard("fractions", "Fraction")(_int(d(v[0])), _int(d(v[1]))),
 }
-_NAMEDTUPLES: dict[tuple[str, tuple[str, ...]], Any] = {}
+MAX_NAMEDTUPLES = 1024
+"""Namedtuple classes the values of one completion may make, in each process decoding them."""
+
+
+class NamedTuples:
+    """The namedtuple classes made in decoding one completion's values, one per name and
+    fields (what crosses is the name, the fields and the values, never the sender's class):
+    a completion's values spend a budget of their own, never one that another's need.
+
+    ``real``: classes of ``collections.namedtuple``, in the sandbox, where a test reads a field
+    by its name. The host only compares values (``strict_equal`` reads a class's name and
+    ``_fields``), and gets tuple classes of that name and ``_fields`` alone: a namedtuple
+    compiles the names of its fields, and CPython 3.12 and later keep the names a compile
+    interns for the rest of the process (the host judges millions of completions)."""
+
+    __slots__ = ("made", "real")
+
+    def __init__(self, real: bool = False) -> None:
+        self.made: dict[tuple[str, tuple[str, ...]], type] = {}
+        self.real = real
+
+    def make(self, name: Any, fields: Any, items: Iterable[Any]) -> tuple[Any, ...]:
+        """A value of the class of ``name`` and ``fields`` (made here at its first value)."""
+        key = (_text(name), tuple(_text(f) for f in fields))
+        cls = self.made.get(key)
+        if cls is None:
+            if len(self.made) >= MAX_NAMEDTUPLES:
+                raise CodecError("too many namedtuple types")
+            if self.real:
+                cls = _standard("collections", "namedtuple")(*key)
+            else:
+                cls = type(key[0], (tuple,), {"__slots__": (), "_fields": key[1]})
+            self.made[key] = cls
+        value: tuple[Any, ...] = tuple.__new__(cls, items)
+        if len(value) != len(key[1]):
+            raise CodecError(f"{len(value)} values for the fields {key[1]}")
+        return value
+
+
+NAMEDTUPLES = NamedTuples(real=True)
+"""This process's, in the sandbox: a process there is one completion's."""
 
 
 def _standard(module: str, name: str) -> Any:
@@ -389,17 +428,6 @@ def _decimal(text: str) -> Any:
     return number
 
 
-def _namedtuple(name: Any, fields: Any) -> Any:
-    """The namedtuple class of this name and fields (one per pair, made by the codec: what
-    crosses is the name, the fields and the values, never the sender's class)."""
-    key = (_text(name), tuple(_text(f) for f in fields))
-    if key not in _NAMEDTUPLES:
-        if len(_NAMEDTUPLES) >= 1024:
-            raise CodecError("too many namedtuple types")
-        _NAMEDTUPLES[key] = _standard("collections", "namedtuple")(*key)
-    return _NAMEDTUPLES[key]
-
-
 PURE_BUILTINS = frozenset(
     (
         *("abs", "all", "any", "ascii", "bin", "callable", "chr", "divmod", "format", "hash"),
@@ -419,8 +447,17 @@ def _builtin(name: str) -> Any:
     return value
 
 
-def decode(data: JSON, channel: Channel | None = None, refs: list[Any] | None = None) -> Any:
-    """From JSON-able data; builds only plain values (and references), never runs code."""
+def decode(
+    data: JSON,
+    channel: Channel | None = None,
+    refs: list[Any] | None = None,
+    namedtuples: NamedTuples | None = None,
+) -> Any:
+    """From JSON-able data; builds only plain values (and references), never runs code.
+    ``namedtuples``: the classes made so far for the completion whose values these are
+    (:data:`NAMEDTUPLES` in the sandbox; one per judged run on the host); None: this value's
+    own."""
+    made = NamedTuples() if namedtuples is None else namedtuples
     items = data.get("$t") if type(data) is dict and len(data) == 1 else None
     if type(items) is list:  # a call's arguments, most often plain or lists of plain items:
         plain = []  # taken with no call per item
@@ -449,6 +486,8 @@ def decode(data: JSON, channel: Channel | None = None, refs: list[Any] | None = 
                 if refs is not None:
                     return refs[v]
                 return Ref(v, channel)
+            if tag == "$nt":
+                return made.make(v[0], v[1], [d(x) for x in v[2]])
             if tag in _TAGS:
                 return _TAGS[tag](v, d)
         raise CodecError(f"not a value: {x!r}")
@@ -823,7 +862,7 @@ class Channel:
     def value(self, data: JSON) -> Any:
         """An answer's value; a process whose answer is no value is not clean."""
         self.clean = False
-        value = decode(data, channel=self)
+        value = decode(data, channel=self, namedtuples=NAMEDTUPLES)
         self.clean = True
         return value
 
@@ -905,7 +944,7 @@ def remote_exception(answer: Record, channel: Channel) -> Exception:
         and not issubclass(cls, (StopIteration, StopAsyncIteration))
     ):
         with contextlib.suppress(Exception):
-            return cls(*decode(answer.get("args"), channel))
+            return cls(*decode(answer.get("args"), channel, namedtuples=NAMEDTUPLES))
     return RemoteError(str(answer["raise"]))
 
 
@@ -941,13 +980,17 @@ def serve(sock: socket.socket, namespace: dict[str, Any]) -> None:
             if "call" in request:  # the commonest first
                 target = request["call"]
                 func = namespace[target] if type(target) is str else refs[target]
-                args = decode(request.get("args", {"$t": []}), refs=refs)
-                kwargs = decode(request["kwargs"], refs=refs) if "kwargs" in request else {}
+                args = decode(request.get("args", {"$t": []}), refs=refs, namedtuples=NAMEDTUPLES)
+                kwargs = (
+                    decode(request["kwargs"], refs=refs, namedtuples=NAMEDTUPLES)
+                    if "kwargs" in request
+                    else {}
+                )
                 result = func(*args, **kwargs)
             elif "getattr" in request:
                 result = getattr(refs[request["getattr"]], request["name"])
             elif "setattr" in request:
-                (value,) = decode(request["args"], refs=refs)
+                (value,) = decode(request["args"], refs=refs, namedtuples=NAMEDTUPLES)
                 setattr(refs[request["setattr"]], request["name"], value)
                 result = None
             else:
@@ -1837,7 +1880,7 @@ def precompiled(native: Record, program: Record, env: Env) -> str:
             with open(wrapper, "w") as wrapper_file:
                 wrapper_file.write(f"#include <{header}>\n")
             built = os.path.join(fresh, "header.gch")
-            limits = dict(program["compile_limits"], wall=PCH_WALL, cpu=PCH_WALL)
+            limits = dict(program["compile_limits"], cpu=PCH_CPU, wall=PCH_CPU * WALL_FACTOR)
             status, _ = run_tool(
                 [argv[0], *flags, "-x", "c++-header", wrapper, "-o", built], env, limits
             )
@@ -1862,8 +1905,9 @@ def precompiled(native: Record, program: Record, env: Env) -> str:
     return own
 
 
-PCH_WALL = 120.0
-"""Seconds a sandbox's first compile may spend precompiling its header."""
+PCH_CPU = 60.0
+"""CPU seconds a sandbox's first compile may spend precompiling its header, as a compile is
+judged (:func:`run_tool`: a wall-clock backstop of ``WALL_FACTOR`` times as many seconds)."""
 
 
 def hmac_equal(a: str, b: str) -> bool:
@@ -2470,6 +2514,21 @@ def _proxy(name: str, channel_box: list[Channel]) -> Callable[..., Any]:
     return call
 
 
+def compile_trusted(source: str, filename: str) -> types.CodeType:
+    """The dataset's text (a test, its set-up, a prompt) compiled whole, integer literals of
+    any length included (HumanEval+'s tests write out results of thousands of digits): Python's
+    limit on the digits of decimal text guards the judge against the candidate's, whose
+    reading would take quadratic time, and is back in place before anything else runs."""
+    limit = getattr(sys, "get_int_max_str_digits", lambda: 0)()
+    if limit:
+        sys.set_int_max_str_digits(0)
+    try:
+        return compile(source, filename, "exec")
+    finally:
+        if limit:
+            sys.set_int_max_str_digits(limit)
+
+
 def prompt_names(prompt: Record | None) -> Callable[[list[Channel]], dict[str, Any]]:
     """The names the row's prompt defines, for a test (dataset text, trusted like the tests,
     run here afresh for each test): all but the function the completion completes, which is
@@ -2480,7 +2539,7 @@ def prompt_names(prompt: Record | None) -> Callable[[list[Channel]], dict[str, A
 
     def names(box: list[Channel]) -> dict[str, Any]:
         namespace: dict[str, Any] = {"__name__": CANDIDATE_MODULE}
-        exec(compile(prompt["code"], "<prompt>", "exec"), namespace)
+        exec(compile_trusted(prompt["code"], "<prompt>"), namespace)
         namespace[completes] = _proxy(completes, box)
         return {n: v for n, v in namespace.items() if not n.startswith("__") and n != completes}
 
@@ -2493,8 +2552,8 @@ def run_asserts(job: Record, t_end: socket.socket, setup: str, report: Reporter)
     for index, snippet in enumerate(job["tests"]):
 
         def test(box: list[Channel], snippet: str = snippet, index: int = index) -> Record:
-            setup_code = compile(setup, "<setup>", "exec")
-            test_code = compile(snippet, f"<test {index}>", "exec")
+            setup_code = compile_trusted(setup, "<setup>")
+            test_code = compile_trusted(snippet, f"<test {index}>")
             prompts = from_prompt(box)
             candidate = {n: i for n, i in box[0].names.items() if n not in prompts}
             taken = referred_names(candidate, setup_code, test_code)
@@ -2537,7 +2596,9 @@ def run_calls(job: Record, t_end: socket.socket, report: Reporter) -> None:
         channel.clean = True
         if index in floats and not atol[0]:  # EvalPlus's tolerance, once a float came back
             atol[0] = FLOATS_ATOL
-        if alike or evalplus_equal(channel.value(data), decode(loads(expected)), atol[0]):
+        if alike or evalplus_equal(
+            channel.value(data), decode(loads(expected), namedtuples=NAMEDTUPLES), atol[0]
+        ):
             return {"status": "passed"}
         return {"status": "failed", "detail": "wrong result"}
 
@@ -2882,13 +2943,14 @@ def main() -> None:
     try:
         if requested:
             become = bool(job.get("stop_at_first_failure"))
-            request_child(t_end, become)
+            with contextlib.suppress(BrokenPipeError):  # a zygote that could not compile
+                request_child(t_end, become)  # the code has ended: ``load`` reads why
             if become:
                 again = {"code": code, "setup": setup, "bans": first.get("bans")}
                 again["workdir"] = workdir
                 RESTART.append(lambda: restart_zygote(t_end, again, candidate, job["timeout"]))
         limits = (program or {}).get("compile_limits")
-        build_wall = limits["wall"] + PCH_WALL if limits else None
+        build_wall = limits["wall"] + PCH_CPU * WALL_FACTOR if limits else None
         loaded = load(t_end, zygote_pid, job["timeout"] * 2, build_wall)
         built = time.monotonic()
         if "load_error" in loaded:

@@ -141,11 +141,8 @@ class StdioTests:
                     "memory": self.compile_memory_mb << 20,
                 },
             )
-            header = runner.PCH_WALL if self.lang.precompiled_header else 0.0
-            extra = (
-                self.compile_timeout + header,
-                self.compile_timeout * runner.WALL_FACTOR + header,
-            )
+            cpu = self.compile_timeout + (runner.PCH_CPU if self.lang.precompiled_header else 0)
+            extra = (cpu, cpu * runner.WALL_FACTOR)
         first = {"code": code, "setup": "", "kind": "stdio", "program": program}
         return runner_request(first, job, extra=extra)
 
