@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import os
 import shlex
 import shutil
@@ -2968,3 +2969,116 @@ def test_spending_the_pipe_buffer_allowance_leaves_other_sandboxes_full_pipes(
         r = other.exec([PY, "-c", _PIPE_SIZE], timeout=60)
         assert (r.returncode, r.stdout) == (0, "65536\n"), r.stderr
     assert done[0].stdout == "True\n", done[0]
+
+
+# -- kernel state and files every sandbox shares -------------------------------------------
+
+_PAGE_CACHE_PROBE = """
+import ctypes, errno, os
+fd = os.open(os.environ['PROBED'], os.O_RDONLY)
+try:
+    os.preadv(fd, [bytearray(4096)], 0, os.RWF_NOWAIT)
+    print('preadv2 RWF_NOWAIT: cached')
+except BlockingIOError:
+    print('preadv2 RWF_NOWAIT: not cached')
+except OSError as exc:
+    print('preadv2 RWF_NOWAIT:', errno.errorcode[exc.errno])
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_int, ctypes.c_long]
+address = libc.mmap(None, 4096, 1, 1, fd, 0)  # PROT_READ, MAP_SHARED
+resident = ctypes.create_string_buffer(1)
+assert libc.mincore(ctypes.c_void_p(address), 4096, resident) == 0
+print('mincore:', resident.raw[0] & 1)
+"""
+_PAGE_CACHE_LOAD = """
+import os
+with open(os.environ['PROBED'], 'rb') as f:
+    f.read()
+print('loaded')
+"""
+_PAGE_CACHE_EVICT = """
+import ctypes, os
+fd = os.open(os.environ['PROBED'], os.O_RDONLY)
+size = os.fstat(fd).st_size
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_int, ctypes.c_long]
+address = ctypes.c_void_p(libc.mmap(None, size, 1, 2, fd, 0))  # PROT_READ, MAP_PRIVATE
+bytes(ctypes.string_at(address, size))  # mapped here alone, as MADV_PAGEOUT wants
+for advice in (20, 21):  # MADV_COLD, MADV_PAGEOUT
+    assert libc.madvise(address, size, advice) == 0, os.strerror(ctypes.get_errno())
+libc.munmap(address, ctypes.c_size_t(size))
+os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+print('evicted')
+"""
+
+
+def test_no_sandbox_can_tell_what_another_did_to_the_page_cache(
+    hostile: tuple[SandboxClient, Sandbox, str],
+) -> None:
+    """The page cache of the host's files is every sandbox's: one that pushes a file's pages
+    out (``posix_fadvise(DONTNEED)``, ``madvise(MADV_COLD, MADV_PAGEOUT)``) and another that
+    asks whether they are in memory (a read that must not wait, ``preadv2(RWF_NOWAIT)``) would
+    talk through it. What the second sees must not depend on what the first did."""
+    client, sb, _ = hostile
+    where = sb.exec([PY, "-c", "import pydoc_data.topics as t; print(t.__file__)"], timeout=60)
+    assert where.returncode == 0, where.stderr
+    env = {"PROBED": where.stdout.strip()}
+    with client.sandbox() as other:
+
+        def step(box: Sandbox, code: str) -> str:
+            r = box.exec([PY, "-c", code], env=env, timeout=60)
+            assert r.returncode == 0, r.stderr
+            return r.stdout
+
+        assert step(sb, _PAGE_CACHE_LOAD) == "loaded\n"
+        after_load = step(other, _PAGE_CACHE_PROBE)
+        assert step(sb, _PAGE_CACHE_EVICT) == "evicted\n"
+        after_eviction = step(other, _PAGE_CACHE_PROBE)
+    assert after_eviction == after_load, (after_load, after_eviction)
+
+
+_TAKE_ALL_AIO = f"""
+import ctypes, errno, time
+libc = ctypes.CDLL(None, use_errno=True)
+held, error = 0, 0
+while held < 100000:
+    context = ctypes.c_ulong(0)
+    if libc.syscall({syscall_number("io_setup", native_arch() or "x86_64")}, 64,
+                    ctypes.byref(context)) != 0:
+        error = ctypes.get_errno()
+        break
+    held += 1
+print(held, errno.errorcode.get(error), flush=True)
+open('started', 'w').close()
+time.sleep(8)
+"""
+
+
+def _host_io_setup() -> str:
+    """Whether this process (the host) can still make an AIO context: 'ok' or the error."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    context = ctypes.c_ulong(0)
+    number = syscall_number("io_setup", native_arch() or "x86_64")
+    if libc.syscall(number, 1, ctypes.byref(context)) != 0:
+        return os.strerror(ctypes.get_errno())
+    libc.syscall(syscall_number("io_destroy", native_arch() or "x86_64"), context)
+    return "ok"
+
+
+@pytest.mark.usefixtures("filtered")
+def test_taking_every_aio_event_leaves_the_host_its_own(
+    hostile: tuple[SandboxClient, Sandbox, str],
+) -> None:
+    """AIO contexts come from one pool of the whole machine (``fs.aio-max-nr``) that no limit
+    of a sandbox bounds: a sandbox that takes it all would leave the host and every other
+    sandbox ``EAGAIN``. Sandboxes get no AIO (``ENOSYS``, as a kernel built without it: the C
+    library's ``aio_*`` run on threads), so the host keeps its own."""
+    _, sb, _ = hostile
+    assert _host_io_setup() == "ok"
+    with _holding(sb, _TAKE_ALL_AIO) as done:
+        assert _host_io_setup() == "ok"
+    assert done[0].stdout == "0 ENOSYS\n", done[0].stdout
