@@ -2650,12 +2650,16 @@ _INOTIFY_ONCE = (
 
 
 @contextlib.contextmanager
-def _holding(sb: Sandbox, code: str, timeout: float = 30) -> Iterator[list[Any]]:
-    """Run ``code`` in ``sb`` in the background until it created ``started``; yields the list
-    its result lands in once the block ends."""
+def _holding(
+    sb: Sandbox, code: str, timeout: float = 30, env: dict[str, str] | None = None
+) -> Iterator[list[Any]]:
+    """Run ``code`` in ``sb`` (with ``env``) in the background until it created ``started``;
+    yields the list its result lands in once the block ends."""
     done: list[Any] = []
     sb.write_file("holder.py", code)
-    holder = threading.Thread(target=lambda: done.append(sb.exec([PY, "holder.py"], timeout=30)))
+    holder = threading.Thread(
+        target=lambda: done.append(sb.exec([PY, "holder.py"], env=env, timeout=30))
+    )
     holder.start()
     try:
         assert wait_for_file(sb, "started", timeout=timeout), "the holding program never started"
@@ -2973,6 +2977,141 @@ def test_spending_the_pipe_buffer_allowance_leaves_other_sandboxes_full_pipes(
 
 # -- kernel state and files every sandbox shares -------------------------------------------
 
+_SHARED_FILES = """
+import os, sys
+PATHS = [os.__file__, os.path.dirname(os.__file__), os.path.realpath(sys.executable)]
+PATHS += [p for p in ('/etc/ld.so.cache', '/etc/ld.so.conf.d', '/etc/alternatives')
+          if os.path.exists(p)]
+PATHS += [p for p in os.environ.get('NODES', '').split(':') if p]
+"""
+"""Files every sandbox opens from the host: the standard library, a directory of it, the
+interpreter, the loader's cache and directories of /etc; where each sandbox has nodes of its
+own (``NODES``), devices and kernel settings too."""
+_LOCK_THEM = (
+    _SHARED_FILES
+    + """
+import fcntl, struct, time
+held = []
+for path in PATHS:
+    fd = os.open(path, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    ofd = os.open(path, os.O_RDONLY)
+    fcntl.fcntl(ofd, 37, struct.pack('hhqqi4x', fcntl.F_RDLCK, 0, 0, 0, 0))  # F_OFD_SETLK
+    held += [fd, ofd]
+print(len(PATHS), flush=True)
+open('started', 'w').close()
+time.sleep(10)
+"""
+)
+_SEE_LOCKS = (
+    _SHARED_FILES
+    + """
+import fcntl, struct
+for path in PATHS:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        seen = 'free'
+    except BlockingIOError:
+        seen = 'flock held'
+    asked = struct.pack('hhqqi4x', fcntl.F_WRLCK, 0, 0, 0, 0)
+    kind = struct.unpack('hhqqi4x', fcntl.fcntl(fd, 36, asked))[0]  # F_OFD_GETLK
+    print(path, seen, 'and read-locked' if kind == fcntl.F_RDLCK else 'and unlocked')
+"""
+)
+
+
+def _files_of_its_own(client: SandboxClient, tier: str) -> dict[str, str]:
+    """The environment of a program that opens the files every sandbox opens from the host
+    (``_SHARED_FILES``), with the devices and kernel settings that are the sandbox's own where
+    a root host gives each sandbox its own (elsewhere they are the host's, docs/isolation.md);
+    skips where the sandboxes share even their view of /usr."""
+    if tier == "rlimits":
+        pytest.skip("the rlimits tier shares the host's files (docs/isolation.md)")
+    if not client.backend_as(SubprocessBackend).isolation.overlays:
+        pytest.skip("no overlays in a user namespace here: /usr is the host's (docs/isolation.md)")
+    if os.geteuid() != 0 or not disk.can_mount():
+        return {"NODES": ""}
+    return {"NODES": "/dev/null:/dev/urandom:/proc/sys/kernel/ostype"}
+
+
+def test_a_lock_on_a_file_every_sandbox_opens_is_seen_by_no_other(
+    hostile: tuple[SandboxClient, Sandbox, str], tier: str
+) -> None:
+    """Every sandbox opens the host's /usr, the loader's files of /etc, /dev/null: a lock one
+    takes there (``flock``, an open file description's ``fcntl`` lock) must not be what
+    another finds, or the two could talk through it, a bit per file. Each sandbox sees files
+    of its own (an overlay per sandbox, its own device nodes and kernel settings)."""
+    client, sb, _ = hostile
+    env = _files_of_its_own(client, tier)
+    with client.sandbox() as other, _holding(sb, _LOCK_THEM, env=env) as done:
+        seen = other.exec([PY, "-c", _SEE_LOCKS], env=env, timeout=60)
+    assert done[0].returncode == 0, done[0].stderr
+    count = int(done[0].stdout)
+    assert seen.returncode == 0, seen.stderr
+    lines = seen.stdout.splitlines()
+    assert len(lines) == count >= 5, seen.stdout
+    assert all(line.endswith(" free and unlocked") for line in lines), seen.stdout
+
+
+_WATCH_THEM = (
+    _SHARED_FILES
+    + """
+import ctypes, struct, time
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.inotify_init1(os.O_NONBLOCK)
+watched = {libc.inotify_add_watch(fd, path.encode(), 0xFFF): path for path in PATHS}
+assert fd >= 0 and min(watched) >= 0, os.strerror(ctypes.get_errno())
+open('started', 'w').close()
+deadline = time.monotonic() + 25
+while not os.path.exists('done') and time.monotonic() < deadline:
+    time.sleep(0.05)
+try:
+    events = os.read(fd, 1 << 16)
+except BlockingIOError:
+    events = b''
+fired = set()
+while events:
+    wd, _, _, length = struct.unpack_from('iIII', events)
+    fired.add(watched[wd])
+    events = events[16 + length:]
+print(len(PATHS), sorted(fired))
+"""
+)
+_TOUCH_THEM = (
+    _SHARED_FILES
+    + """
+for path in PATHS:
+    if os.path.isdir(path):
+        os.listdir(path)
+    elif path.startswith('/dev/'):
+        with open(path, 'r+b', buffering=0) as f:
+            f.write(b'x')
+    else:
+        with open(path, 'rb') as f:
+            f.read(4096)
+print('touched')
+"""
+)
+
+
+def test_inotify_on_files_every_sandbox_opens_sees_no_other_sandbox(
+    hostile: tuple[SandboxClient, Sandbox, str], tier: str
+) -> None:
+    """A watch on a file of /usr or /etc, or on /dev/null, reports every open, read and write
+    of that inode: one sandbox watching them must see nothing of another that opens, reads
+    and writes each (nor of the host's processes)."""
+    client, sb, _ = hostile
+    env = _files_of_its_own(client, tier)
+    with client.sandbox() as other, _holding(sb, _WATCH_THEM, env=env) as done:
+        touched = other.exec([PY, "-c", _TOUCH_THEM], env=env, timeout=60)
+        sb.write_file("done", "")
+    assert (touched.returncode, touched.stdout) == (0, "touched\n"), touched.stderr
+    assert done[0].returncode == 0, done[0].stderr
+    count, fired = done[0].stdout.split(" ", 1)
+    assert int(count) >= 5 and fired == "[]\n", done[0].stdout
+
+
 _PAGE_CACHE_PROBE = """
 import ctypes, errno, os
 fd = os.open(os.environ['PROBED'], os.O_RDONLY)
@@ -3082,3 +3221,58 @@ def test_taking_every_aio_event_leaves_the_host_its_own(
     with _holding(sb, _TAKE_ALL_AIO) as done:
         assert _host_io_setup() == "ok"
     assert done[0].stdout == "0 ENOSYS\n", done[0].stdout
+
+
+_TAKE_ALL_PTYS = """
+import errno, os, time
+def grab():
+    held = []
+    while len(held) < 100000:
+        try:
+            held.append(os.open('/dev/ptmx', os.O_RDWR | os.O_NOCTTY))
+        except OSError as exc:
+            return held, exc.errno
+    return held, 0
+total, why = 0, 0
+ends = os.pipe()
+for _ in range(40):
+    if os.fork() == 0:
+        held, code = grab()
+        os.write(ends[1], f'{len(held)} {code}\\n'.encode())
+        time.sleep(30)
+        os._exit(0)
+    count, why = (int(n) for n in os.read(ends[0], 64).split())
+    total += count
+    if why != errno.EMFILE:
+        break
+print(total, errno.errorcode.get(why), flush=True)
+open('started', 'w').close()
+time.sleep(8)
+"""
+_OPEN_A_PTY = """
+import errno
+try:
+    import os
+    os.openpty()
+    print('ok')
+except OSError as exc:
+    print(errno.errorcode[exc.errno])
+"""
+
+
+def test_taking_every_pty_leaves_other_sandboxes_as_they_were(
+    hostile: tuple[SandboxClient, Sandbox, str], tier: str
+) -> None:
+    """Pseudo-terminals of every devpts instance but the host's first come from one pool of
+    the machine (``kernel.pty.max`` less ``kernel.pty.reserve``): a sandbox that opens them
+    all would leave every other ``ENOSPC``. A sandbox has no pseudo-terminals (no
+    ``/dev/ptmx``, as in a container without devpts): none to take, none to lack."""
+    if tier == "rlimits":
+        pytest.skip("the rlimits tier opens the host's /dev/ptmx (docs/isolation.md)")
+    client, sb, _ = hostile
+    with client.sandbox() as other:
+        before = other.exec([PY, "-c", _OPEN_A_PTY], timeout=60)
+        with _holding(sb, _TAKE_ALL_PTYS) as done:
+            during = other.exec([PY, "-c", _OPEN_A_PTY], timeout=60)
+    assert (during.returncode, during.stdout) == (before.returncode, before.stdout), during
+    assert done[0].stdout.split()[0] == "0", done[0].stdout

@@ -35,9 +35,9 @@ from ..errors import (
 )
 from ..hostdirs import private_directory
 from ..keywords import check_keywords, keyword_only
-from ..local import disk, files, uids
+from ..local import disk, files, uids, view
 from ..local.cgroup import Cgroups
-from ..local.isolation import SANDBOX_BIN, IsolationReport, Tier, bwrap_binary, detect
+from ..local.isolation import IsolationReport, Tier, bwrap_binary, detect
 from ..local.limits import Limits, MiB, check_cpus
 from ..local.seccomp import host_filter
 from ..local.supervisor import Confinement, kill_session, run
@@ -53,6 +53,8 @@ _META = "sandbox.json"
 _GRAVEYARD = ".stopped-"
 """A stopped sandbox's directory is renamed ``.stopped-<id>-<random>``, then deleted."""
 _UID_LEFTOVER = "uid-"
+_VIEW = "view"
+"""A namespaced sandbox's view of the host (``local.view``), beside its storage."""
 HALF_MADE_GRACE_SECONDS = 60
 """A sandbox's directory this old with no metadata yet belongs to a ``create`` that died (a
 live one writes it within milliseconds)."""
@@ -320,10 +322,13 @@ class SubprocessBackend:
 
     def _lay_out(self, path: Path, meta: Mapping[str, Any]) -> None:
         """Make a new sandbox's storage in its directory ``path``: a fresh tmpfs where the
-        host can mount, its ``workspace`` (with the workdir) and ``tmp``, and last its
-        ``sandbox.json`` (``meta``), from which on it exists."""
+        host can mount, its ``workspace`` (with the workdir) and ``tmp``, in the namespaces
+        tier its ``view`` of the host, and last its ``sandbox.json`` (``meta``), from which on
+        it exists."""
         if self.disk_limit == "tmpfs":
             disk.mount(path, size_mb=self.limits.disk_mb, inodes=self.limits.disk_inodes)
+        if self.isolation.tier is Tier.NAMESPACES:
+            view.make(path / _VIEW, devices=self.disk_limit == "tmpfs")
         (path / "workspace").mkdir(mode=0o700)
         (path / "tmp").mkdir(mode=0o700)
         path.joinpath(*sandbox_parts(meta["workdir"], DEFAULT_WORKDIR)[1:]).mkdir(
@@ -364,7 +369,7 @@ class SubprocessBackend:
         if self.disk_limit == "tmpfs":
             disk.unmount(path)  # the template's views of it went with the template
         else:
-            for entry in ("workspace", "tmp", _META):
+            for entry in ("workspace", "tmp", _VIEW, _META):
                 files.remove_tree(path / entry)
         self._lay_out(path, meta)
 
@@ -386,7 +391,7 @@ class SubprocessBackend:
     def _env(self, meta: Mapping[str, Any], path: Path) -> dict[str, str]:
         """The environment of the sandbox's commands, but for an exec's own variables."""
         if self.isolation.tier is Tier.NAMESPACES:
-            home, tmp, bin_dir = "/workspace", "/tmp", SANDBOX_BIN
+            home, tmp, bin_dir = "/workspace", "/tmp", view.SANDBOX_BIN
         else:
             home, tmp, bin_dir = str(path / "workspace"), str(path / "tmp"), str(self._bin)
         env = {k: os.environ[k] for k in ENV_ALLOWLIST if k in os.environ}
@@ -481,6 +486,19 @@ class SubprocessBackend:
             )
         return result
 
+    def _view(self, path: Path) -> Path | None:
+        """The sandbox's view of the host (``local.view``); None where it has none (a tier
+        without namespaces), so that it sees the host's own files."""
+        own = path / _VIEW
+        return own if self.isolation.tier is Tier.NAMESPACES and own.is_dir() else None
+
+    def host_inodes(self, sandbox_id: str) -> list[str]:
+        """What the sandbox's programs open as the host's own inodes, whose locks and watches
+        every other sandbox sees (``local.view``; ``sandboxkit doctor`` reports it)."""
+        if self.isolation.tier is not Tier.NAMESPACES:
+            return ["every file"]
+        return view.host_inodes(self._view(self._dir(sandbox_id)), self.isolation.overlays)
+
     def _lost(self, sandbox_id: str) -> None:
         """Drop the cgroups of a sandbox stopped during an exec: a ``stop`` that ran before
         the exec made them dropped none."""
@@ -516,6 +534,7 @@ class SubprocessBackend:
             uid=uid,
             workspace=path / "workspace",
             tmp=path / "tmp",
+            view=self._view(path),
             cwd=cwd,
             env=env,
             timeout=timeout,
@@ -562,6 +581,7 @@ class SubprocessBackend:
                     uid=uid,
                     workspace=path / "workspace",
                     tmp=path / "tmp",
+                    view=self._view(path),
                     env=self._env(self._meta(path), path),
                     site=self._site,
                 )
