@@ -30,6 +30,8 @@ import pytest
 
 from sandboxkit import Sandbox, SandboxClient, SandboxError, get_backend
 from sandboxkit.backends.subprocess import SubprocessBackend
+from sandboxkit.contest.checkers import compile_checker, default_cache_dir
+from sandboxkit.coordination import SharedBudget, coordination_root
 from sandboxkit.emulators.host import remove_from_host
 from sandboxkit.errors import SandboxNotFoundError
 from sandboxkit.harness import AssertTests
@@ -3276,3 +3278,76 @@ def test_taking_every_pty_leaves_other_sandboxes_as_they_were(
             during = other.exec([PY, "-c", _OPEN_A_PTY], timeout=60)
     assert (during.returncode, during.stdout) == (before.returncode, before.stdout), during
     assert done[0].stdout.split()[0] == "0", done[0].stdout
+
+
+# -- the host's own names and objects beside the rlimits tier ------------------------------
+
+_TAKE_THE_NAMES = """
+import os
+for path in os.environ['NAMES'].split(':'):
+    try:
+        os.mkdir(path, 0o777)
+        os.chmod(path, 0o777)
+        os.symlink('/', os.path.join(path, 'planted'))
+        print(path, 'taken')
+    except OSError as exc:
+        print(path, exc.strerror)
+"""
+_C_CHECKER = "int main(void) { return 0; }\n"
+
+
+def _keep_host_state(unreachable: str, uid: int) -> None:
+    """What the host keeps on disk across calls, each made (or found) once: a checker's
+    compile, the local backend's root, a budget shared by ranks, the uid claims, and a copy of
+    a program the sandbox uids cannot reach (bwrap in a virtualenv under /root)."""
+    from sandboxkit.local import isolation, uids
+
+    compile_checker(_C_CHECKER, "c")
+    SubprocessBackend()
+    SharedBudget(f"squat-{uuid.uuid4().hex}", 1).close()
+    uids.claims_directory()
+    isolation.reachable_copy.cache_clear()
+    isolation.reachable_copy(unreachable, uid)
+
+
+def _world_writable() -> Path:
+    """A fresh directory anyone can make names in, as /tmp."""
+    made = Path(tempfile.mkdtemp(prefix="sbx-shared-", dir="/tmp"))
+    made.chmod(0o1777)
+    return made
+
+
+@root_host
+def test_names_the_host_keeps_state_under_cannot_be_taken_first(
+    hostile: tuple[SandboxClient, Sandbox, str],
+    tier: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In the rlimits tier a program can make names in the host's world-writable directories
+    before the host does: a checker cache, a backend's root, a budget's directory, a copy of
+    bwrap taken first (as a directory of its own, with a link planted in it) would make every
+    later checker, backend or budget fail (a completion's None, a batch that raises) or
+    redirect the host's writes. The host keeps its state where no sandbox uid can make a
+    name: each of these still works after a program took every name the host used."""
+    _, sb, _ = hostile
+    for var in ("XDG_RUNTIME_DIR", "SANDBOXKIT_COORDINATION_DIR", "SANDBOXKIT_LOCAL_ROOT"):
+        monkeypatch.delenv(var, raising=False)
+    hidden = tmp_path / "hidden"  # pytest's 0700 directory: no sandbox uid can run this
+    hidden.mkdir()
+    shutil.copy("/usr/bin/true", hidden / "true")
+    uid = _uid_of(sb)
+    first, second = _world_writable(), _world_writable()
+    try:
+        with monkeypatch.context() as patched:
+            patched.setattr(tempfile, "tempdir", str(first))
+            _keep_host_state(str(hidden / "true"), uid)
+            names = [str(second / name) for name in os.listdir(first)]
+            patched.setattr(tempfile, "tempdir", str(second))
+            names += [str(default_cache_dir()), str(coordination_root())]
+            r = sb.exec([PY, "-c", _TAKE_THE_NAMES], env={"NAMES": ":".join(names)}, timeout=60)
+            assert r.returncode == 0, r.stderr
+            _keep_host_state(str(hidden / "true"), uid)
+    finally:
+        shutil.rmtree(first, ignore_errors=True)
+        shutil.rmtree(second, ignore_errors=True)

@@ -17,7 +17,6 @@ import functools
 import json
 import logging
 import os
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -33,7 +32,7 @@ from ..errors import (
     SandboxLostError,
     SandboxNotFoundError,
 )
-from ..hostdirs import private_directory
+from ..hostdirs import private_directory, state_path
 from ..keywords import check_keywords, keyword_only
 from ..local import disk, files, uids, view
 from ..local.cgroup import Cgroups
@@ -113,7 +112,7 @@ def _left(timeout: float | None, since: float) -> float | None:
 
 
 def _default_root() -> Path:
-    return Path(tempfile.gettempdir()) / f"sandboxkit-{os.getuid()}"
+    return state_path("sandboxkit")
 
 
 class SubprocessBackend:

@@ -36,7 +36,7 @@ from typing import Any
 
 from ..config import ISOLATION_VAR, setting
 from ..errors import BackendMisconfiguredError, IsolationUnavailableError
-from ..hostdirs import private_directory
+from ..hostdirs import private_directory, state_path
 from .uids import sandbox_uids
 from .view import device_args, proc_sys_source, system_args
 from .view import make as make_view
@@ -112,7 +112,7 @@ def reachable_copy(program: str, uid: int) -> str:
     for relative, data in sorted(contents.items()):
         digest.update(f"{relative}\0{len(data)}\0".encode())
         digest.update(data)
-    directory = Path(tempfile.gettempdir()) / f"sandboxkit-bin-{os.getuid()}"
+    directory = state_path("sandboxkit-bin")
     try:
         private_directory(directory, "the sandboxes' binaries directory", 0o755)
     except PermissionError as exc:  # a binary planted there would run in every sandbox
