@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import errno
 import os
 import shlex
 import shutil
@@ -3351,3 +3352,51 @@ def test_names_the_host_keeps_state_under_cannot_be_taken_first(
     finally:
         shutil.rmtree(first, ignore_errors=True)
         shutil.rmtree(second, ignore_errors=True)
+
+
+_IPC_PLANT = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+key, name = int(os.environ['KEY']), os.environ['NAME']
+made = [libc.shmget(key, 4096, 0o1600), libc.semget(key, 1, 0o1600), libc.msgget(key, 0o1600)]
+made.append(libc.mq_open(name.encode(), os.O_CREAT | os.O_RDWR, 0o600, None))
+made.append(os.open('/dev/shm' + name, os.O_CREAT | os.O_WRONLY, 0o600))
+print(all(m >= 0 for m in made), os.strerror(ctypes.get_errno()))
+"""
+
+
+def _ipc_objects(key: int) -> dict[str, list[int]]:
+    """The ids of the System V objects of ``key`` on the host, by kind."""
+    found: dict[str, list[int]] = {}
+    for kind in ("shm", "sem", "msg"):
+        with open(f"/proc/sysvipc/{kind}") as table:
+            rows = [line.split() for line in table.readlines()[1:]]
+        found[kind] = [int(row[1]) for row in rows if int(row[0]) == key]
+    return found
+
+
+@root_host
+def test_stop_leaves_none_of_the_ipc_objects_a_program_made(tier: str, local_root: Path) -> None:
+    """System V shared memory, semaphores and message queues, POSIX message queues and
+    shared memory outlive the process that made them. In the rlimits tier a program makes
+    them in the host's own IPC namespace and /dev/shm: its sandbox's stop must remove them
+    (its uid names them), or they hold the host's memory and reach later sandboxes. (In the
+    namespaces tiers they go with the exec's IPC namespace.)"""
+    key, name = 0x5B000000 | uuid.uuid4().int % 0xFFFFFF, f"/sbx-{uuid.uuid4().hex}"
+    libc = ctypes.CDLL(None, use_errno=True)
+    try:
+        with _sandbox_of(tier, local_root) as (_, sb, _):
+            env = {"KEY": str(key), "NAME": name}
+            r = sb.exec([PY, "-c", _IPC_PLANT], env=env, timeout=60)
+            assert (r.returncode, r.stdout.split()[0]) == (0, "True"), (r.stdout, r.stderr)
+        assert _ipc_objects(key) == {"shm": [], "sem": [], "msg": []}
+        assert libc.mq_open(name.encode(), os.O_RDONLY) == -1
+        assert ctypes.get_errno() == errno.ENOENT
+        assert not os.path.exists(f"/dev/shm{name}")
+    finally:  # what a failed run left
+        for kind, ids in _ipc_objects(key).items():
+            for id_ in ids:
+                getattr(libc, f"{kind}ctl")(id_, 0, None)  # IPC_RMID
+        libc.mq_unlink(name.encode())
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"/dev/shm{name}")

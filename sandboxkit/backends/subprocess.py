@@ -34,7 +34,7 @@ from ..errors import (
 )
 from ..hostdirs import private_directory, state_path
 from ..keywords import check_keywords, keyword_only
-from ..local import disk, files, uids, view
+from ..local import disk, files, ipc, uids, view
 from ..local.cgroup import Cgroups
 from ..local.isolation import IsolationReport, Tier, bwrap_binary, detect
 from ..local.limits import Limits, MiB, check_cpus
@@ -61,12 +61,24 @@ _VIRTUAL_ROOTS = ("/workspace", "/tmp")
 T = TypeVar("T")
 
 
-def _bury(graveyard: Path, pids: set[int], uid: int | None, holder: Path) -> None:
+def _end_uid(uid: int, shared_ipc: bool) -> bool:
+    """Kill every process of a sandbox's ``uid`` (and its judge's), then, where they ran in the
+    host's IPC namespace (``shared_ipc``), remove what they made there (``local.ipc``); False
+    if some outlive the kill (then nothing is removed: they could make more)."""
+    if not uids.kill_processes_of(uid):
+        return False
+    if shared_ipc:
+        ipc.remove_objects_of((uid, uids.judge_uid(uid)))
+    return True
+
+
+def _bury(graveyard: Path, pids: set[int], uid: int | None, holder: Path, shared_ipc: bool) -> None:
     """Delete a stopped sandbox's directory once the processes killed in it are gone (every
-    process of its own ``uid``, if it has one), trying again for a few seconds while something
-    still appears in it (a dying process may create files); then release the uid. What cannot
-    be deleted or released is left for ``reap`` (:meth:`SubprocessBackend.leftovers`)."""
-    if uid is not None and not uids.kill_processes_of(uid):
+    process of its own ``uid``, if it has one, and what they left in the host's IPC), trying
+    again for a few seconds while something still appears in it (a dying process may create
+    files); then release the uid. What cannot be deleted or released is left for ``reap``
+    (:meth:`SubprocessBackend.leftovers`)."""
+    if uid is not None and not _end_uid(uid, shared_ipc):
         logger.warning("processes of uid %s outlived their sandbox: `sandboxkit reap` will", uid)
         uid = None  # not given to another sandbox while they live
     deadline = _wait_gone(pids, 10)
@@ -211,6 +223,11 @@ class SubprocessBackend:
         """Whether nothing an exec starts outlives it (a pid namespace per exec): then a
         sandbox whose files are wiped is as good as new (:mod:`sandboxkit.tools.lender`)."""
         return self.isolation.tier is Tier.NAMESPACES
+
+    @property
+    def _shared_ipc(self) -> bool:
+        """Whether commands run in the host's IPC namespace (no namespaces of their own)."""
+        return self.isolation.tier is not Tier.NAMESPACES
 
     @property
     def memory_limit(self) -> str:
@@ -363,7 +380,7 @@ class SubprocessBackend:
         which would hold up the event loop (a trainer's ``reset`` waits on it)."""
         _wait_gone(self._end_processes(sandbox_id), 10)
         uid = meta.get("uid")
-        if uid is not None and not uids.kill_processes_of(uid):  # not for a next holder
+        if uid is not None and not _end_uid(uid, self._shared_ipc):  # not for a next holder
             raise BackendError(f"processes of sandbox {sandbox_id}'s uid outlived a renewal")
         if self.disk_limit == "tmpfs":
             disk.unmount(path)  # the template's views of it went with the template
@@ -642,10 +659,12 @@ class SubprocessBackend:
         try:
             # A thread, shielded: a cancelled stop must still delete the directory.
             await asyncio.shield(
-                asyncio.get_running_loop().run_in_executor(None, _bury, graveyard, pids, uid, path)
+                asyncio.get_running_loop().run_in_executor(
+                    None, _bury, graveyard, pids, uid, path, self._shared_ipc
+                )
             )
         except RuntimeError:  # interpreter shutdown: no new threads
-            _bury(graveyard, pids, uid, path)
+            _bury(graveyard, pids, uid, path, self._shared_ipc)
 
     async def list(
         self, *, tags: Sequence[str] = (), status: SandboxStatus | None = None
@@ -686,7 +705,7 @@ class SubprocessBackend:
         if name.startswith(_UID_LEFTOVER):
             uid = int(name.removeprefix(_UID_LEFTOVER))
             holder = uids.holder_of(uid)
-            if not await asyncio.to_thread(uids.kill_processes_of, uid):
+            if not await asyncio.to_thread(_end_uid, uid, self._shared_ipc):
                 raise BackendError(f"processes of uid {uid} outlive every kill")
             if holder is not None:
                 uids.release(uid, holder)
