@@ -37,7 +37,6 @@ import logging
 import math
 import os
 import random
-import tempfile
 import time
 import uuid
 import weakref
@@ -47,7 +46,7 @@ from typing import Any, Literal
 
 from .budget import ConcurrencyBudget
 from .config import setting
-from .hostdirs import private_directory
+from .hostdirs import private_directory, state_path
 from .retry import MAX_BACKOFF
 
 logger = logging.getLogger("sandboxkit.coordination")
@@ -132,8 +131,9 @@ def coordination_root() -> Path:
     if configured:
         return Path(configured)
     runtime = os.environ.get("XDG_RUNTIME_DIR", "")
-    base = runtime if runtime and os.access(runtime, os.W_OK) else tempfile.gettempdir()
-    return Path(base) / f"sandboxkit-coordination-{os.getuid()}"
+    if runtime and os.access(runtime, os.W_OK):
+        return Path(runtime) / f"sandboxkit-coordination-{os.getuid()}"
+    return state_path("sandboxkit-coordination")
 
 
 # -- lock files --------------------------------------------------------------------------------

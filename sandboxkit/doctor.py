@@ -511,15 +511,44 @@ def _smoke(client: SandboxClient, timeout: float) -> list[Check]:
             result = sb.exec(["python", "-c", "print(6 * 7)"], timeout=timeout)
             elapsed = time.monotonic() - started
             warm = _warm_path(client, sb.id)
+            own = _own_files(client, sb.id)
             filtered = _syscall_filter(client, sb, timeout)
     except Exception as exc:
         return [Check("smoke test", Status.FAIL, _error(exc), "see the isolation line above")]
     if result.ok and result.stdout.strip() == "42":
         smoke = Check("smoke test", Status.OK, f"ran python in a sandbox ({elapsed:.2f} s)")
-        return [smoke, warm, filtered]
+        return [smoke, warm, own, filtered]
     detail = "timed out" if result.timed_out else f"exit {result.returncode}: {result.stderr}"
     fix = "see the isolation line above"
-    return [Check("smoke test", Status.FAIL, detail.strip()[:300], fix), warm, filtered]
+    return [Check("smoke test", Status.FAIL, detail.strip()[:300], fix), warm, own, filtered]
+
+
+def _own_files(client: SandboxClient, sandbox_id: str) -> Check:
+    """Whether what a sandbox opens of the host (/usr, devices, /proc/sys) is inodes of its
+    own, so that a lock or watch on them reaches no other sandbox (``local.view``)."""
+    backend = client.backend_as(SubprocessBackend)
+    if backend.isolation.tier is not Tier.NAMESPACES:
+        return Check("own files", Status.SKIP, "only in the namespaces tier")
+    shared = backend.host_inodes(sandbox_id)
+    if not shared:
+        return Check(
+            "own files",
+            Status.OK,
+            "each sandbox opens inodes of its own (an overlay of the host's directories, "
+            "copies of /etc's files, device nodes, /proc/sys): their locks and watches reach "
+            "no other sandbox",
+        )
+    fixes = []
+    if "/usr and the other directories" in shared:
+        fixes.append("bwrap 0.9 and Linux 5.11 give each sandbox an overlay of its own")
+    if len(shared) > len(fixes):
+        fixes.append("run as root (CAP_SYS_ADMIN) for device nodes and /proc/sys of its own")
+    return Check(
+        "own files",
+        Status.WARN,
+        f"the host's own {', '.join(shared)}: a lock or watch on them is seen by every sandbox",
+        "; ".join(fixes),
+    )
 
 
 _SECCOMP_STATUS = (

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import errno
 import os
 import shlex
 import shutil
@@ -29,6 +31,8 @@ import pytest
 
 from sandboxkit import Sandbox, SandboxClient, SandboxError, get_backend
 from sandboxkit.backends.subprocess import SubprocessBackend
+from sandboxkit.contest.checkers import compile_checker, default_cache_dir
+from sandboxkit.coordination import SharedBudget, coordination_root
 from sandboxkit.emulators.host import remove_from_host
 from sandboxkit.errors import SandboxNotFoundError
 from sandboxkit.harness import AssertTests
@@ -2649,12 +2653,16 @@ _INOTIFY_ONCE = (
 
 
 @contextlib.contextmanager
-def _holding(sb: Sandbox, code: str, timeout: float = 30) -> Iterator[list[Any]]:
-    """Run ``code`` in ``sb`` in the background until it created ``started``; yields the list
-    its result lands in once the block ends."""
+def _holding(
+    sb: Sandbox, code: str, timeout: float = 30, env: dict[str, str] | None = None
+) -> Iterator[list[Any]]:
+    """Run ``code`` in ``sb`` (with ``env``) in the background until it created ``started``;
+    yields the list its result lands in once the block ends."""
     done: list[Any] = []
     sb.write_file("holder.py", code)
-    holder = threading.Thread(target=lambda: done.append(sb.exec([PY, "holder.py"], timeout=30)))
+    holder = threading.Thread(
+        target=lambda: done.append(sb.exec([PY, "holder.py"], env=env, timeout=30))
+    )
     holder.start()
     try:
         assert wait_for_file(sb, "started", timeout=timeout), "the holding program never started"
@@ -2990,3 +2998,427 @@ def test_a_toolchain_outside_usr_is_on_path_and_read_only(
                 assert "Read-only file system" in tamper.stderr, (target, tamper)
     assert sorted(p.name for p in toolchain.rglob("*")) == ["bin", "lib", "prelude.sh", "sbx-cc"]
     assert (toolchain / "bin" / "sbx-cc").read_text().startswith("#!/bin/sh\n# sbx-cc")
+
+
+# -- kernel state and files every sandbox shares -------------------------------------------
+
+_SHARED_FILES = """
+import os, sys
+PATHS = [os.__file__, os.path.dirname(os.__file__), os.path.realpath(sys.executable)]
+PATHS += [p for p in ('/etc/ld.so.cache', '/etc/ld.so.conf.d', '/etc/alternatives')
+          if os.path.exists(p)]
+PATHS += [p for p in os.environ.get('NODES', '').split(':') if p]
+"""
+"""Files every sandbox opens from the host: the standard library, a directory of it, the
+interpreter, the loader's cache and directories of /etc; where each sandbox has nodes of its
+own (``NODES``), devices and kernel settings too."""
+_LOCK_THEM = (
+    _SHARED_FILES
+    + """
+import fcntl, struct, time
+held = []
+for path in PATHS:
+    fd = os.open(path, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    ofd = os.open(path, os.O_RDONLY)
+    fcntl.fcntl(ofd, 37, struct.pack('hhqqi4x', fcntl.F_RDLCK, 0, 0, 0, 0))  # F_OFD_SETLK
+    held += [fd, ofd]
+print(len(PATHS), flush=True)
+open('started', 'w').close()
+time.sleep(10)
+"""
+)
+_SEE_LOCKS = (
+    _SHARED_FILES
+    + """
+import fcntl, struct
+for path in PATHS:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        seen = 'free'
+    except BlockingIOError:
+        seen = 'flock held'
+    asked = struct.pack('hhqqi4x', fcntl.F_WRLCK, 0, 0, 0, 0)
+    kind = struct.unpack('hhqqi4x', fcntl.fcntl(fd, 36, asked))[0]  # F_OFD_GETLK
+    print(path, seen, 'and read-locked' if kind == fcntl.F_RDLCK else 'and unlocked')
+"""
+)
+
+
+def _files_of_its_own(client: SandboxClient, tier: str) -> dict[str, str]:
+    """The environment of a program that opens the files every sandbox opens from the host
+    (``_SHARED_FILES``), with the devices and kernel settings that are the sandbox's own where
+    a root host gives each sandbox its own (elsewhere they are the host's, docs/isolation.md);
+    skips where the sandboxes share even their view of /usr."""
+    if tier == "rlimits":
+        pytest.skip("the rlimits tier shares the host's files (docs/isolation.md)")
+    if not client.backend_as(SubprocessBackend).isolation.overlays:
+        pytest.skip("no overlays in a user namespace here: /usr is the host's (docs/isolation.md)")
+    if os.geteuid() != 0 or not disk.can_mount():
+        return {"NODES": ""}
+    return {"NODES": "/dev/null:/dev/urandom:/proc/sys/kernel/ostype"}
+
+
+def test_a_lock_on_a_file_every_sandbox_opens_is_seen_by_no_other(
+    hostile: tuple[SandboxClient, Sandbox, str], tier: str
+) -> None:
+    """Every sandbox opens the host's /usr, the loader's files of /etc, /dev/null: a lock one
+    takes there (``flock``, an open file description's ``fcntl`` lock) must not be what
+    another finds, or the two could talk through it, a bit per file. Each sandbox sees files
+    of its own (an overlay per sandbox, its own device nodes and kernel settings)."""
+    client, sb, _ = hostile
+    env = _files_of_its_own(client, tier)
+    with client.sandbox() as other, _holding(sb, _LOCK_THEM, env=env) as done:
+        seen = other.exec([PY, "-c", _SEE_LOCKS], env=env, timeout=60)
+    assert done[0].returncode == 0, done[0].stderr
+    count = int(done[0].stdout)
+    assert seen.returncode == 0, seen.stderr
+    lines = seen.stdout.splitlines()
+    assert len(lines) == count >= 5, seen.stdout
+    assert all(line.endswith(" free and unlocked") for line in lines), seen.stdout
+
+
+_WATCH_THEM = (
+    _SHARED_FILES
+    + """
+import ctypes, struct, time
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.inotify_init1(os.O_NONBLOCK)
+watched = {libc.inotify_add_watch(fd, path.encode(), 0xFFF): path for path in PATHS}
+assert fd >= 0 and min(watched) >= 0, os.strerror(ctypes.get_errno())
+open('started', 'w').close()
+deadline = time.monotonic() + 25
+while not os.path.exists('done') and time.monotonic() < deadline:
+    time.sleep(0.05)
+try:
+    events = os.read(fd, 1 << 16)
+except BlockingIOError:
+    events = b''
+fired = set()
+while events:
+    wd, _, _, length = struct.unpack_from('iIII', events)
+    fired.add(watched[wd])
+    events = events[16 + length:]
+print(len(PATHS), sorted(fired))
+"""
+)
+_TOUCH_THEM = (
+    _SHARED_FILES
+    + """
+for path in PATHS:
+    if os.path.isdir(path):
+        os.listdir(path)
+    elif path.startswith('/dev/'):
+        with open(path, 'r+b', buffering=0) as f:
+            f.write(b'x')
+    else:
+        with open(path, 'rb') as f:
+            f.read(4096)
+print('touched')
+"""
+)
+
+
+def test_inotify_on_files_every_sandbox_opens_sees_no_other_sandbox(
+    hostile: tuple[SandboxClient, Sandbox, str], tier: str
+) -> None:
+    """A watch on a file of /usr or /etc, or on /dev/null, reports every open, read and write
+    of that inode: one sandbox watching them must see nothing of another that opens, reads
+    and writes each (nor of the host's processes)."""
+    client, sb, _ = hostile
+    env = _files_of_its_own(client, tier)
+    with client.sandbox() as other, _holding(sb, _WATCH_THEM, env=env) as done:
+        touched = other.exec([PY, "-c", _TOUCH_THEM], env=env, timeout=60)
+        sb.write_file("done", "")
+    assert (touched.returncode, touched.stdout) == (0, "touched\n"), touched.stderr
+    assert done[0].returncode == 0, done[0].stderr
+    count, fired = done[0].stdout.split(" ", 1)
+    assert int(count) >= 5 and fired == "[]\n", done[0].stdout
+
+
+_PAGE_CACHE_PROBE = """
+import ctypes, errno, os
+fd = os.open(os.environ['PROBED'], os.O_RDONLY)
+try:
+    os.preadv(fd, [bytearray(4096)], 0, os.RWF_NOWAIT)
+    print('preadv2 RWF_NOWAIT: cached')
+except BlockingIOError:
+    print('preadv2 RWF_NOWAIT: not cached')
+except OSError as exc:
+    print('preadv2 RWF_NOWAIT:', errno.errorcode[exc.errno])
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_int, ctypes.c_long]
+address = libc.mmap(None, 4096, 1, 1, fd, 0)  # PROT_READ, MAP_SHARED
+resident = ctypes.create_string_buffer(1)
+assert libc.mincore(ctypes.c_void_p(address), 4096, resident) == 0
+print('mincore:', resident.raw[0] & 1)
+"""
+_PAGE_CACHE_LOAD = """
+import os
+with open(os.environ['PROBED'], 'rb') as f:
+    f.read()
+print('loaded')
+"""
+_PAGE_CACHE_EVICT = """
+import ctypes, os
+fd = os.open(os.environ['PROBED'], os.O_RDONLY)
+size = os.fstat(fd).st_size
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_int, ctypes.c_long]
+address = ctypes.c_void_p(libc.mmap(None, size, 1, 2, fd, 0))  # PROT_READ, MAP_PRIVATE
+bytes(ctypes.string_at(address, size))  # mapped here alone, as MADV_PAGEOUT wants
+for advice in (20, 21):  # MADV_COLD, MADV_PAGEOUT
+    assert libc.madvise(address, size, advice) == 0, os.strerror(ctypes.get_errno())
+libc.munmap(address, ctypes.c_size_t(size))
+os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+print('evicted')
+"""
+
+
+def test_no_sandbox_can_tell_what_another_did_to_the_page_cache(
+    hostile: tuple[SandboxClient, Sandbox, str],
+) -> None:
+    """The page cache of the host's files is every sandbox's: one that pushes a file's pages
+    out (``posix_fadvise(DONTNEED)``, ``madvise(MADV_COLD, MADV_PAGEOUT)``) and another that
+    asks whether they are in memory (a read that must not wait, ``preadv2(RWF_NOWAIT)``) would
+    talk through it. What the second sees must not depend on what the first did."""
+    client, sb, _ = hostile
+    where = sb.exec([PY, "-c", "import pydoc_data.topics as t; print(t.__file__)"], timeout=60)
+    assert where.returncode == 0, where.stderr
+    env = {"PROBED": where.stdout.strip()}
+    with client.sandbox() as other:
+
+        def step(box: Sandbox, code: str) -> str:
+            r = box.exec([PY, "-c", code], env=env, timeout=60)
+            assert r.returncode == 0, r.stderr
+            return r.stdout
+
+        assert step(sb, _PAGE_CACHE_LOAD) == "loaded\n"
+        after_load = step(other, _PAGE_CACHE_PROBE)
+        assert step(sb, _PAGE_CACHE_EVICT) == "evicted\n"
+        after_eviction = step(other, _PAGE_CACHE_PROBE)
+    assert after_eviction == after_load, (after_load, after_eviction)
+
+
+_TAKE_ALL_AIO = f"""
+import ctypes, errno, time
+libc = ctypes.CDLL(None, use_errno=True)
+held, error = 0, 0
+while held < 100000:
+    context = ctypes.c_ulong(0)
+    if libc.syscall({syscall_number("io_setup", native_arch() or "x86_64")}, 64,
+                    ctypes.byref(context)) != 0:
+        error = ctypes.get_errno()
+        break
+    held += 1
+print(held, errno.errorcode.get(error), flush=True)
+open('started', 'w').close()
+time.sleep(8)
+"""
+
+
+def _host_io_setup() -> str:
+    """Whether this process (the host) can still make an AIO context: 'ok' or the error."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    context = ctypes.c_ulong(0)
+    number = syscall_number("io_setup", native_arch() or "x86_64")
+    if libc.syscall(number, 1, ctypes.byref(context)) != 0:
+        return os.strerror(ctypes.get_errno())
+    libc.syscall(syscall_number("io_destroy", native_arch() or "x86_64"), context)
+    return "ok"
+
+
+@pytest.mark.usefixtures("filtered")
+def test_taking_every_aio_event_leaves_the_host_its_own(
+    hostile: tuple[SandboxClient, Sandbox, str],
+) -> None:
+    """AIO contexts come from one pool of the whole machine (``fs.aio-max-nr``) that no limit
+    of a sandbox bounds: a sandbox that takes it all would leave the host and every other
+    sandbox ``EAGAIN``. Sandboxes get no AIO (``ENOSYS``, as a kernel built without it: the C
+    library's ``aio_*`` run on threads), so the host keeps its own."""
+    _, sb, _ = hostile
+    assert _host_io_setup() == "ok"
+    with _holding(sb, _TAKE_ALL_AIO) as done:
+        assert _host_io_setup() == "ok"
+    assert done[0].stdout == "0 ENOSYS\n", done[0].stdout
+
+
+_TAKE_ALL_PTYS = """
+import errno, os, time
+def grab():
+    held = []
+    while len(held) < 100000:
+        try:
+            held.append(os.open('/dev/ptmx', os.O_RDWR | os.O_NOCTTY))
+        except OSError as exc:
+            return held, exc.errno
+    return held, 0
+total, why = 0, 0
+ends = os.pipe()
+for _ in range(40):
+    if os.fork() == 0:
+        held, code = grab()
+        os.write(ends[1], f'{len(held)} {code}\\n'.encode())
+        time.sleep(30)
+        os._exit(0)
+    count, why = (int(n) for n in os.read(ends[0], 64).split())
+    total += count
+    if why != errno.EMFILE:
+        break
+print(total, errno.errorcode.get(why), flush=True)
+open('started', 'w').close()
+time.sleep(8)
+"""
+_OPEN_A_PTY = """
+import errno
+try:
+    import os
+    os.openpty()
+    print('ok')
+except OSError as exc:
+    print(errno.errorcode[exc.errno])
+"""
+
+
+def test_taking_every_pty_leaves_other_sandboxes_as_they_were(
+    hostile: tuple[SandboxClient, Sandbox, str], tier: str
+) -> None:
+    """Pseudo-terminals of every devpts instance but the host's first come from one pool of
+    the machine (``kernel.pty.max`` less ``kernel.pty.reserve``): a sandbox that opens them
+    all would leave every other ``ENOSPC``. A sandbox has no pseudo-terminals (no
+    ``/dev/ptmx``, as in a container without devpts): none to take, none to lack."""
+    if tier == "rlimits":
+        pytest.skip("the rlimits tier opens the host's /dev/ptmx (docs/isolation.md)")
+    client, sb, _ = hostile
+    with client.sandbox() as other:
+        before = other.exec([PY, "-c", _OPEN_A_PTY], timeout=60)
+        with _holding(sb, _TAKE_ALL_PTYS) as done:
+            during = other.exec([PY, "-c", _OPEN_A_PTY], timeout=60)
+    assert (during.returncode, during.stdout) == (before.returncode, before.stdout), during
+    assert done[0].stdout.split()[0] == "0", done[0].stdout
+
+
+# -- the host's own names and objects beside the rlimits tier ------------------------------
+
+_TAKE_THE_NAMES = """
+import os
+for path in os.environ['NAMES'].split(':'):
+    try:
+        os.mkdir(path, 0o777)
+        os.chmod(path, 0o777)
+        os.symlink('/', os.path.join(path, 'planted'))
+        print(path, 'taken')
+    except OSError as exc:
+        print(path, exc.strerror)
+"""
+_C_CHECKER = "int main(void) { return 0; }\n"
+
+
+def _keep_host_state(unreachable: str, uid: int) -> None:
+    """What the host keeps on disk across calls, each made (or found) once: a checker's
+    compile, the local backend's root, a budget shared by ranks, the uid claims, and a copy of
+    a program the sandbox uids cannot reach (bwrap in a virtualenv under /root)."""
+    from sandboxkit.local import isolation, uids
+
+    compile_checker(_C_CHECKER, "c")
+    SubprocessBackend()
+    SharedBudget(f"squat-{uuid.uuid4().hex}", 1).close()
+    uids.claims_directory()
+    isolation.reachable_copy.cache_clear()
+    isolation.reachable_copy(unreachable, uid)
+
+
+def _world_writable() -> Path:
+    """A fresh directory anyone can make names in, as /tmp."""
+    made = Path(tempfile.mkdtemp(prefix="sbx-shared-", dir="/tmp"))
+    made.chmod(0o1777)
+    return made
+
+
+@root_host
+def test_names_the_host_keeps_state_under_cannot_be_taken_first(
+    hostile: tuple[SandboxClient, Sandbox, str],
+    tier: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In the rlimits tier a program can make names in the host's world-writable directories
+    before the host does: a checker cache, a backend's root, a budget's directory, a copy of
+    bwrap taken first (as a directory of its own, with a link planted in it) would make every
+    later checker, backend or budget fail (a completion's None, a batch that raises) or
+    redirect the host's writes. The host keeps its state where no sandbox uid can make a
+    name: each of these still works after a program took every name the host used."""
+    _, sb, _ = hostile
+    for var in ("XDG_RUNTIME_DIR", "SANDBOXKIT_COORDINATION_DIR", "SANDBOXKIT_LOCAL_ROOT"):
+        monkeypatch.delenv(var, raising=False)
+    hidden = tmp_path / "hidden"  # pytest's 0700 directory: no sandbox uid can run this
+    hidden.mkdir()
+    shutil.copy("/usr/bin/true", hidden / "true")
+    uid = _uid_of(sb)
+    first, second = _world_writable(), _world_writable()
+    try:
+        with monkeypatch.context() as patched:
+            patched.setattr(tempfile, "tempdir", str(first))
+            _keep_host_state(str(hidden / "true"), uid)
+            names = [str(second / name) for name in os.listdir(first)]
+            patched.setattr(tempfile, "tempdir", str(second))
+            names += [str(default_cache_dir()), str(coordination_root())]
+            r = sb.exec([PY, "-c", _TAKE_THE_NAMES], env={"NAMES": ":".join(names)}, timeout=60)
+            assert r.returncode == 0, r.stderr
+            _keep_host_state(str(hidden / "true"), uid)
+    finally:
+        shutil.rmtree(first, ignore_errors=True)
+        shutil.rmtree(second, ignore_errors=True)
+
+
+_IPC_PLANT = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+key, name = int(os.environ['KEY']), os.environ['NAME']
+made = [libc.shmget(key, 4096, 0o1600), libc.semget(key, 1, 0o1600), libc.msgget(key, 0o1600)]
+made.append(libc.mq_open(name.encode(), os.O_CREAT | os.O_RDWR, 0o600, None))
+made.append(os.open('/dev/shm' + name, os.O_CREAT | os.O_WRONLY, 0o600))
+print(all(m >= 0 for m in made), os.strerror(ctypes.get_errno()))
+"""
+
+
+def _ipc_objects(key: int) -> dict[str, list[int]]:
+    """The ids of the System V objects of ``key`` on the host, by kind."""
+    found: dict[str, list[int]] = {}
+    for kind in ("shm", "sem", "msg"):
+        with open(f"/proc/sysvipc/{kind}") as table:
+            rows = [line.split() for line in table.readlines()[1:]]
+        found[kind] = [int(row[1]) for row in rows if int(row[0]) == key]
+    return found
+
+
+@root_host
+def test_stop_leaves_none_of_the_ipc_objects_a_program_made(tier: str, local_root: Path) -> None:
+    """System V shared memory, semaphores and message queues, POSIX message queues and
+    shared memory outlive the process that made them. In the rlimits tier a program makes
+    them in the host's own IPC namespace and /dev/shm: its sandbox's stop must remove them
+    (its uid names them), or they hold the host's memory and reach later sandboxes. (In the
+    namespaces tiers they go with the exec's IPC namespace.)"""
+    key, name = 0x5B000000 | uuid.uuid4().int % 0xFFFFFF, f"/sbx-{uuid.uuid4().hex}"
+    libc = ctypes.CDLL(None, use_errno=True)
+    try:
+        with _sandbox_of(tier, local_root) as (_, sb, _):
+            env = {"KEY": str(key), "NAME": name}
+            r = sb.exec([PY, "-c", _IPC_PLANT], env=env, timeout=60)
+            assert (r.returncode, r.stdout.split()[0]) == (0, "True"), (r.stdout, r.stderr)
+        assert _ipc_objects(key) == {"shm": [], "sem": [], "msg": []}
+        assert libc.mq_open(name.encode(), os.O_RDONLY) == -1
+        assert ctypes.get_errno() == errno.ENOENT
+        assert not os.path.exists(f"/dev/shm{name}")
+    finally:  # what a failed run left
+        for kind, ids in _ipc_objects(key).items():
+            for id_ in ids:
+                getattr(libc, f"{kind}ctl")(id_, 0, None)  # IPC_RMID
+        libc.mq_unlink(name.encode())
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"/dev/shm{name}")

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import sandboxkit
+from sandboxkit import doctor
 from sandboxkit.backends.subprocess import SubprocessBackend
 from sandboxkit.errors import BackendMisconfiguredError, IsolationUnavailableError
 from sandboxkit.local import isolation, uids
@@ -101,6 +102,41 @@ def test_a_bwrap_the_sandbox_uids_cannot_reach_still_confines_code(
     cwd, pid, root_visible = out.stdout.split()
     assert (cwd, root_visible) == ("/workspace", "False")
     assert int(pid) < 10  # a fresh pid namespace
+
+
+def test_where_bwrap_cannot_mount_overlays_sandboxes_run_and_doctor_says_what_they_share(
+    monkeypatch: pytest.MonkeyPatch, local_root: Path
+) -> None:
+    """Each sandbox sees the host's directories through an overlay of its own (``view``);
+    a bwrap that has none (before 0.9, or a kernel that refuses them in a user namespace)
+    still confines code, on the host's own inodes, and ``doctor`` says so."""
+    if isolation.namespaces_failure() is not None:
+        pytest.skip("this machine has no user namespaces")
+    real = isolation.bwrap_binary()
+    wrapper = Path(tempfile.mkdtemp(prefix="sbx-bwrap-", dir="/tmp"))
+    try:
+        wrapper.chmod(0o755)  # a sandbox uid runs it
+        script = wrapper / "bwrap"
+        script.write_text(
+            '#!/bin/sh\nfor a in "$@"; do\n  if [ "$a" = --ro-overlay ]; then\n'
+            "    echo 'bwrap: Unknown option --ro-overlay' >&2; exit 1\n  fi\ndone\n"
+            f'exec {real} "$@"\n'
+        )
+        script.chmod(0o755)
+        monkeypatch.setenv("SANDBOXKIT_BWRAP", str(script))
+        monkeypatch.setenv("SANDBOXKIT_ISOLATION", "strict")
+        with sandboxkit.get_backend("subprocess", root=local_root) as client:
+            backend = client.backend_as(SubprocessBackend)
+            assert backend.isolation.overlays is False
+            with client.sandbox() as sb:
+                out = sb.exec(["python3", "-c", "print(6 * 7)"], timeout=60)
+                shared = backend.host_inodes(sb.id)
+                check = doctor._own_files(client, sb.id)
+    finally:
+        shutil.rmtree(wrapper)
+    assert (out.returncode, out.stdout) == (0, "42\n"), out.stderr
+    assert shared[0] == "/usr and the other directories"
+    assert check.status is doctor.Status.WARN and "bwrap 0.9" in check.fix, check
 
 
 def test_a_bwrap_missing_its_library_is_reported_by_name(

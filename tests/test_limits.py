@@ -25,6 +25,7 @@ from sandboxkit.backends.subprocess import SubprocessBackend
 from sandboxkit.doctor import Status, check_local
 from sandboxkit.errors import BackendMisconfiguredError, InvalidLimitError
 from sandboxkit.local.cgroup import Cgroups
+from sandboxkit.local.isolation import Tier
 from sandboxkit.local.limits import Limits
 from sandboxkit.testing.remote import processes_with, wait_until
 
@@ -274,7 +275,10 @@ def test_a_sandbox_has_its_own_storage_memory_and_cpu_groups_until_stopped(
         pytest.skip("no tmpfs, memory or cpu cgroup here (tested as nobody below)")
     sb = client.sandbox(cpu=0.75)
     path = local_root / sb.id
-    assert mounts_under(local_root) == [str(path)]
+    storage = [str(path)]
+    if backend.isolation.tier is Tier.NAMESPACES:  # and its view of the host's devices, proc
+        storage += [str(path / "view"), str(path / "view" / "proc")]
+    assert mounts_under(local_root) == storage
     assert shutil.disk_usage(path).total == backend.limits.disk_mb << 20
     seen = [host_groups(sb) for _ in range(2)]
     for controller in ("memory", "cpu"):
@@ -374,6 +378,7 @@ def parents_of(pid: int) -> list[Path]:
 KILLED_RUN = """
 import json, os, sys
 from sandboxkit.local.cgroup import Cgroups
+from sandboxkit.local.isolation import Tier
 busy, idle = Cgroups.create(), Cgroups.create()
 for cgroups in (busy, idle):
     cgroups.sandbox("sbx-left", memory_bytes=64 << 20, cpus=1)

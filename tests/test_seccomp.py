@@ -41,10 +41,10 @@ EAFNOSUPPORT = RET_ERRNO | errno.EAFNOSUPPORT
 OTHER_ABI = {"x86_64": 0x40000003, "aarch64": 0x40000028}  # AUDIT_ARCH_I386, AUDIT_ARCH_ARM
 
 
-def run_filter(code: bytes, number: int, arch: int, arg0: int = 0) -> tuple[int, int]:
-    """What seccomp makes of the call, ``code`` run on a ``struct seccomp_data``, and how many
-    instructions that took."""
-    data = struct.pack("<IIQ6Q", number, arch, 0, arg0, 0, 0, 0, 0, 0)
+def run_filter(code: bytes, number: int, arch: int, *args: int) -> tuple[int, int]:
+    """What seccomp makes of the call with ``args``, ``code`` run on a ``struct
+    seccomp_data``, and how many instructions that took."""
+    data = struct.pack("<IIQ6Q", number, arch, 0, *(*args, 0, 0, 0, 0, 0, 0)[:6])
     accumulator = pc = 0
     for steps in itertools.count(1):
         op, jt, jf, k = struct.unpack_from("<HBBI", code, 8 * pc)
@@ -64,8 +64,8 @@ def run_filter(code: bytes, number: int, arch: int, arg0: int = 0) -> tuple[int,
     raise AssertionError("unreachable")
 
 
-def verdict(code: bytes, number: int, arch: int, arg0: int = 0) -> int:
-    return run_filter(code, number, arch, arg0)[0]
+def verdict(code: bytes, number: int, arch: int, *args: int) -> int:
+    return run_filter(code, number, arch, *args)[0]
 
 
 def nr(name: str, arch: str) -> int:
@@ -79,7 +79,7 @@ PROGRAMS: dict[str, tuple[tuple[Rule, ...], int]] = {
     "command": (COMMAND, RET_ALLOW),
     "whole": (WHOLE, UNLISTED),
 }
-BY_ARGUMENT = ("clone", "personality", "socket", "socketpair")
+BY_ARGUMENT = ("clone", "personality", "socket", "socketpair", "fadvise64", "preadv2")
 X32 = seccomp.X32_SYSCALL_BIT
 
 
@@ -192,6 +192,31 @@ def test_arguments_decide_clone_personality_socket_and_socketpair(arch: str, whi
             allowed = family in (unix, inet, inet6, netlink)
             expected = RET_ALLOW if allowed else EAFNOSUPPORT
             assert verdict(code, nr(name, arch), audit, family) == expected, (name, family)
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+@pytest.mark.parametrize("which", ["base", "whole"])
+def test_arguments_keep_the_shared_page_cache_out_of_reach(arch: str, which: str) -> None:
+    """The page cache of the host's files is every sandbox's: advice that drops a file's pages
+    (``POSIX_FADV_DONTNEED``) returns success without being taken, and a read that must not
+    wait (``RWF_NOWAIT``, which tells whether the pages are there) fails with EOPNOTSUPP;
+    other advice and reads are allowed (``madvise`` by number: the kernel pages out no file
+    the caller cannot write), and AIO, whose contexts come from one pool of the machine, is
+    absent (ENOSYS)."""
+    rules, default = PROGRAMS[which]
+    code = program(rules, arch, default)
+    audit = AUDIT_ARCH[arch]
+    ignored = RET_ERRNO | 0
+    fadvise, preadv2 = (nr(name, arch) for name in ("fadvise64", "preadv2"))
+    assert verdict(code, nr("madvise", arch), audit, 0, 4096, 21) == RET_ALLOW
+    for advice in range(8):
+        expected = ignored if advice == 4 else RET_ALLOW
+        assert verdict(code, fadvise, audit, 3, 0, 0, advice) == expected, advice
+    for flags in range(32):  # HIPRI, DSYNC, SYNC, NOWAIT, APPEND
+        expected = RET_ERRNO | errno.EOPNOTSUPP if flags & 8 else RET_ALLOW
+        assert verdict(code, preadv2, audit, 3, 0, 1, 0, 0, flags) == expected, flags
+    for name in ("io_setup", "io_submit", "io_getevents", "io_pgetevents", "io_destroy"):
+        assert verdict(code, nr(name, arch), audit, 64) == ENOSYS, name
 
 
 @pytest.mark.parametrize("arch", ARCHES)

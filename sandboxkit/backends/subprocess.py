@@ -17,7 +17,6 @@ import functools
 import json
 import logging
 import os
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -33,11 +32,11 @@ from ..errors import (
     SandboxLostError,
     SandboxNotFoundError,
 )
-from ..hostdirs import private_directory
+from ..hostdirs import private_directory, state_path
 from ..keywords import check_keywords, keyword_only
-from ..local import disk, files, uids
+from ..local import disk, files, ipc, uids, view
 from ..local.cgroup import Cgroups
-from ..local.isolation import SANDBOX_BIN, IsolationReport, Tier, bwrap_binary, detect
+from ..local.isolation import IsolationReport, Tier, bwrap_binary, detect
 from ..local.limits import Limits, MiB, check_cpus
 from ..local.seccomp import host_filter
 from ..local.supervisor import Confinement, kill_session, run
@@ -54,6 +53,8 @@ _META = "sandbox.json"
 _GRAVEYARD = ".stopped-"
 """A stopped sandbox's directory is renamed ``.stopped-<id>-<random>``, then deleted."""
 _UID_LEFTOVER = "uid-"
+_VIEW = "view"
+"""A namespaced sandbox's view of the host (``local.view``), beside its storage."""
 HALF_MADE_GRACE_SECONDS = 60
 """A sandbox's directory this old with no metadata yet belongs to a ``create`` that died (a
 live one writes it within milliseconds)."""
@@ -61,12 +62,24 @@ _VIRTUAL_ROOTS = ("/workspace", "/tmp")
 T = TypeVar("T")
 
 
-def _bury(graveyard: Path, pids: set[int], uid: int | None, holder: Path) -> None:
+def _end_uid(uid: int, shared_ipc: bool) -> bool:
+    """Kill every process of a sandbox's ``uid`` (and its judge's), then, where they ran in the
+    host's IPC namespace (``shared_ipc``), remove what they made there (``local.ipc``); False
+    if some outlive the kill (then nothing is removed: they could make more)."""
+    if not uids.kill_processes_of(uid):
+        return False
+    if shared_ipc:
+        ipc.remove_objects_of((uid, uids.judge_uid(uid)))
+    return True
+
+
+def _bury(graveyard: Path, pids: set[int], uid: int | None, holder: Path, shared_ipc: bool) -> None:
     """Delete a stopped sandbox's directory once the processes killed in it are gone (every
-    process of its own ``uid``, if it has one), trying again for a few seconds while something
-    still appears in it (a dying process may create files); then release the uid. What cannot
-    be deleted or released is left for ``reap`` (:meth:`SubprocessBackend.leftovers`)."""
-    if uid is not None and not uids.kill_processes_of(uid):
+    process of its own ``uid``, if it has one, and what they left in the host's IPC), trying
+    again for a few seconds while something still appears in it (a dying process may create
+    files); then release the uid. What cannot be deleted or released is left for ``reap``
+    (:meth:`SubprocessBackend.leftovers`)."""
+    if uid is not None and not _end_uid(uid, shared_ipc):
         logger.warning("processes of uid %s outlived their sandbox: `sandboxkit reap` will", uid)
         uid = None  # not given to another sandbox while they live
     deadline = _wait_gone(pids, 10)
@@ -112,7 +125,7 @@ def _left(timeout: float | None, since: float) -> float | None:
 
 
 def _default_root() -> Path:
-    return Path(tempfile.gettempdir()) / f"sandboxkit-{os.getuid()}"
+    return state_path("sandboxkit")
 
 
 class SubprocessBackend:
@@ -216,6 +229,11 @@ class SubprocessBackend:
         """Whether nothing an exec starts outlives it (a pid namespace per exec): then a
         sandbox whose files are wiped is as good as new (:mod:`sandboxkit.tools.lender`)."""
         return self.isolation.tier is Tier.NAMESPACES
+
+    @property
+    def _shared_ipc(self) -> bool:
+        """Whether commands run in the host's IPC namespace (no namespaces of their own)."""
+        return self.isolation.tier is not Tier.NAMESPACES
 
     @property
     def memory_limit(self) -> str:
@@ -326,10 +344,13 @@ class SubprocessBackend:
 
     def _lay_out(self, path: Path, meta: Mapping[str, Any]) -> None:
         """Make a new sandbox's storage in its directory ``path``: a fresh tmpfs where the
-        host can mount, its ``workspace`` (with the workdir) and ``tmp``, and last its
-        ``sandbox.json`` (``meta``), from which on it exists."""
+        host can mount, its ``workspace`` (with the workdir) and ``tmp``, in the namespaces
+        tier its ``view`` of the host, and last its ``sandbox.json`` (``meta``), from which on
+        it exists."""
         if self.disk_limit == "tmpfs":
             disk.mount(path, size_mb=self.limits.disk_mb, inodes=self.limits.disk_inodes)
+        if self.isolation.tier is Tier.NAMESPACES:
+            view.make(path / _VIEW, devices=self.disk_limit == "tmpfs")
         (path / "workspace").mkdir(mode=0o700)
         (path / "tmp").mkdir(mode=0o700)
         path.joinpath(*sandbox_parts(meta["workdir"], DEFAULT_WORKDIR)[1:]).mkdir(
@@ -365,12 +386,12 @@ class SubprocessBackend:
         which would hold up the event loop (a trainer's ``reset`` waits on it)."""
         _wait_gone(self._end_processes(sandbox_id), 10)
         uid = meta.get("uid")
-        if uid is not None and not uids.kill_processes_of(uid):  # not for a next holder
+        if uid is not None and not _end_uid(uid, self._shared_ipc):  # not for a next holder
             raise BackendError(f"processes of sandbox {sandbox_id}'s uid outlived a renewal")
         if self.disk_limit == "tmpfs":
             disk.unmount(path)  # the template's views of it went with the template
         else:
-            for entry in ("workspace", "tmp", _META):
+            for entry in ("workspace", "tmp", _VIEW, _META):
                 files.remove_tree(path / entry)
         self._lay_out(path, meta)
 
@@ -392,7 +413,7 @@ class SubprocessBackend:
     def _env(self, meta: Mapping[str, Any], path: Path) -> dict[str, str]:
         """The environment of the sandbox's commands, but for an exec's own variables."""
         if self.isolation.tier is Tier.NAMESPACES:
-            home, tmp, bin_dir = "/workspace", "/tmp", SANDBOX_BIN
+            home, tmp, bin_dir = "/workspace", "/tmp", view.SANDBOX_BIN
         else:
             home, tmp, bin_dir = str(path / "workspace"), str(path / "tmp"), str(self._bin)
         env = {k: os.environ[k] for k in ENV_ALLOWLIST if k in os.environ}
@@ -487,6 +508,19 @@ class SubprocessBackend:
             )
         return result
 
+    def _view(self, path: Path) -> Path | None:
+        """The sandbox's view of the host (``local.view``); None where it has none (a tier
+        without namespaces), so that it sees the host's own files."""
+        own = path / _VIEW
+        return own if self.isolation.tier is Tier.NAMESPACES and own.is_dir() else None
+
+    def host_inodes(self, sandbox_id: str) -> list[str]:
+        """What the sandbox's programs open as the host's own inodes, whose locks and watches
+        every other sandbox sees (``local.view``; ``sandboxkit doctor`` reports it)."""
+        if self.isolation.tier is not Tier.NAMESPACES:
+            return ["every file"]
+        return view.host_inodes(self._view(self._dir(sandbox_id)), self.isolation.overlays)
+
     def _lost(self, sandbox_id: str) -> None:
         """Drop the cgroups of a sandbox stopped during an exec: a ``stop`` that ran before
         the exec made them dropped none."""
@@ -522,6 +556,7 @@ class SubprocessBackend:
             uid=uid,
             workspace=path / "workspace",
             tmp=path / "tmp",
+            view=self._view(path),
             cwd=cwd,
             env=env,
             timeout=timeout,
@@ -568,6 +603,7 @@ class SubprocessBackend:
                     uid=uid,
                     workspace=path / "workspace",
                     tmp=path / "tmp",
+                    view=self._view(path),
                     env=self._env(self._meta(path), path),
                     site=self._site,
                 )
@@ -629,10 +665,12 @@ class SubprocessBackend:
         try:
             # A thread, shielded: a cancelled stop must still delete the directory.
             await asyncio.shield(
-                asyncio.get_running_loop().run_in_executor(None, _bury, graveyard, pids, uid, path)
+                asyncio.get_running_loop().run_in_executor(
+                    None, _bury, graveyard, pids, uid, path, self._shared_ipc
+                )
             )
         except RuntimeError:  # interpreter shutdown: no new threads
-            _bury(graveyard, pids, uid, path)
+            _bury(graveyard, pids, uid, path, self._shared_ipc)
 
     async def list(
         self, *, tags: Sequence[str] = (), status: SandboxStatus | None = None
@@ -673,7 +711,7 @@ class SubprocessBackend:
         if name.startswith(_UID_LEFTOVER):
             uid = int(name.removeprefix(_UID_LEFTOVER))
             holder = uids.holder_of(uid)
-            if not await asyncio.to_thread(uids.kill_processes_of, uid):
+            if not await asyncio.to_thread(_end_uid, uid, self._shared_ipc):
                 raise BackendError(f"processes of uid {uid} outlive every kill")
             if holder is not None:
                 uids.release(uid, holder)

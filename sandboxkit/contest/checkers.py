@@ -34,7 +34,7 @@ from typing import Any, Literal, Protocol
 from ..client import Sandbox
 from ..errors import SandboxError
 from ..harness.runner import output_bytes, split_tokens
-from ..hostdirs import private_directory
+from ..hostdirs import private_directory, state_path
 from ..portal import blocking, on_portal
 from ..protocol import ExecResult
 from ..session import Session
@@ -199,7 +199,7 @@ _WRONG = frozenset({WRONG_ANSWER, PRESENTATION_ERROR, DIRT, UNEXPECTED_EOF})
 
 
 def default_cache_dir() -> Path:
-    return Path(tempfile.gettempdir()) / f"sandboxkit-checkers-{os.getuid()}"
+    return state_path("sandboxkit-checkers")
 
 
 def compile_checker(source: str, language: str = "cpp", cache_dir: Path | None = None) -> Path:

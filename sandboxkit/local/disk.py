@@ -19,8 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-_MS_NOSUID = 0x2
-_MS_NODEV = 0x4
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 0x1, 0x2, 0x4, 0x8, 0x20
 _MNT_DETACH = 0x2
 _UMOUNT_NOFOLLOW = 0x8
 
@@ -36,17 +35,25 @@ def _check(result: int, what: str, path: Path) -> None:
         raise OSError(code, f"{what} {path}: {os.strerror(code)}")
 
 
+def mount_filesystem(source: str, path: Path, kind: str, flags: int, options: str = "") -> None:
+    """``mount(2)`` a filesystem of ``kind`` on the directory ``path``."""
+    result = _libc().mount(
+        source.encode(), os.fsencode(path), kind.encode(), flags, options.encode() or None
+    )
+    _check(result, "mount", path)
+
+
 def mount(path: Path, *, size_mb: int, inodes: int) -> None:
     """Mount a fresh tmpfs of ``size_mb`` and ``inodes`` on the directory ``path``."""
-    options = f"size={size_mb}m,nr_inodes={inodes},mode=0711".encode()
-    flags = _MS_NOSUID | _MS_NODEV
-    _check(_libc().mount(b"sandboxkit", os.fsencode(path), b"tmpfs", flags, options), "mount", path)
+    options = f"size={size_mb}m,nr_inodes={inodes},mode=0711"
+    mount_filesystem("sandboxkit", path, "tmpfs", MS_NOSUID | MS_NODEV, options)
 
 
 def unmount(path: Path) -> None:
-    """Detach the tmpfs on ``path``, if one is there: it is freed when the last process that
-    still uses it (a dying command with a file open) is gone. A mount point cannot be renamed,
-    so this comes before a stopped sandbox's directory is moved away."""
+    """Detach the tmpfs on ``path``, if one is there, with every mount below it: it is freed
+    when the last process that still uses it (a dying command with a file open) is gone. A
+    mount point cannot be renamed, so this comes before a stopped sandbox's directory is
+    moved away."""
     result = _libc().umount2(os.fsencode(path), _MNT_DETACH | _UMOUNT_NOFOLLOW)
     if result != 0 and ctypes.get_errno() in (errno.EINVAL, errno.ENOENT):
         return  # no mount there (a sandbox made without one), or no directory

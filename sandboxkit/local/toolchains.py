@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..config import setting
 from ..errors import BackendMisconfiguredError
-from .isolation import SANDBOX_BIN
+from .view import SANDBOX_BIN
 
 TOOLCHAINS_VAR = "SANDBOXKIT_LOCAL_TOOLCHAINS"
 SANDBOX_OWN = ("/tmp", "/workspace", "/proc", "/dev", SANDBOX_BIN)

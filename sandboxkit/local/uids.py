@@ -23,13 +23,12 @@ import contextlib
 import os
 import random
 import signal
-import tempfile
 import time
 from pathlib import Path
 
 from ..config import setting
 from ..errors import BackendError, BackendMisconfiguredError
-from ..hostdirs import private_directory
+from ..hostdirs import private_directory, state_path
 
 RANGE_VAR = "SANDBOXKIT_UID_RANGE"
 DEFAULT_RANGE = range(0x70000000, 0x70000000 + 65536)
@@ -62,13 +61,10 @@ def sandbox_uids() -> range | None:
 
 def claims_directory() -> Path:
     """Where claims are kept: the same directory for every process of the host."""
-    for base in ("/run", tempfile.gettempdir()):
-        if os.access(base, os.W_OK):
-            try:
-                return private_directory(Path(base) / "sandboxkit-uids", "the uid claims")
-            except PermissionError as exc:  # another user's: its claims would mean nothing
-                raise BackendMisconfiguredError(str(exc)) from None
-    raise BackendMisconfiguredError("no writable /run or temporary directory for uid claims")
+    try:
+        return private_directory(state_path("sandboxkit-uids"), "the uid claims")
+    except PermissionError as exc:  # another user's: its claims would mean nothing
+        raise BackendMisconfiguredError(str(exc)) from None
 
 
 def judge_uid(uid: int) -> int:

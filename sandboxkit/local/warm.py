@@ -166,6 +166,7 @@ class WarmTemplate:
         uid: int,
         workspace: Path,
         tmp: Path,
+        view: Path | None,
         env: dict[str, str],
         site: LearntSite,
     ) -> WarmTemplate:
@@ -197,6 +198,7 @@ class WarmTemplate:
                 uid=uid,
                 workspace=workspace,
                 tmp=tmp,
+                view=view,
                 cwd="/workspace",
                 env=env,
                 stdin_pipe=False,
