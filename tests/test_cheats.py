@@ -926,20 +926,27 @@ def test_waiting_out_the_deadline_gets_the_failure_score_through_every_path(rule
             finally:
                 reward.close()
         else:
-            environment = sandbox_environment(client, reward=reward, name="WaitingJudged")
-            try:
-                rollouts = [environment() for _ in codes]
-                for env, code in zip(rollouts, codes, strict=True):
-                    env.reset(prompt=MANY.prompt)
-                    env.submit(code)
-
-                async def judged() -> list[float | None]:
-                    return list(await asyncio.gather(*(env.get_reward() for env in rollouts)))
-
-                scores = asyncio.run(judged())
-            finally:
-                environment.close_all()
+            scores = _submitted(client, reward, "WaitingJudged", codes)
     assert scores == [1.0] + [failure] * len(WAITERS)
+
+
+def _submitted(
+    client: SandboxClient, reward: Any, name: str, codes: list[str]
+) -> list[float | None]:
+    """The TRL environment's rewards for rollouts that each submit one of ``codes``."""
+    environment = sandbox_environment(client, reward=reward, name=name)
+    try:
+        rollouts = [environment() for _ in codes]
+        for env, code in zip(rollouts, codes, strict=True):
+            env.reset(prompt=MANY.prompt)
+            env.submit(code)
+
+        async def judged() -> list[float | None]:
+            return list(await asyncio.gather(*(env.get_reward() for env in rollouts)))
+
+        return asyncio.run(judged())
+    finally:
+        environment.close_all()
 
 
 PACER = "    import time\n    time.sleep(0.9)\n    return 2 * x\n"
@@ -987,19 +994,7 @@ def test_pacing_itself_to_the_batch_deadline_is_the_programs_own_timeout(rule: s
             finally:
                 reward.close()
         else:
-            environment = sandbox_environment(client, reward=reward, name="PacingJudged")
-            try:
-                rollouts = [environment() for _ in codes]
-                for env, code in zip(rollouts, codes, strict=True):
-                    env.reset(prompt=MANY.prompt)
-                    env.submit(code)
-
-                async def judged() -> list[float | None]:
-                    return list(await asyncio.gather(*(env.get_reward() for env in rollouts)))
-
-                scores = asyncio.run(judged())
-            finally:
-                environment.close_all()
+            scores = _submitted(client, reward, "PacingJudged", codes)
     honest, pacer = scores
     assert honest == 1.0, seen
     if rule == "stdio_tests_reward":
