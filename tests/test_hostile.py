@@ -43,6 +43,7 @@ from sandboxkit.local.seccomp import native_arch, syscall_number, unsupported
 from sandboxkit.local.syscalls import SYSCALLS
 from sandboxkit.outcomes import OutcomeKind
 from sandboxkit.portal import run_sync
+from sandboxkit.protocol import KILLED_RETURNCODE, ExecResult
 from sandboxkit.testing.remote import processes_with
 from sandboxkit.tools import Rollout, SandboxLender
 
@@ -3422,3 +3423,63 @@ def test_stop_leaves_none_of_the_ipc_objects_a_program_made(tier: str, local_roo
         libc.mq_unlink(name.encode())
         with contextlib.suppress(FileNotFoundError):
             os.unlink(f"/dev/shm{name}")
+
+
+# -- a renewal: new storage under the idle warm template ----------------------------------------
+
+LEAVINGS = (
+    "mkfifo fifo && mkdir -p d/e && echo x > d/e/f && chmod 000 d && echo y > /tmp/y && "
+    "chmod 1777 /tmp && for i in $(seq 300); do : > /tmp/n$i && rm /tmp/n$i; done"
+)
+FOUND = (
+    'ls -A /workspace /tmp | grep -v ":$"; : > /tmp/probe && stat -c "%i %a" /tmp/probe /tmp; '
+    "df -k /workspace | tail -1 | awk '{print $3}'"
+)
+
+
+def test_a_renewal_shows_an_idle_template_new_storage(tier: str, local_root: Path) -> None:
+    """A renewal keeps the sandbox's idle warm template (starting one costs several times the
+    rest) and shows it the new tmpfs, again and again: an exec after each finds nothing of
+    the ones before, not even the inode numbers they used up or their marks on ``/tmp``."""
+    if tier != "namespaces" or os.environ["SANDBOXKIT_WARM"] == "0":
+        pytest.skip("only a warm template serves on across renewals")
+    with _sandbox_of(tier, local_root) as (client, sb, _):
+        local = client.backend_as(SubprocessBackend)
+        assert sb.exec(["sh", "-c", "true"]).ok
+        template = local.warm_template(sb.id)
+        seen = []
+        for _ in range(3):
+            assert sb.exec(["sh", "-c", LEAVINGS], timeout=60).ok
+            run_sync(local.renew(sb.id))
+            assert local.warm_template(sb.id) is template and template.grafted
+            seen.append(sb.exec(["sh", "-c", FOUND], timeout=60).stdout.split())
+        assert len({tuple(s) for s in seen}) == 1, seen  # the same, renewal after renewal
+        probe, probe_mode, _, tmp_mode, used = seen[0]
+        assert (probe_mode, tmp_mode) == ("644", "700") and int(probe) < 50 and int(used) < 100
+
+
+def test_a_renewal_under_a_running_exec_ends_it_and_the_template(
+    tier: str, local_root: Path
+) -> None:
+    """A renewal while an exec runs (no pool or lender does that) cannot keep the template
+    serving it: the exec ends, killed, the template with it, and the sandbox comes back new
+    with a template of its own, started before the next exec."""
+    if tier != "namespaces" or os.environ["SANDBOXKIT_WARM"] == "0":
+        pytest.skip("only a warm template serves on across renewals")
+    with _sandbox_of(tier, local_root) as (client, sb, _):
+        local = client.backend_as(SubprocessBackend)
+
+        async def renew_under(command: str) -> ExecResult:
+            running = asyncio.ensure_future(sb.aexec(["sh", "-c", command], timeout=60))
+            while local.warm_template(sb.id) is None or not local.warm_template(sb.id).busy:
+                await asyncio.sleep(0.01)
+            await local.renew(sb.id)
+            return await running
+
+        sb.exec(["true"])
+        first = local.warm_template(sb.id)
+        killed = run_sync(renew_under("echo x > left; sleep 50"))
+        assert killed.returncode == KILLED_RETURNCODE and not killed.ok
+        second = local.warm_template(sb.id)
+        assert second is not None and second is not first and not second.grafted
+        assert sb.exec(["ls", "-A"]).stdout == ""

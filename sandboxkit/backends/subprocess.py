@@ -373,17 +373,28 @@ class SubprocessBackend:
 
     async def renew(self, sandbox_id: str) -> None:
         """Make a sandbox as new, keeping its id and spec, for a next holder that must find
-        nothing of the last (:mod:`sandboxkit.tools.lender`): its processes and its warm
-        template (with the template's namespaces) end, and its storage is made again, a new
-        tmpfs where the host can mount (emptying the old one would keep its inode numbers
-        counting, a channel from one holder to the next), else new directories. Costs about
-        what a wipe did, and the next exec starts a fresh template."""
+        nothing of the last (:mod:`sandboxkit.renewal`: a pool's next completion, a lender's
+        next rollout). Its storage is made again: a new tmpfs where the host can mount
+        (emptying the old one would keep its inode numbers counting, a channel from one holder
+        to the next), else new directories. Its warm template, idle, is shown the new tmpfs
+        where it had the old (:meth:`_graft`) and serves on: a command can change nothing of
+        the template (each exec has processes, a mount, IPC and network namespace and a
+        /dev/shm of its own), and starting one costs several times all the rest. Otherwise
+        every process of the sandbox ends, its template with them, and a new template starts
+        now rather than in the next holder's first exec."""
         path = self._dir(sandbox_id)
-        await asyncio.to_thread(self._remake, sandbox_id, path, self._meta(path))
+        meta = self._meta(path)
+        await asyncio.to_thread(self._remake, sandbox_id, path, meta)
+        if self.warm and self.warm_template(sandbox_id) is None:
+            self._groups(sandbox_id, meta)
+            with contextlib.suppress(ColdPath):  # then its execs run the cold way
+                await on_portal(self._template(sandbox_id, path, self._uid(meta)))
 
     def _remake(self, sandbox_id: str, path: Path, meta: Mapping[str, Any]) -> None:
         """``renew``'s work, in a thread: killing a template spins until its cgroup is empty,
         which would hold up the event loop (a trainer's ``reset`` waits on it)."""
+        if self._graft(sandbox_id, path, meta):
+            return
         _wait_gone(self._end_processes(sandbox_id), 10)
         uid = meta.get("uid")
         if uid is not None and not _end_uid(uid, self._shared_ipc):  # not for a next holder
@@ -394,6 +405,48 @@ class SubprocessBackend:
             for entry in ("workspace", "tmp", _VIEW, _META):
                 files.remove_tree(path / entry)
         self._lay_out(path, meta)
+
+    def _graft(self, sandbox_id: str, path: Path, meta: Mapping[str, Any]) -> bool:
+        """Renew the storage of a sandbox whose warm template is idle, with the template kept:
+        the old tmpfs emptied (the template's own mounts hold it), a new one laid out in its
+        place and shown to the template's mount namespaces (``disk.graft``). Its processes
+        need no other end: each exec's died with the exec's pid namespace, whose init and
+        command are the server's children (it has none now), as between any two execs. False
+        where that cannot be (no template, an exec in flight, no tmpfs, a kernel before Linux
+        5.8), or failed half-way: then :meth:`_remake` ends the template and lays the storage
+        out again."""
+        template = self._templates.get(sandbox_id)
+        execs = self._execs.get(sandbox_id, [0, 0])
+        if (
+            template is None
+            or self.disk_limit != "tmpfs"
+            or execs[0]
+            or self._running.get(sandbox_id)
+        ):
+            return False
+        serving = template.idle_processes()
+        if serving is None:
+            return False
+        processes: list[int] = []
+        try:
+            processes += [os.pidfd_open(pid) for pid in serving]
+            if template.idle_processes() != serving:  # one died, its pid reused: not ours
+                return False
+            self._known.pop(sandbox_id, None)
+            for place in disk.PLACES:
+                for name in os.listdir(path / place):
+                    files.remove_tree(path / place / name)
+            disk.unmount(path)
+            self._lay_out(path, meta)
+            disk.graft(path, processes[2:], again=template.grafted)
+        except OSError as exc:
+            logger.info("sandbox %s: its template is started again (%s)", sandbox_id, exc)
+            return False
+        finally:
+            for process in processes:
+                os.close(process)
+        template.grafted = True
+        return True
 
     def _end_processes(self, sandbox_id: str) -> set[int]:
         """Kill the sandbox's warm template and this process's execs in it (each returns at
@@ -473,14 +526,10 @@ class SubprocessBackend:
         started = execs[1]
         events = None
         try:
-            if self.isolation.tier is not Tier.NONE:
-                cgroups.sandbox(
-                    sandbox_id,
-                    memory_bytes=self.limits.memory_mb * MiB,
-                    cpus=float(meta.get("cpus", self.limits.cpus)),
-                )
-                if alone:  # else another exec's memory would count with this one's
-                    events = cgroups.memory_events(sandbox_id, restart=True)
+            self._groups(sandbox_id, meta)
+            if alone and self.isolation.tier is not Tier.NONE:
+                # else another exec's memory would count with this one's
+                events = cgroups.memory_events(sandbox_id, restart=True)
             result = await self._exec(
                 sandbox_id, path, self._uid(meta), command, cwd_arg, run_env, timeout, stdin
             )
@@ -520,6 +569,16 @@ class SubprocessBackend:
         if self.isolation.tier is not Tier.NAMESPACES:
             return ["every file"]
         return view.host_inodes(self._view(self._dir(sandbox_id)), self.isolation.overlays)
+
+    def _groups(self, sandbox_id: str, meta: Mapping[str, Any]) -> None:
+        """Make the sandbox's cgroups with its limits, unless they are made: before the first
+        process of it starts here."""
+        if self.isolation.tier is not Tier.NONE:
+            self.confinement.cgroups.sandbox(
+                sandbox_id,
+                memory_bytes=self.limits.memory_mb * MiB,
+                cpus=float(meta.get("cpus", self.limits.cpus)),
+            )
 
     def _lost(self, sandbox_id: str) -> None:
         """Drop the cgroups of a sandbox stopped during an exec: a ``stop`` that ran before
