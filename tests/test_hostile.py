@@ -3425,6 +3425,128 @@ def test_stop_leaves_none_of_the_ipc_objects_a_program_made(tier: str, local_roo
             os.unlink(f"/dev/shm{name}")
 
 
+# -- a pooled sandbox: nothing of one completion reaches the next -------------------------------
+
+NEEDY = """
+import os, tempfile
+
+def solve():
+    with open("answer.txt", "w") as out:  # the working directory's disk
+        out.write("x" * (8 << 20))
+    os.remove("answer.txt")
+    with tempfile.TemporaryFile() as scratch:  # $TMPDIR's
+        scratch.write(b"y" * (24 << 20))
+    block = bytearray(96 << 20)  # and memory, with the rest far within the sandbox's limits
+    return len(block)
+"""
+NEEDY_TESTS = ["assert solve() == 96 << 20"]
+POOLED_LIMITS = {"memory_mb": MEMORY_MB, "disk_mb": 200, "disk_inodes": DISK_INODES}
+"""A fresh sandbox has room for ``NEEDY`` many times over; what one completion may leave
+takes that room."""
+LEFTOVERS = {
+    "files filling its memory in $TMPDIR": (
+        "import tempfile\nfor i in range(190):\n"
+        "    open(f'{tempfile.gettempdir()}/m{i}', 'wb').write(b'x' * (1 << 20))"
+    ),
+    "files filling its disk in the workdir": (
+        "for i in range(300):\n    open(f'd{i}', 'wb').write(b'x' * (1 << 20))"
+    ),
+    "files filling its memory in /dev/shm": (
+        "for i in range(190):\n    open(f'/dev/shm/MARK-{i}', 'wb').write(b'x' * (1 << 20))"
+    ),
+    "files taking every inode": (
+        "import tempfile\nfor i in range(5000):\n"
+        "    open(f'{tempfile.gettempdir()}/i{i}', 'w').close()"
+    ),
+    "a FIFO where it writes": "import os\nos.mkfifo('answer.txt')",
+    "a socket where it writes": "import socket\nsocket.socket(socket.AF_UNIX).bind('answer.txt')",
+    "an unwritable file where it writes": (
+        "import os\nopen('answer.txt', 'w').close()\nos.chmod('answer.txt', 0)"
+    ),
+    "a directory where it writes": "import os\nos.mkdir('answer.txt')\nos.chmod('answer.txt', 0)",
+    "no workdir": "import os, shutil\nhere = os.getcwd()\nos.chdir('/')\nshutil.rmtree(here)",
+}
+"""What a completion leaves in its pooled sandbox (at its module's load, before its tests
+run), each a way to fail the next completion there: memory and disk taken, the names it
+writes taken by what cannot be written, its workdir gone (``/workspace/job``)."""
+
+
+@contextlib.contextmanager
+def _pooled_judge(tier: str, local_root: Path, leftover: str) -> Iterator[tuple[str, Any]]:
+    """The ``LEFTOVERS`` program (marked for clean-up: the rlimits tier's ``/dev/shm`` is
+    the host's) and keywords for a reward function that judges in one sandbox, with room for
+    ``NEEDY`` only where nothing was left."""
+    if tier == "namespaces" and (reason := namespaces_failure()) is not None:
+        pytest.skip(f"no namespaces on this machine: {reason}")
+    mark = f"sbx-left-{uuid.uuid4().hex}"
+    workdir = "/workspace/job" if leftover == "no workdir" else "/workspace"
+    client = get_backend("subprocess", root=local_root, **POOLED_LIMITS)
+    try:
+        yield (
+            LEFTOVERS[leftover].replace("MARK", mark),
+            {
+                "backend": client,
+                "pool_size": 1,
+                "timeout": 3,
+                "workdir": workdir,
+            },
+        )
+    finally:
+        client.close()
+        for left in Path("/dev/shm").glob(f"{mark}-*"):
+            left.unlink()
+
+
+@pytest.mark.parametrize("leftover", LEFTOVERS)
+def test_a_pooled_sandbox_keeps_nothing_of_one_completion_for_the_next(
+    tier: str, local_root: Path, leftover: str
+) -> None:
+    """A reward function's pool serves its completions in a few sandboxes: a correct
+    completion that the one before it in the same sandbox tried to fail with what it left
+    there still scores 1.0. The namespaced tiers renew the sandbox in place (nothing of an
+    exec outlives it); the rlimits tier, where a process may, replaces it."""
+    from sandboxkit.rewards import assert_tests_reward
+
+    with _pooled_judge(tier, local_root, leftover) as (hostile, options):
+        reward = assert_tests_reward(**options)
+        try:
+            assert reward([""], [NEEDY], test_list=[NEEDY_TESTS]) == [1.0]  # room for it
+            reward([""], [hostile + NEEDY], test_list=[NEEDY_TESTS])
+            assert reward([""], [NEEDY], test_list=[NEEDY_TESTS]) == [1.0], reward.last_batch
+            stats = reward.pool.stats
+            renewed = reward.metrics(reward.last_batch)["assert_tests_reward/sandboxes_renewed"]
+        finally:
+            reward.close()
+    assert stats.failures == stats.replaced == 0
+    if tier == "rlimits":
+        assert stats.recycled >= 2 and renewed == 0
+    else:
+        assert stats.created == 1 and renewed >= 2
+
+
+@pytest.mark.parametrize("leftover", ["files filling its memory in $TMPDIR", "no workdir"])
+def test_the_judge_of_rollouts_keeps_nothing_of_one_submission_for_the_next(
+    tier: str, local_root: Path, leftover: str
+) -> None:
+    """TRL's ``get_reward`` judges each rollout's submission on a pool of the environment's
+    own, which no tool call touches: one submission leaves nothing there for the next."""
+    from sandboxkit.rewards import assert_tests_reward
+
+    with _pooled_judge(tier, local_root, leftover) as (hostile, options):
+        reward = assert_tests_reward(**options)
+        environment = sandbox_environment(options["backend"], reward=reward, name="PooledJudge")
+        rewards = []
+        try:
+            for code in (hostile + NEEDY, NEEDY):
+                env = environment()
+                env.reset(prompt="", test_list=NEEDY_TESTS)
+                env.submit(code)
+                rewards.append(asyncio.run(env.get_reward()))
+        finally:
+            environment.close_all()
+    assert rewards[1] == 1.0, rewards
+
+
 # -- a renewal: new storage under the idle warm template ----------------------------------------
 
 LEAVINGS = (
