@@ -424,3 +424,17 @@ def test_each_backend_renews_wipes_or_replaces_a_sandbox_between_leases(
         assert second == first and stats.renewed == 2
     else:
         assert second != first and stats.recycled == 2
+
+
+def test_closing_while_a_replacement_is_made_leaves_no_sandbox(
+    pool_factory: type[SandboxPool], faulty: FaultyBackend, local: SandboxClient, local_root: Path
+) -> None:
+    """A pool that replaces its sandbox after each lease is usually creating one when it is
+    closed: that sandbox, made after its creation was given up, is stopped before ``close``
+    returns."""
+    faulty.faults.create_latency_ms = 300
+    pool = pool_factory(size=1, reuse=False)
+    assert pool.run(lambda sb: square(sb, 2)) == 4  # then its replacement is under way
+    faulty.faults.latency_ms = 200  # and every stop takes a while
+    pool.close()
+    assert leftovers(local, local_root, pool) == []
