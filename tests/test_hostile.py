@@ -3605,3 +3605,59 @@ def test_a_renewal_under_a_running_exec_ends_it_and_the_template(
         second = local.warm_template(sb.id)
         assert second is not None and second is not first and not second.grafted
         assert sb.exec(["ls", "-A"]).stdout == ""
+
+
+def test_a_sandbox_being_renewed_never_looks_stopped(tier: str, local_root: Path) -> None:
+    """While its storage is made again, a sandbox still exists for every reader (``list``,
+    ``get``, ``stop`` find it by its ``sandbox.json``): a ``stop`` that found none would do
+    nothing, and the sandbox would outlive its session (at SIGTERM, say)."""
+    with _sandbox_of(tier, local_root) as (client, sb, _):
+        local = client.backend_as(SubprocessBackend)
+        assert sb.exec(["true"]).ok
+        marker = local_root / sb.id / "sandbox.json"
+        done, missing = threading.Event(), []
+
+        def watch() -> None:
+            while not done.is_set():
+                if not marker.is_file():
+                    missing.append(time.monotonic())
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            for _ in range(30):
+                run_sync(local.renew(sb.id))
+        finally:
+            done.set()
+            watcher.join()
+        assert missing == []
+
+
+def test_a_stop_during_a_renewal_stops_the_sandbox(tier: str, local_root: Path) -> None:
+    """A stop that comes while a renewal makes the sandbox's storage again (a session's at
+    SIGTERM, say) still stops it and leaves nothing of it; the renewal then fails, or had
+    already ended."""
+    if tier == "namespaces" and (reason := namespaces_failure()) is not None:
+        pytest.skip(f"no namespaces on this machine: {reason}")
+    client = get_backend("subprocess", root=local_root)
+    local = client.backend_as(SubprocessBackend)
+    try:
+        for delay in [0.0005 * i for i in range(12)]:
+            sb = client.sandbox()
+            assert sb.exec(["sh", "-c", "echo x > left"]).ok
+            renewal = threading.Thread(target=_renew_quietly, args=(local, sb.id))
+            renewal.start()
+            time.sleep(delay)
+            sb.stop()
+            renewal.join()
+            with pytest.raises(SandboxNotFoundError):
+                client.get(sb.id)
+    finally:
+        client.close()
+    assert [p.name for p in local_root.iterdir() if "sbx-" in p.name] == []
+    assert mounts_under(local_root) == []
+
+
+def _renew_quietly(local: SubprocessBackend, sandbox_id: str) -> None:
+    with contextlib.suppress(Exception):  # it may find its sandbox stopped under it
+        run_sync(local.renew(sandbox_id))

@@ -53,6 +53,8 @@ _META = "sandbox.json"
 _GRAVEYARD = ".stopped-"
 """A stopped sandbox's directory is renamed ``.stopped-<id>-<random>``, then deleted."""
 _UID_LEFTOVER = "uid-"
+_MOUNTED_AGAIN = 10
+"""Times ``stop`` takes a tmpfs off a sandbox's directory that a renewal mounted again."""
 _VIEW = "view"
 """A namespaced sandbox's view of the host (``local.view``), beside its storage."""
 HALF_MADE_GRACE_SECONDS = 60
@@ -94,6 +96,17 @@ def _bury(graveyard: Path, pids: set[int], uid: int | None, holder: Path, shared
         time.sleep(0.05)
     if uid is not None:
         uids.release(uid, holder)
+
+
+def _write_meta(path: Path, meta: Mapping[str, Any]) -> None:
+    """Write a sandbox's ``sandbox.json`` in its directory ``path`` as a new file renamed over
+    any old one: no reader finds it half-written or missing. Only the host reads it (the
+    spec's env is no business of other sandboxes, which can list this directory in rlimits)."""
+    fresh = path / f".{_META}.{uuid.uuid4().hex}"
+    fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(json.dumps(meta))
+    os.replace(fresh, path / _META)
 
 
 def _wait_gone(pids: set[int], seconds: float) -> float:
@@ -345,10 +358,15 @@ class SubprocessBackend:
     def _lay_out(self, path: Path, meta: Mapping[str, Any]) -> None:
         """Make a new sandbox's storage in its directory ``path``: a fresh tmpfs where the
         host can mount, its ``workspace`` (with the workdir) and ``tmp``, in the namespaces
-        tier its ``view`` of the host, and last its ``sandbox.json`` (``meta``), from which on
-        it exists."""
+        tier its ``view`` of the host, and its ``sandbox.json`` (``meta``), from which on it
+        exists: last, or, where a tmpfs is mounted, beneath it before its first mount and on
+        it at once, so that while a renewal swaps the tmpfs the sandbox still exists for every
+        reader (a ``stop`` that found none would do nothing)."""
         if self.disk_limit == "tmpfs":
+            if not (path / _META).is_file():
+                _write_meta(path, meta)
             disk.mount(path, size_mb=self.limits.disk_mb, inodes=self.limits.disk_inodes)
+            _write_meta(path, meta)
         if self.isolation.tier is Tier.NAMESPACES:
             view.make(path / _VIEW, devices=self.disk_limit == "tmpfs")
         (path / "workspace").mkdir(mode=0o700)
@@ -365,11 +383,8 @@ class SubprocessBackend:
             for dirpath, _dirs, _files in os.walk(path / sub):
                 if owner is not None:
                     os.chown(dirpath, owner, owner)
-        # Last: the sandbox exists from here. Only the host reads it (the spec's env is
-        # no business of other sandboxes, which can list this directory in rlimits).
-        fd = os.open(path / _META, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        with os.fdopen(fd, "w") as out:
-            out.write(json.dumps(meta))
+        if self.disk_limit != "tmpfs":
+            _write_meta(path, meta)
 
     async def renew(self, sandbox_id: str) -> None:
         """Make a sandbox as new, keeping its id and spec, for a next holder that must find
@@ -400,11 +415,29 @@ class SubprocessBackend:
         if uid is not None and not _end_uid(uid, self._shared_ipc):  # not for a next holder
             raise BackendError(f"processes of sandbox {sandbox_id}'s uid outlived a renewal")
         if self.disk_limit == "tmpfs":
-            disk.unmount(path)  # the template's views of it went with the template
+            self._new_tmpfs(sandbox_id, path, meta)  # the template's views went with it
         else:
-            for entry in ("workspace", "tmp", _VIEW, _META):
+            for entry in ("workspace", "tmp", _VIEW):
                 files.remove_tree(path / entry)
-        self._lay_out(path, meta)
+            self._lay_out(path, meta)
+
+    def _new_tmpfs(self, sandbox_id: str, path: Path, meta: Mapping[str, Any]) -> None:
+        """Put a new tmpfs in place of the sandbox's: laid out beside it (on a directory named
+        as a stopped sandbox's, which ``reap`` deletes should this process die meanwhile),
+        then moved over it once the old one is detached, while the copy of ``sandbox.json``
+        beneath shows (:meth:`_lay_out`): the sandbox never looks gone, nor half made. Where
+        the host refuses to move a mount, it is laid out in place."""
+        staging = self.root / f"{_GRAVEYARD}{sandbox_id}-{uuid.uuid4().hex[:6]}"
+        staging.mkdir(mode=0o711)
+        try:
+            self._lay_out(staging, meta)
+            disk.unmount(path)
+            try:
+                disk.move(staging, path)
+            except OSError:
+                self._lay_out(path, meta)
+        finally:
+            self._discard(staging)
 
     def _graft(self, sandbox_id: str, path: Path, meta: Mapping[str, Any]) -> bool:
         """Renew the storage of a sandbox whose warm template is idle, with the template kept:
@@ -436,8 +469,7 @@ class SubprocessBackend:
             for place in disk.PLACES:
                 for name in os.listdir(path / place):
                     files.remove_tree(path / place / name)
-            disk.unmount(path)
-            self._lay_out(path, meta)
+            self._new_tmpfs(sandbox_id, path, meta)
             disk.graft(path, processes[2:], again=template.grafted)
         except OSError as exc:
             logger.info("sandbox %s: its template is started again (%s)", sandbox_id, exc)
@@ -709,16 +741,23 @@ class SubprocessBackend:
                 return
             raise
         # Rename first so a concurrent exec or list sees it gone at once, then delete; a
-        # mount point cannot be renamed: its tmpfs goes first (and its files with it).
-        if self.disk_limit == "tmpfs":
-            disk.unmount(path)
+        # mount point cannot be renamed: its tmpfs goes first (and its files with it), again
+        # where a renewal in another thread put a new one there meanwhile (that renewal then
+        # fails, its sandbox gone).
         graveyard = self.root / f"{_GRAVEYARD}{sandbox_id}-{uuid.uuid4().hex[:6]}"
-        try:
-            path.rename(graveyard)
-        except FileNotFoundError:
-            if missing_ok:
-                return
-            raise SandboxNotFoundError(f"no sandbox {sandbox_id!r}") from None
+        for attempt in range(_MOUNTED_AGAIN):
+            if self.disk_limit == "tmpfs":
+                disk.unmount(path)
+            try:
+                path.rename(graveyard)
+                break
+            except FileNotFoundError:
+                if missing_ok:
+                    return
+                raise SandboxNotFoundError(f"no sandbox {sandbox_id!r}") from None
+            except OSError as exc:
+                if exc.errno != errno.EBUSY or attempt == _MOUNTED_AGAIN - 1:
+                    raise
         pids = self._end_processes(sandbox_id)
         self.confinement.cgroups.drop(sandbox_id)
         try:

@@ -28,6 +28,7 @@ from pathlib import Path
 from .seccomp import native_arch, syscall_number
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 0x1, 0x2, 0x4, 0x8, 0x20
+_MS_MOVE = 0x2000
 _MNT_DETACH = 0x2
 _UMOUNT_NOFOLLOW = 0x8
 _OPEN_TREE_CLONE = 0x1
@@ -62,6 +63,12 @@ def mount(path: Path, *, size_mb: int, inodes: int) -> None:
     """Mount a fresh tmpfs of ``size_mb`` and ``inodes`` on the directory ``path``."""
     options = f"size={size_mb}m,nr_inodes={inodes},mode=0711"
     mount_filesystem("sandboxkit", path, "tmpfs", MS_NOSUID | MS_NODEV, options)
+
+
+def move(source: Path, target: Path) -> None:
+    """Move the mount on ``source``, with every mount below it, to ``target`` (``EINVAL``
+    where the host's mounts propagate to others: a shared parent)."""
+    mount_filesystem(os.fsdecode(source), target, "", _MS_MOVE)
 
 
 def unmount(path: Path) -> None:
