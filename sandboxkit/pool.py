@@ -1,12 +1,16 @@
 """A pool of warm sandboxes shared by every evaluation of a training run.
 
 Creating a sandbox costs far more than running a test in one, so a reward function keeps one
-pool for the whole run and calls :meth:`SandboxPool.arun` per evaluation. The pool hides the
-provider's flakiness from training: transient errors are retried with backoff, dead sandboxes
-are replaced, worn ones recycled, and what cannot be recovered surfaces as an infrastructure
-error (which rewards turn into ``None``) rather than as a crash or a leaked sandbox. A provider
-that rate-limits gets fewer calls at once (:class:`~sandboxkit.budget.ConcurrencyBudget`), and
-an evaluation given a deadline is cut off there rather than holding up its batch.
+pool for the whole run and calls :meth:`SandboxPool.arun` per evaluation. Nothing of one
+evaluation may reach the next (its files would take the next one's memory and disk, and could
+stand where it writes), so a sandbox whose leases have ended is made as new before its next
+lease where the backend can, else replaced by a fresh one (:mod:`sandboxkit.renewal`). The
+pool hides the provider's flakiness from training: transient errors are retried with backoff,
+dead sandboxes are replaced, worn ones recycled, and what cannot be recovered surfaces as an
+infrastructure error (which rewards turn into ``None``) rather than as a crash or a leaked
+sandbox. A provider that rate-limits gets fewer calls at once
+(:class:`~sandboxkit.budget.ConcurrencyBudget`), and an evaluation given a deadline is cut off
+there rather than holding up its batch.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from .keywords import check_keywords, keyword_only, suggest_keywords
 from .portal import blocking
 from .protocol import SandboxStatus
 from .registry import BackendLike, sandbox_keywords_for
+from .renewal import Renewal
 from .retry import TRANSIENT_ERRORS, retried
 from .session import Session
 
@@ -56,9 +61,12 @@ class PoolStats:
     created: int = 0
     """Sandboxes created, replacements and recycling included."""
     replaced: int = 0
-    """Sandboxes replaced because they died or failed a health check."""
+    """Sandboxes replaced because they died, failed a health check or could not be renewed."""
     recycled: int = 0
-    """Sandboxes replaced after ``max_uses`` leases."""
+    """Sandboxes replaced by a fresh one once their leases ended: after every lease where the
+    pool does not renew them (``reuse``), else after ``max_uses`` leases."""
+    renewed: int = 0
+    """Sandboxes made as new in place once their leases ended, for the next lease."""
     retries: int = 0
     """Evaluation attempts that failed and were tried again."""
     failures: int = 0
@@ -175,6 +183,10 @@ class _Slot:
     used idle sandbox is the one stopped to make room for another image."""
     leases: int = 0
     uses: int = 0
+    spent: bool = False
+    """A lease ran something in it since it was made or renewed, and has ended: it takes no
+    new lease until it is renewed."""
+    renewing: bool = False
     retired: bool = False
     seat: Token | None = None
     """Its place under the run's shared cap on live sandboxes (``max_sandboxes``)."""
@@ -191,8 +203,14 @@ class SandboxPool:
       keeps it fixed;
     - ``retries``: how many times an evaluation is tried again after a transient error or the
       loss of its sandbox (on a replacement), waiting ``backoff`` seconds, doubling, jittered;
-    - ``max_uses``: leases after which a sandbox is replaced, bounding what state one program
-      can leave for the next;
+    - ``reuse``: whether a sandbox whose leases have ended serves later leases, made as new
+      first (:class:`~sandboxkit.renewal.Renewal`); None (default): where the backend can renew
+      it (the local backend, Ray), else it is replaced by a fresh one; True: wiped where it cannot
+      be renewed (what the wipe cannot reach is the caller's risk); False: always replaced. A
+      renewal or wipe that fails replaces it too. With ``per_sandbox`` > 1 the leases of one
+      sandbox share it while they run, and it takes no new lease once one has ended, until
+      it is renewed;
+    - ``max_uses``: leases after which a sandbox is replaced rather than renewed;
     - ``health_check_after``: a sandbox idle for longer is checked (a cheap ``get``) before
       its next lease, since providers stop idle sandboxes on their own;
     - ``session``: the :class:`Session` whose sandboxes these are (default: one of its own,
@@ -222,6 +240,7 @@ class SandboxPool:
         *,
         size: int = 8,
         per_sandbox: int = 1,
+        reuse: bool | None = None,
         max_uses: int = 200,
         max_concurrency: int | None = None,
         adaptive_concurrency: bool = True,
@@ -249,6 +268,9 @@ class SandboxPool:
             check_keywords("SandboxPool()", sandbox_options, accepted | keyword_only(SandboxPool))
         self.session = session or Session(client)
         self._owns_session = session is None
+        self._renewal = Renewal(self.session.client.backend, reuse)
+        self.reuse = self._renewal.reuse
+        """Whether sandboxes are renewed between leases (else replaced)."""
         self.size = size
         self.per_sandbox = per_sandbox
         self.max_uses = max_uses
@@ -290,6 +312,9 @@ class SandboxPool:
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopping: set[asyncio.Task[None]] = set()
         """Background stops: awaited, not cancelled, by close (a half-done stop leaks)."""
+        self._renewing: set[asyncio.Task[None]] = set()
+        """Background renewals: awaited, not cancelled, by close (a half-done renewal would
+        race the stop)."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiters: dict[str | None, _Queue] = collections.defaultdict(_Queue)
         """Leases waiting for a sandbox, a lease or an error, by image; each release wakes
@@ -325,8 +350,20 @@ class SandboxPool:
             self._create_turns.clear()
             self._tasks.clear()
             self._stopping.clear()
-            for slot in self._slots:
-                slot.leases = 0
+            self._renewing.clear()
+            for slot in list(self._slots):
+                stranded = slot.leases > 0 or slot.renewing or slot.spent
+                slot.leases, slot.renewing = 0, False
+                if not stranded:
+                    continue
+                # Its evaluation, or its renewal, ended with the old loop: a renewal (again)
+                # ends whatever of it still runs; without one, it is replaced.
+                if self._renewal.renews:
+                    slot.spent = True
+                    self._renew_later(slot)
+                else:
+                    self._retire(slot, why="abandoned")
+                    self._stop_later(slot)
         return await make()
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
@@ -334,6 +371,11 @@ class SandboxPool:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
+
+    def _spawn_renewal(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._renewing.add(task)
+        task.add_done_callback(self._renewing.discard)
 
     # -- creating and stopping sandboxes ---------------------------------------------------
 
@@ -355,7 +397,7 @@ class SandboxPool:
     def _make_room(self, image: str | None) -> None:
         """Stop the least recently used idle sandbox of another image, to create one of
         ``image`` in its place (the pool being full)."""
-        idle = [s for s in self._slots if s.image != image and s.leases == 0]
+        idle = [s for s in self._slots if s.image != image and s.leases == 0 and not s.renewing]
         victim = min(idle, key=lambda s: s.released, default=None)
         if victim is not None:
             logger.debug("stopping idle %s to make room for %s", victim.sandbox.id, image)
@@ -446,7 +488,7 @@ class SandboxPool:
         self,
         slot: _Slot,
         *,
-        why: Literal["lost", "worn", "abandoned", "evicted"],
+        why: Literal["lost", "worn", "used", "abandoned", "evicted"],
         refill: str | None = None,
     ) -> None:
         """Take a slot out of service and start creating its successor (from its own image,
@@ -458,7 +500,7 @@ class SandboxPool:
         self._retiring.append(slot)
         if why == "lost":
             self._stats.replaced += 1
-        elif why == "worn":
+        elif why in ("worn", "used"):
             self._stats.recycled += 1
         elif why == "evicted":
             self._stats.evicted += 1
@@ -471,6 +513,29 @@ class SandboxPool:
         stopping = asyncio.ensure_future(self._stop(slot))
         self._stopping.add(stopping)
         stopping.add_done_callback(self._stopping.discard)
+
+    def _renew_later(self, slot: _Slot) -> None:
+        """Make a slot whose leases have all ended as new for the next lease, in the
+        background, or replace it where the pool does not renew."""
+        if not self.reuse:
+            self._retire(slot, why="used")
+            self._stop_later(slot)
+            return
+        slot.renewing = True
+        self._spawn_renewal(self._renewed(slot))
+
+    async def _renewed(self, slot: _Slot) -> None:
+        """Renew a slot, then let its waiters lease it, or replace it if that failed."""
+        renewed = await self._renewal.renewed(slot.sandbox)
+        slot.renewing = False
+        if renewed and not slot.retired:
+            slot.spent = False
+            slot.checked = slot.released = time.monotonic()
+            self._stats.renewed += 1
+        else:  # charged to no one: the next lease waits for a fresh sandbox
+            self._retire(slot, why="lost")
+            self._stop_later(slot)
+        self._wake(slot.image)
 
     async def _stop(self, slot: _Slot) -> None:
         try:
@@ -504,7 +569,11 @@ class SandboxPool:
 
     def _free(self, image: str | None) -> list[_Slot]:
         """The sandboxes of ``image`` that can take another lease."""
-        return [s for s in self._slots if s.image == image and s.leases < self.per_sandbox]
+        return [
+            s
+            for s in self._slots
+            if s.image == image and s.leases < self.per_sandbox and not (s.spent or s.renewing)
+        ]
 
     def _pick(self, image: str | None) -> _Slot | None:
         if self._in_use >= self._budget.limit:
@@ -528,9 +597,12 @@ class SandboxPool:
                 queue.wake()
                 raise error
             # Full: room for one more of this image, while its waiters outnumber its creates
-            # and none of its sandboxes is free (only the concurrency limit holds them back).
+            # and renewals and none of its sandboxes is free (only the concurrency limit holds
+            # them back).
             made = self._fill(image)
-            if not made and self._creating[image] <= len(queue) and not self._free(image):
+            renewing = sum(s.image == image and s.renewing for s in self._slots)
+            coming = self._creating[image] + renewing
+            if not made and coming <= len(queue) and not self._free(image):
                 self._make_room(image)
             await queue.wait(first=woken)
             woken = True
@@ -545,12 +617,17 @@ class SandboxPool:
             queue.wake()  # room for more than this lease (a new sandbox, per_sandbox > 1)
         return slot
 
-    def _release(self, slot: _Slot) -> None:
+    def _release(self, slot: _Slot, *, ran: bool = True) -> None:
+        """End a lease; ``ran``: it ran something in the sandbox, which must then be renewed
+        before its next lease."""
         slot.leases -= 1
         slot.released = time.monotonic()
         self._in_use -= 1
-        if slot.retired and slot.leases == 0:
+        slot.spent = slot.spent or ran
+        if slot.leases == 0 and slot.retired:
             self._stop_later(slot)
+        elif slot.leases == 0 and slot.spent:
+            self._renew_later(slot)
         self._wake(slot.image)
 
     async def _lease_healthy(self, image: str | None) -> _Slot:
@@ -564,14 +641,14 @@ class SandboxPool:
             except SandboxNotFoundError:
                 alive = False
             except BaseException:
-                self._release(slot)
+                self._release(slot, ran=False)
                 raise
             if alive:
                 slot.checked = time.monotonic()
                 return slot
             logger.info("%s failed its health check; replacing it", slot.sandbox.id)
             self._retire(slot, why="lost")
-            self._release(slot)
+            self._release(slot, ran=False)
 
     # -- running evaluations ---------------------------------------------------------------
 
@@ -632,7 +709,7 @@ class SandboxPool:
         try:  # a lease waiting for the provider's turn (shared) has not run anything yet
             token = await self._shared.acquire("exec") if self._shared else None
         except BaseException:
-            self._release(slot)
+            self._release(slot, ran=False)
             raise
         try:
             result = await self._counted(fn(slot.sandbox), token, lambda: self._in_use)
@@ -667,7 +744,8 @@ class SandboxPool:
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, *self._stopping, return_exceptions=True)
+        await asyncio.gather(*tasks, *self._renewing, return_exceptions=True)
+        await asyncio.gather(*self._stopping, return_exceptions=True)
         slots = [*self._slots, *self._retiring]
         await asyncio.gather(*(self._stop(slot) for slot in slots))
         self._slots.clear()

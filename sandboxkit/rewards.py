@@ -382,6 +382,7 @@ class RewardFunction:
         if stats.pool is not None:
             values[f"{prefix}/pool_size"] = float(stats.pool.size)
             values[f"{prefix}/sandboxes_created"] = float(stats.pool.created)
+            values[f"{prefix}/sandboxes_renewed"] = float(stats.pool.renewed)
             values[f"{prefix}/sandboxes_evicted"] = float(stats.pool.evicted)
             values[f"{prefix}/retries"] = float(stats.pool.retries)
             values[f"{prefix}/rate_limited"] = float(stats.pool.rate_limited)

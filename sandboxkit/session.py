@@ -164,18 +164,20 @@ class Session:
     async def aclose(self) -> None:
         """Stop every sandbox of this session, concurrently, then release the client.
 
-        Creates still in flight on this event loop are awaited first; sandboxes whose create
-        raised after the provider made them are found by the session tag (asked only if a create
-        failed: otherwise the session knows all its sandboxes, and an unused session, or one
-        whose provider is gone, makes no call).
+        Creates still in flight on this event loop are awaited first, with the stops of the
+        sandboxes they made for a caller that gave up; sandboxes whose create raised after
+        the provider made them are found by the session tag (asked only if a create failed:
+        otherwise the session knows all its sandboxes, and an unused session, or one whose
+        provider is gone, makes no call).
         """
         self.closed = True
         if threading.current_thread() is threading.main_thread():
             self._restore_signals()
         _open_sessions.pop(self, None)
         loop = asyncio.get_running_loop()
-        mine = [t for t in (*self._creating, *self._stopping) if t.get_loop() is loop]
-        await asyncio.gather(*mine, return_exceptions=True)
+        # Until none is left: a create that ends after its caller gave up adds a stop.
+        while mine := [t for t in (*self._creating, *self._stopping) if t.get_loop() is loop]:
+            await asyncio.gather(*mine, return_exceptions=True)
         listed: set[str] = set()
         try:
             if self._unfinished_creates:

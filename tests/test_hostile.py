@@ -43,6 +43,7 @@ from sandboxkit.local.seccomp import native_arch, syscall_number, unsupported
 from sandboxkit.local.syscalls import SYSCALLS
 from sandboxkit.outcomes import OutcomeKind
 from sandboxkit.portal import run_sync
+from sandboxkit.protocol import KILLED_RETURNCODE, ExecResult
 from sandboxkit.testing.remote import processes_with
 from sandboxkit.tools import Rollout, SandboxLender
 
@@ -3422,3 +3423,241 @@ def test_stop_leaves_none_of_the_ipc_objects_a_program_made(tier: str, local_roo
         libc.mq_unlink(name.encode())
         with contextlib.suppress(FileNotFoundError):
             os.unlink(f"/dev/shm{name}")
+
+
+# -- a pooled sandbox: nothing of one completion reaches the next -------------------------------
+
+NEEDY = """
+import os, tempfile
+
+def solve():
+    with open("answer.txt", "w") as out:  # the working directory's disk
+        out.write("x" * (8 << 20))
+    os.remove("answer.txt")
+    with tempfile.TemporaryFile() as scratch:  # $TMPDIR's
+        scratch.write(b"y" * (24 << 20))
+    block = bytearray(96 << 20)  # and memory, with the rest far within the sandbox's limits
+    return len(block)
+"""
+NEEDY_TESTS = ["assert solve() == 96 << 20"]
+POOLED_LIMITS = {"memory_mb": MEMORY_MB, "disk_mb": 200, "disk_inodes": DISK_INODES}
+"""A fresh sandbox has room for ``NEEDY`` many times over; what one completion may leave
+takes that room."""
+LEFTOVERS = {
+    "files filling its memory in $TMPDIR": (
+        "import tempfile\nfor i in range(190):\n"
+        "    open(f'{tempfile.gettempdir()}/m{i}', 'wb').write(b'x' * (1 << 20))"
+    ),
+    "files filling its disk in the workdir": (
+        "for i in range(300):\n    open(f'd{i}', 'wb').write(b'x' * (1 << 20))"
+    ),
+    "files filling its memory in /dev/shm": (
+        "for i in range(190):\n    open(f'/dev/shm/MARK-{i}', 'wb').write(b'x' * (1 << 20))"
+    ),
+    "files taking every inode": (
+        "import tempfile\nfor i in range(5000):\n"
+        "    open(f'{tempfile.gettempdir()}/i{i}', 'w').close()"
+    ),
+    "a FIFO where it writes": "import os\nos.mkfifo('answer.txt')",
+    "a socket where it writes": "import socket\nsocket.socket(socket.AF_UNIX).bind('answer.txt')",
+    "an unwritable file where it writes": (
+        "import os\nopen('answer.txt', 'w').close()\nos.chmod('answer.txt', 0)"
+    ),
+    "a directory where it writes": "import os\nos.mkdir('answer.txt')\nos.chmod('answer.txt', 0)",
+    "no workdir": "import os, shutil\nhere = os.getcwd()\nos.chdir('/')\nshutil.rmtree(here)",
+}
+"""What a completion leaves in its pooled sandbox (at its module's load, before its tests
+run), each a way to fail the next completion there: memory and disk taken, the names it
+writes taken by what cannot be written, its workdir gone (``/workspace/job``)."""
+
+
+@contextlib.contextmanager
+def _pooled_judge(tier: str, local_root: Path, leftover: str) -> Iterator[tuple[str, Any]]:
+    """The ``LEFTOVERS`` program (marked for clean-up: the rlimits tier's ``/dev/shm`` is
+    the host's) and keywords for a reward function that judges in one sandbox, with room for
+    ``NEEDY`` only where nothing was left."""
+    if tier == "namespaces" and (reason := namespaces_failure()) is not None:
+        pytest.skip(f"no namespaces on this machine: {reason}")
+    mark = f"sbx-left-{uuid.uuid4().hex}"
+    workdir = "/workspace/job" if leftover == "no workdir" else "/workspace"
+    client = get_backend("subprocess", root=local_root, **POOLED_LIMITS)
+    try:
+        yield (
+            LEFTOVERS[leftover].replace("MARK", mark),
+            {
+                "backend": client,
+                "pool_size": 1,
+                "timeout": 3,
+                "workdir": workdir,
+            },
+        )
+    finally:
+        client.close()
+        for left in Path("/dev/shm").glob(f"{mark}-*"):
+            left.unlink()
+
+
+@pytest.mark.parametrize("leftover", LEFTOVERS)
+def test_a_pooled_sandbox_keeps_nothing_of_one_completion_for_the_next(
+    tier: str, local_root: Path, leftover: str
+) -> None:
+    """A reward function's pool serves its completions in a few sandboxes: a correct
+    completion that the one before it in the same sandbox tried to fail with what it left
+    there still scores 1.0. The namespaced tiers renew the sandbox in place (nothing of an
+    exec outlives it); the rlimits tier, where a process may, replaces it."""
+    from sandboxkit.rewards import assert_tests_reward
+
+    with _pooled_judge(tier, local_root, leftover) as (hostile, options):
+        reward = assert_tests_reward(**options)
+        try:
+            assert reward([""], [NEEDY], test_list=[NEEDY_TESTS]) == [1.0]  # room for it
+            reward([""], [hostile + NEEDY], test_list=[NEEDY_TESTS])
+            assert reward([""], [NEEDY], test_list=[NEEDY_TESTS]) == [1.0], reward.last_batch
+            stats = reward.pool.stats
+            renewed = reward.metrics(reward.last_batch)["assert_tests_reward/sandboxes_renewed"]
+        finally:
+            reward.close()
+    assert stats.failures == stats.replaced == 0
+    if tier == "rlimits":
+        assert stats.recycled >= 2 and renewed == 0
+    else:
+        assert stats.created == 1 and renewed >= 2
+
+
+@pytest.mark.parametrize("leftover", ["files filling its memory in $TMPDIR", "no workdir"])
+def test_the_judge_of_rollouts_keeps_nothing_of_one_submission_for_the_next(
+    tier: str, local_root: Path, leftover: str
+) -> None:
+    """TRL's ``get_reward`` judges each rollout's submission on a pool of the environment's
+    own, which no tool call touches: one submission leaves nothing there for the next."""
+    from sandboxkit.rewards import assert_tests_reward
+
+    with _pooled_judge(tier, local_root, leftover) as (hostile, options):
+        reward = assert_tests_reward(**options)
+        environment = sandbox_environment(options["backend"], reward=reward, name="PooledJudge")
+        rewards = []
+        try:
+            for code in (hostile + NEEDY, NEEDY):
+                env = environment()
+                env.reset(prompt="", test_list=NEEDY_TESTS)
+                env.submit(code)
+                rewards.append(asyncio.run(env.get_reward()))
+        finally:
+            environment.close_all()
+    assert rewards[1] == 1.0, rewards
+
+
+# -- a renewal: new storage under the idle warm template ----------------------------------------
+
+LEAVINGS = (
+    "mkfifo fifo && mkdir -p d/e && echo x > d/e/f && chmod 000 d && echo y > /tmp/y && "
+    "chmod 1777 /tmp && for i in $(seq 300); do : > /tmp/n$i && rm /tmp/n$i; done"
+)
+FOUND = (
+    'ls -A /workspace /tmp | grep -v ":$"; : > /tmp/probe && stat -c "%i %a" /tmp/probe /tmp; '
+    "df -k /workspace | tail -1 | awk '{print $3}'"
+)
+
+
+def test_a_renewal_shows_an_idle_template_new_storage(tier: str, local_root: Path) -> None:
+    """A renewal keeps the sandbox's idle warm template (starting one costs several times the
+    rest) and shows it the new tmpfs, again and again: an exec after each finds nothing of
+    the ones before, not even the inode numbers they used up or their marks on ``/tmp``."""
+    if tier != "namespaces" or os.environ["SANDBOXKIT_WARM"] == "0":
+        pytest.skip("only a warm template serves on across renewals")
+    with _sandbox_of(tier, local_root) as (client, sb, _):
+        local = client.backend_as(SubprocessBackend)
+        assert sb.exec(["sh", "-c", "true"]).ok
+        template = local.warm_template(sb.id)
+        seen = []
+        for _ in range(3):
+            assert sb.exec(["sh", "-c", LEAVINGS], timeout=60).ok
+            run_sync(local.renew(sb.id))
+            assert local.warm_template(sb.id) is template and template.grafted
+            seen.append(sb.exec(["sh", "-c", FOUND], timeout=60).stdout.split())
+        assert len({tuple(s) for s in seen}) == 1, seen  # the same, renewal after renewal
+        probe, probe_mode, _, tmp_mode, used = seen[0]
+        assert (probe_mode, tmp_mode) == ("644", "700") and int(probe) < 50 and int(used) < 100
+
+
+def test_a_renewal_under_a_running_exec_ends_it_and_the_template(
+    tier: str, local_root: Path
+) -> None:
+    """A renewal while an exec runs (no pool or lender does that) cannot keep the template
+    serving it: the exec ends, killed, the template with it, and the sandbox comes back new
+    with a template of its own, started before the next exec."""
+    if tier != "namespaces" or os.environ["SANDBOXKIT_WARM"] == "0":
+        pytest.skip("only a warm template serves on across renewals")
+    with _sandbox_of(tier, local_root) as (client, sb, _):
+        local = client.backend_as(SubprocessBackend)
+
+        async def renew_under(command: str) -> ExecResult:
+            running = asyncio.ensure_future(sb.aexec(["sh", "-c", command], timeout=60))
+            while local.warm_template(sb.id) is None or not local.warm_template(sb.id).busy:
+                await asyncio.sleep(0.01)
+            await local.renew(sb.id)
+            return await running
+
+        sb.exec(["true"])
+        first = local.warm_template(sb.id)
+        killed = run_sync(renew_under("echo x > left; sleep 50"))
+        assert killed.returncode == KILLED_RETURNCODE and not killed.ok
+        second = local.warm_template(sb.id)
+        assert second is not None and second is not first and not second.grafted
+        assert sb.exec(["ls", "-A"]).stdout == ""
+
+
+def test_a_sandbox_being_renewed_never_looks_stopped(tier: str, local_root: Path) -> None:
+    """While its storage is made again, a sandbox still exists for every reader (``list``,
+    ``get``, ``stop`` find it by its ``sandbox.json``): a ``stop`` that found none would do
+    nothing, and the sandbox would outlive its session (at SIGTERM, say)."""
+    with _sandbox_of(tier, local_root) as (client, sb, _):
+        local = client.backend_as(SubprocessBackend)
+        assert sb.exec(["true"]).ok
+        marker = local_root / sb.id / "sandbox.json"
+        done, missing = threading.Event(), []
+
+        def watch() -> None:
+            while not done.is_set():
+                if not marker.is_file():
+                    missing.append(time.monotonic())
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            for _ in range(30):
+                run_sync(local.renew(sb.id))
+        finally:
+            done.set()
+            watcher.join()
+        assert missing == []
+
+
+def test_a_stop_during_a_renewal_stops_the_sandbox(tier: str, local_root: Path) -> None:
+    """A stop that comes while a renewal makes the sandbox's storage again (a session's at
+    SIGTERM, say) still stops it and leaves nothing of it; the renewal then fails, or had
+    already ended."""
+    if tier == "namespaces" and (reason := namespaces_failure()) is not None:
+        pytest.skip(f"no namespaces on this machine: {reason}")
+    client = get_backend("subprocess", root=local_root)
+    local = client.backend_as(SubprocessBackend)
+    try:
+        for delay in [0.0005 * i for i in range(12)]:
+            sb = client.sandbox()
+            assert sb.exec(["sh", "-c", "echo x > left"]).ok
+            renewal = threading.Thread(target=_renew_quietly, args=(local, sb.id))
+            renewal.start()
+            time.sleep(delay)
+            sb.stop()
+            renewal.join()
+            with pytest.raises(SandboxNotFoundError):
+                client.get(sb.id)
+    finally:
+        client.close()
+    assert [p.name for p in local_root.iterdir() if "sbx-" in p.name] == []
+    assert mounts_under(local_root) == []
+
+
+def _renew_quietly(local: SubprocessBackend, sandbox_id: str) -> None:
+    with contextlib.suppress(Exception):  # it may find its sandbox stopped under it
+        run_sync(local.renew(sandbox_id))

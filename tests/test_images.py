@@ -78,14 +78,14 @@ def test_a_batch_mixing_images_is_judged_each_row_in_its_own(client: SandboxClie
 @pytest.mark.parametrize("remote_provider", HONOURING, indirect=True)
 def test_a_pool_reuses_sandboxes_per_image_within_its_size(client: SandboxClient) -> None:
     """A full pool stops its least recently used idle sandbox of another image to make room,
-    and reuses each image's own sandboxes; the pool's ``image`` is what a lease naming none
-    gets."""
+    and reuses each image's own sandboxes (here wiped between leases: without ``reuse`` a
+    remote sandbox serves one lease); the pool's ``image`` is what a lease naming none gets."""
 
     async def seen(sandbox: Sandbox) -> tuple[str, str]:
         result = await sandbox.aexec(["sh", "-c", f"printf %s ${IMAGE_VARIABLE}"])
         return sandbox.id, result.stdout
 
-    with SandboxPool(client, size=2, image="img-a") as pool:
+    with SandboxPool(client, size=2, image="img-a", reuse=True) as pool:
         first_a = pool.run(seen)
         again_a = pool.run(seen, image="img-a")
         first_b = pool.run(seen, image="img-b")
@@ -106,8 +106,9 @@ def test_a_pool_reuses_sandboxes_per_image_within_its_size(client: SandboxClient
 @pytest.mark.slow
 @pytest.mark.parametrize("remote_provider", ["aviato"], indirect=True)
 def test_leases_of_many_images_at_once_each_get_their_own(client: SandboxClient) -> None:
-    """Concurrent leases of three images on a pool of two: each runs in its own image, none
-    waits forever, and the pool never keeps more than its size in service."""
+    """Concurrent leases of three images on a pool of two, reused (wiped) between leases: each
+    runs in its own image, none waits forever, and the pool never keeps more than its size in
+    service."""
     images = [f"img-{i % 3}" for i in range(18)]
 
     async def shown(sandbox: Sandbox) -> str:
@@ -126,7 +127,7 @@ def test_leases_of_many_images_at_once_each_get_their_own(client: SandboxClient)
         assert max(sizes) == 2
         return seen
 
-    with SandboxPool(client, size=2) as pool:
+    with SandboxPool(client, size=2, reuse=True) as pool:
         assert run_sync(batch(pool)) == images
         assert pool.stats.size <= 2 and pool.stats.evicted >= 2
 

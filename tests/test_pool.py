@@ -130,6 +130,7 @@ def test_recycles_after_max_uses(
     assert ids[0:3] == [ids[0]] * 3 and ids[3:6] == [ids[3]] * 3
     assert len({ids[0], ids[3], ids[6]}) == 3
     assert (pool.stats.recycled, pool.stats.created) == (2, 3)
+    eventually(lambda: pool.stats.renewed == 5)  # after each lease but the worn ones
     eventually(
         lambda: len(local.list(tags=[pool.session.run_tag])) == 1
     )  # stopped in the background
@@ -213,6 +214,7 @@ def test_evaluations_fail_rather_than_wait_when_every_create_fails(
 def test_transient_errors_are_retried_with_backoff(
     pool_factory: type[SandboxPool], faulty: FaultyBackend
 ) -> None:
+    """Each attempt runs on a sandbox renewed since the attempt before ran in it."""
     pool = pool_factory(size=1, retries=3, backoff=0.05)
     pool.start()
     faulty.faults.error_rate = 1.0
@@ -224,6 +226,8 @@ def test_transient_errors_are_retried_with_backoff(
     assert faulty.calls["write_file"] == 4  # one attempt and three retries
     assert time.monotonic() - started >= 0.05 + 0.1 + 0.2  # exponential waits
     assert (pool.stats.retries, pool.stats.failures) == (3, 1)
+    eventually(lambda: pool.stats.renewed == 4)
+    assert pool.stats.created == 1
     faulty.faults.error_rate = 0.0
     assert pool.run(lambda sb: square(sb, 2)) == 4
 
@@ -242,7 +246,7 @@ def test_lost_sandboxes_are_replaced_and_retried(
     assert pool.stats.replaced == 3
     faulty.faults.die_rate = 0.0
     assert pool.run(lambda sb: square(sb, 5)) == 25
-    eventually(lambda: pool.stats.size == 2)
+    eventually(lambda: pool.stats.size == 2 and pool.stats.renewed == 1)
     assert pool.stats.created == 2 + 3
     assert len(local.list(tags=[pool.session.run_tag])) == 2
 
@@ -313,3 +317,124 @@ def test_progress_bar_only_when_asked_or_on_a_terminal(
         assert "sandboxes" in err and "3/3" in err
     else:
         assert err == ""  # pytest's stderr is no terminal
+
+
+# -- between leases: nothing of one evaluation reaches the next -------------------------------
+
+LEAVE = 'echo left > left.txt && echo left > "${TMPDIR:-/tmp}/left.txt" && mkfifo fifo'
+LOOK = 'ls -A "$(pwd)" "${TMPDIR:-/tmp}" | grep -v "^/" | grep -v "^\\.sandboxkit$"; true'
+"""What is left in the workdir and ``$TMPDIR`` (but Daytona's exec scratch, ``/tmp/.sandboxkit``,
+where the backend keeps its own files)."""
+
+
+async def leave(sandbox: Sandbox) -> str:
+    result = await sandbox.aexec(["sh", "-c", LEAVE], timeout=60)
+    assert result.ok, result.stderr
+    return sandbox.id
+
+
+async def look(sandbox: Sandbox) -> tuple[str, list[str]]:
+    result = await sandbox.aexec(["sh", "-c", LOOK], timeout=60)
+    return sandbox.id, result.stdout.split()
+
+
+def test_a_sandbox_is_renewed_between_leases(pool_factory: type[SandboxPool]) -> None:
+    """The local backend makes a sandbox as new in place once its lease has ended: the next
+    lease gets the same sandbox with nothing of the last in it."""
+    pool = pool_factory(size=1)
+    first = pool.run(leave)
+    second, left = pool.run(look)
+    assert (second, left) == (first, [])
+    eventually(lambda: pool.stats.renewed == 2)
+    assert (pool.stats.created, pool.stats.recycled, pool.stats.replaced) == (1, 0, 0)
+
+
+def test_without_reuse_each_lease_gets_a_fresh_sandbox(pool_factory: type[SandboxPool]) -> None:
+    pool = pool_factory(size=1, reuse=False)
+    first = pool.run(leave)
+    second, left = pool.run(look)
+    assert second != first and left == []
+    eventually(lambda: pool.stats.recycled == 2)
+    assert pool.stats.renewed == 0
+
+
+def test_a_shared_sandbox_takes_no_new_lease_once_one_has_ended(
+    pool_factory: type[SandboxPool],
+) -> None:
+    """With ``per_sandbox`` > 1 leases share a sandbox while they run; once one has ended, a
+    later one waits for the others to end and the sandbox to be renewed, and finds nothing
+    of them."""
+    pool = pool_factory(size=1, per_sandbox=2)
+
+    async def main() -> tuple[str, str, tuple[str, list[str]]]:
+        holding, release = asyncio.Event(), asyncio.Event()
+
+        async def hold(sandbox: Sandbox) -> str:
+            holding.set()
+            await release.wait()
+            return sandbox.id
+
+        held = asyncio.ensure_future(pool.arun(hold))
+        await holding.wait()
+        beside = await pool.arun(leave)  # the second lease, while ``hold`` holds the first
+        later = asyncio.ensure_future(pool.arun(look))
+        await asyncio.sleep(0.3)
+        assert not later.done()  # the sandbox is spent: it waits for its renewal
+        release.set()
+        return await held, beside, await later
+
+    held, beside, (later, left) = asyncio.run(main())
+    assert held == beside == later and left == []
+
+
+def test_a_sandbox_that_cannot_be_renewed_is_replaced_charging_no_one(
+    pool_factory: type[SandboxPool], local: SandboxClient
+) -> None:
+    """A sandbox the provider lost between two leases cannot be renewed: it is replaced
+    before the next lease, which is neither retried nor failed for it."""
+    pool = pool_factory(size=1)
+
+    async def lost_as_it_ends(sandbox: Sandbox) -> str:
+        await local.backend.stop(sandbox.id)
+        return sandbox.id
+
+    first = pool.run(lost_as_it_ends)
+    assert pool.run(lambda sb: square(sb, 7)) == 49
+    stats = pool.stats
+    assert (stats.created, stats.replaced, stats.retries, stats.failures) == (2, 1, 0, 0)
+    assert first not in [info.id for info in local.list(tags=[pool.session.run_tag])]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("reuse", [None, True])
+def test_each_backend_renews_wipes_or_replaces_a_sandbox_between_leases(
+    backend_client: SandboxClient, reuse: bool | None
+) -> None:
+    """What each backend gets (docs/isolation.md): the local backend's and Ray's sandboxes
+    are renewed in place; the others' replaced by fresh ones, or, with ``reuse=True``, wiped
+    (their workdir and ``$TMPDIR`` emptied, the caller's risk)."""
+    renews = backend_client.name in ("subprocess", "ray")
+    with SandboxPool(backend_client, size=1, reuse=reuse, progress=False) as pool:
+        first = pool.run(leave)
+        second, left = pool.run(look)
+        eventually(lambda: pool.stats.renewed + pool.stats.recycled == 2)
+        stats = pool.stats
+    assert left == []
+    if renews or reuse:
+        assert second == first and stats.renewed == 2
+    else:
+        assert second != first and stats.recycled == 2
+
+
+def test_closing_while_a_replacement_is_made_leaves_no_sandbox(
+    pool_factory: type[SandboxPool], faulty: FaultyBackend, local: SandboxClient, local_root: Path
+) -> None:
+    """A pool that replaces its sandbox after each lease is usually creating one when it is
+    closed: that sandbox, made after its creation was given up, is stopped before ``close``
+    returns."""
+    faulty.faults.create_latency_ms = 300
+    pool = pool_factory(size=1, reuse=False)
+    assert pool.run(lambda sb: square(sb, 2)) == 4  # then its replacement is under way
+    faulty.faults.latency_ms = 200  # and every stop takes a while
+    pool.close()
+    assert leftovers(local, local_root, pool) == []

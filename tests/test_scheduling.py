@@ -222,7 +222,8 @@ def test_a_batch_under_emulated_rate_limits_completes(
     emu.faults.max_concurrent_execs = 2
     n = 16
     with client_for(provider, emu.url) as client:
-        reward = exec_reward(client, timeout=60, pool_size=4, per_sandbox=2, retries=8)
+        # Reused (wiped) between leases: a fresh sandbox each would pace the execs by creates.
+        reward = exec_reward(client, timeout=60, pool_size=4, per_sandbox=2, retries=8, reuse=True)
         try:
             scores = reward(["p"] * n, [f"print({i})" for i in range(n)])
             stats = reward.last_batch

@@ -8,8 +8,8 @@ import pytest
 
 from sandboxkit import SandboxClient
 from sandboxkit.portal import run_sync
+from sandboxkit.renewal import leaves_no_processes
 from sandboxkit.tools import SandboxLender
-from sandboxkit.tools.lender import leaves_no_processes
 
 LEAVE = (
     "mkdir -p d/e /tmp/.sandboxkit/planted && echo 1 >d/e/f && chmod 000 d && echo 1 >a.txt "

@@ -124,6 +124,15 @@ class SandboxActor:
         local, sandbox_id = self._sandbox()
         return _untagged(await local.get(sandbox_id))
 
+    async def renew(self) -> None:
+        local, sandbox_id = self._sandbox()
+        if not local.execs_leave_no_processes:  # what outlived an exec would stay for the next
+            raise BackendError(
+                f"Ray node {socket.gethostname()} runs sandboxes in the "
+                f"{local.isolation.tier.value} tier, where a renewal cannot end every process"
+            )
+        await local.renew(sandbox_id)
+
     async def stop(self) -> None:
         if self.backend is not None and self.sandbox_id is not None:
             sandbox_id, self.sandbox_id = self.sandbox_id, None
@@ -197,6 +206,9 @@ class RayBackend:
     """Provider options a sandbox takes: none (``cpu`` and ``memory_mb`` place it)."""
     images = False
     """Its sandboxes run in its workers' environment, whatever image is named."""
+    execs_leave_no_processes = True
+    """Nodes run namespaced sandboxes (a pid namespace per exec); one whose environment chose
+    a weaker tier refuses to :meth:`renew`, and a pool or lender replaces the sandbox."""
 
     def __init__(
         self,
@@ -423,6 +435,12 @@ class RayBackend:
         wanted = set(tags)
         found = [info for name in await self._names() if (info := _parse_name(name))]
         return sorted((i for i in found if wanted <= set(i.tags)), key=lambda i: i.id)
+
+    async def renew(self, sandbox_id: str) -> None:
+        """Make a sandbox as new in place, as the local backend's ``renew`` does, on its node
+        (see :mod:`sandboxkit.renewal`)."""
+        handle = await self._handle(sandbox_id)
+        await self._call(sandbox_id, handle.renew.remote())
 
     async def get(self, sandbox_id: str) -> SandboxInfo:
         handle = await self._handle(sandbox_id)

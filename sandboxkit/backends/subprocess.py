@@ -53,6 +53,8 @@ _META = "sandbox.json"
 _GRAVEYARD = ".stopped-"
 """A stopped sandbox's directory is renamed ``.stopped-<id>-<random>``, then deleted."""
 _UID_LEFTOVER = "uid-"
+_MOUNTED_AGAIN = 10
+"""Times ``stop`` takes a tmpfs off a sandbox's directory that a renewal mounted again."""
 _VIEW = "view"
 """A namespaced sandbox's view of the host (``local.view``), beside its storage."""
 HALF_MADE_GRACE_SECONDS = 60
@@ -94,6 +96,17 @@ def _bury(graveyard: Path, pids: set[int], uid: int | None, holder: Path, shared
         time.sleep(0.05)
     if uid is not None:
         uids.release(uid, holder)
+
+
+def _write_meta(path: Path, meta: Mapping[str, Any]) -> None:
+    """Write a sandbox's ``sandbox.json`` in its directory ``path`` as a new file renamed over
+    any old one: no reader finds it half-written or missing. Only the host reads it (the
+    spec's env is no business of other sandboxes, which can list this directory in rlimits)."""
+    fresh = path / f".{_META}.{uuid.uuid4().hex}"
+    fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(json.dumps(meta))
+    os.replace(fresh, path / _META)
 
 
 def _wait_gone(pids: set[int], seconds: float) -> float:
@@ -345,10 +358,15 @@ class SubprocessBackend:
     def _lay_out(self, path: Path, meta: Mapping[str, Any]) -> None:
         """Make a new sandbox's storage in its directory ``path``: a fresh tmpfs where the
         host can mount, its ``workspace`` (with the workdir) and ``tmp``, in the namespaces
-        tier its ``view`` of the host, and last its ``sandbox.json`` (``meta``), from which on
-        it exists."""
+        tier its ``view`` of the host, and its ``sandbox.json`` (``meta``), from which on it
+        exists: last, or, where a tmpfs is mounted, beneath it before its first mount and on
+        it at once, so that while a renewal swaps the tmpfs the sandbox still exists for every
+        reader (a ``stop`` that found none would do nothing)."""
         if self.disk_limit == "tmpfs":
+            if not (path / _META).is_file():
+                _write_meta(path, meta)
             disk.mount(path, size_mb=self.limits.disk_mb, inodes=self.limits.disk_inodes)
+            _write_meta(path, meta)
         if self.isolation.tier is Tier.NAMESPACES:
             view.make(path / _VIEW, devices=self.disk_limit == "tmpfs")
         (path / "workspace").mkdir(mode=0o700)
@@ -365,35 +383,102 @@ class SubprocessBackend:
             for dirpath, _dirs, _files in os.walk(path / sub):
                 if owner is not None:
                     os.chown(dirpath, owner, owner)
-        # Last: the sandbox exists from here. Only the host reads it (the spec's env is
-        # no business of other sandboxes, which can list this directory in rlimits).
-        fd = os.open(path / _META, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        with os.fdopen(fd, "w") as out:
-            out.write(json.dumps(meta))
+        if self.disk_limit != "tmpfs":
+            _write_meta(path, meta)
 
     async def renew(self, sandbox_id: str) -> None:
         """Make a sandbox as new, keeping its id and spec, for a next holder that must find
-        nothing of the last (:mod:`sandboxkit.tools.lender`): its processes and its warm
-        template (with the template's namespaces) end, and its storage is made again, a new
-        tmpfs where the host can mount (emptying the old one would keep its inode numbers
-        counting, a channel from one holder to the next), else new directories. Costs about
-        what a wipe did, and the next exec starts a fresh template."""
+        nothing of the last (:mod:`sandboxkit.renewal`: a pool's next completion, a lender's
+        next rollout). Its storage is made again: a new tmpfs where the host can mount
+        (emptying the old one would keep its inode numbers counting, a channel from one holder
+        to the next), else new directories. Its warm template, idle, is shown the new tmpfs
+        where it had the old (:meth:`_graft`) and serves on: a command can change nothing of
+        the template (each exec has processes, a mount, IPC and network namespace and a
+        /dev/shm of its own), and starting one costs several times all the rest. Otherwise
+        every process of the sandbox ends, its template with them, and a new template starts
+        now rather than in the next holder's first exec."""
         path = self._dir(sandbox_id)
-        await asyncio.to_thread(self._remake, sandbox_id, path, self._meta(path))
+        meta = self._meta(path)
+        await asyncio.to_thread(self._remake, sandbox_id, path, meta)
+        if self.warm and self.warm_template(sandbox_id) is None:
+            self._groups(sandbox_id, meta)
+            with contextlib.suppress(ColdPath):  # then its execs run the cold way
+                await on_portal(self._template(sandbox_id, path, self._uid(meta)))
 
     def _remake(self, sandbox_id: str, path: Path, meta: Mapping[str, Any]) -> None:
         """``renew``'s work, in a thread: killing a template spins until its cgroup is empty,
         which would hold up the event loop (a trainer's ``reset`` waits on it)."""
+        if self._graft(sandbox_id, path, meta):
+            return
         _wait_gone(self._end_processes(sandbox_id), 10)
         uid = meta.get("uid")
         if uid is not None and not _end_uid(uid, self._shared_ipc):  # not for a next holder
             raise BackendError(f"processes of sandbox {sandbox_id}'s uid outlived a renewal")
         if self.disk_limit == "tmpfs":
-            disk.unmount(path)  # the template's views of it went with the template
+            self._new_tmpfs(sandbox_id, path, meta)  # the template's views went with it
         else:
-            for entry in ("workspace", "tmp", _VIEW, _META):
+            for entry in ("workspace", "tmp", _VIEW):
                 files.remove_tree(path / entry)
-        self._lay_out(path, meta)
+            self._lay_out(path, meta)
+
+    def _new_tmpfs(self, sandbox_id: str, path: Path, meta: Mapping[str, Any]) -> None:
+        """Put a new tmpfs in place of the sandbox's: laid out beside it (on a directory named
+        as a stopped sandbox's, which ``reap`` deletes should this process die meanwhile),
+        then moved over it once the old one is detached, while the copy of ``sandbox.json``
+        beneath shows (:meth:`_lay_out`): the sandbox never looks gone, nor half made. Where
+        the host refuses to move a mount, it is laid out in place."""
+        staging = self.root / f"{_GRAVEYARD}{sandbox_id}-{uuid.uuid4().hex[:6]}"
+        staging.mkdir(mode=0o711)
+        try:
+            self._lay_out(staging, meta)
+            disk.unmount(path)
+            try:
+                disk.move(staging, path)
+            except OSError:
+                self._lay_out(path, meta)
+        finally:
+            self._discard(staging)
+
+    def _graft(self, sandbox_id: str, path: Path, meta: Mapping[str, Any]) -> bool:
+        """Renew the storage of a sandbox whose warm template is idle, with the template kept:
+        the old tmpfs emptied (the template's own mounts hold it), a new one laid out in its
+        place and shown to the template's mount namespaces (``disk.graft``). Its processes
+        need no other end: each exec's died with the exec's pid namespace, whose init and
+        command are the server's children (it has none now), as between any two execs. False
+        where that cannot be (no template, an exec in flight, no tmpfs, a kernel before Linux
+        5.8), or failed half-way: then :meth:`_remake` ends the template and lays the storage
+        out again."""
+        template = self._templates.get(sandbox_id)
+        execs = self._execs.get(sandbox_id, [0, 0])
+        if (
+            template is None
+            or self.disk_limit != "tmpfs"
+            or execs[0]
+            or self._running.get(sandbox_id)
+        ):
+            return False
+        serving = template.idle_processes()
+        if serving is None:
+            return False
+        processes: list[int] = []
+        try:
+            processes += [os.pidfd_open(pid) for pid in serving]
+            if template.idle_processes() != serving:  # one died, its pid reused: not ours
+                return False
+            self._known.pop(sandbox_id, None)
+            for place in disk.PLACES:
+                for name in os.listdir(path / place):
+                    files.remove_tree(path / place / name)
+            self._new_tmpfs(sandbox_id, path, meta)
+            disk.graft(path, processes[2:], again=template.grafted)
+        except OSError as exc:
+            logger.info("sandbox %s: its template is started again (%s)", sandbox_id, exc)
+            return False
+        finally:
+            for process in processes:
+                os.close(process)
+        template.grafted = True
+        return True
 
     def _end_processes(self, sandbox_id: str) -> set[int]:
         """Kill the sandbox's warm template and this process's execs in it (each returns at
@@ -473,14 +558,10 @@ class SubprocessBackend:
         started = execs[1]
         events = None
         try:
-            if self.isolation.tier is not Tier.NONE:
-                cgroups.sandbox(
-                    sandbox_id,
-                    memory_bytes=self.limits.memory_mb * MiB,
-                    cpus=float(meta.get("cpus", self.limits.cpus)),
-                )
-                if alone:  # else another exec's memory would count with this one's
-                    events = cgroups.memory_events(sandbox_id, restart=True)
+            self._groups(sandbox_id, meta)
+            if alone and self.isolation.tier is not Tier.NONE:
+                # else another exec's memory would count with this one's
+                events = cgroups.memory_events(sandbox_id, restart=True)
             result = await self._exec(
                 sandbox_id, path, self._uid(meta), command, cwd_arg, run_env, timeout, stdin
             )
@@ -520,6 +601,16 @@ class SubprocessBackend:
         if self.isolation.tier is not Tier.NAMESPACES:
             return ["every file"]
         return view.host_inodes(self._view(self._dir(sandbox_id)), self.isolation.overlays)
+
+    def _groups(self, sandbox_id: str, meta: Mapping[str, Any]) -> None:
+        """Make the sandbox's cgroups with its limits, unless they are made: before the first
+        process of it starts here."""
+        if self.isolation.tier is not Tier.NONE:
+            self.confinement.cgroups.sandbox(
+                sandbox_id,
+                memory_bytes=self.limits.memory_mb * MiB,
+                cpus=float(meta.get("cpus", self.limits.cpus)),
+            )
 
     def _lost(self, sandbox_id: str) -> None:
         """Drop the cgroups of a sandbox stopped during an exec: a ``stop`` that ran before
@@ -650,16 +741,23 @@ class SubprocessBackend:
                 return
             raise
         # Rename first so a concurrent exec or list sees it gone at once, then delete; a
-        # mount point cannot be renamed: its tmpfs goes first (and its files with it).
-        if self.disk_limit == "tmpfs":
-            disk.unmount(path)
+        # mount point cannot be renamed: its tmpfs goes first (and its files with it), again
+        # where a renewal in another thread put a new one there meanwhile (that renewal then
+        # fails, its sandbox gone).
         graveyard = self.root / f"{_GRAVEYARD}{sandbox_id}-{uuid.uuid4().hex[:6]}"
-        try:
-            path.rename(graveyard)
-        except FileNotFoundError:
-            if missing_ok:
-                return
-            raise SandboxNotFoundError(f"no sandbox {sandbox_id!r}") from None
+        for attempt in range(_MOUNTED_AGAIN):
+            if self.disk_limit == "tmpfs":
+                disk.unmount(path)
+            try:
+                path.rename(graveyard)
+                break
+            except FileNotFoundError:
+                if missing_ok:
+                    return
+                raise SandboxNotFoundError(f"no sandbox {sandbox_id!r}") from None
+            except OSError as exc:
+                if exc.errno != errno.EBUSY or attempt == _MOUNTED_AGAIN - 1:
+                    raise
         pids = self._end_processes(sandbox_id)
         self.confinement.cgroups.drop(sandbox_id)
         try:

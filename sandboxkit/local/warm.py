@@ -153,6 +153,8 @@ class WarmTemplate:
         """Whether each exec's init is the tiny program (else a fork of the template)."""
         self.host_compiled = False
         """Whether it loaded this host's compile of its source (``compiled_source``)."""
+        self.grafted = False
+        """Whether a renewal showed it a new storage (``disk.graft``) since it started."""
         self._draining: set[asyncio.Task[None]] = set()
         self._awaited: _Answer | None = None
         self._reading = False
@@ -240,6 +242,24 @@ class WarmTemplate:
         if template.learnt_site:  # sent before any command ran here: nothing could forge it
             site.learnt(list(ready["site_path"]))
         return template
+
+    def idle_processes(self) -> list[int] | None:
+        """While it serves no exec, the host pids of bwrap, bwrap's init, the template and its
+        server S, whose mount namespaces are the template's (of which each exec's is a copy)
+        and S's (the next exec's); None if it is serving, ending or not so. S must have no
+        child: nothing of an exec is left."""
+        if self.busy or self.broken or self._draining:
+            return None
+        chain = [self.spawned.proc.pid]
+        try:
+            while len(chain) < 4:
+                (child,) = _children(chain[-1])
+                chain.append(child)
+            if _children(chain[-1]):
+                return None
+        except (OSError, ValueError):  # gone, or another shape than expected
+            return None
+        return chain
 
     def close(self) -> None:
         """Kill the template and everything running in it (also from another thread); an
@@ -402,6 +422,15 @@ class WarmTemplate:
         task = self.loop.create_task(drain())
         self._draining.add(task)
         task.add_done_callback(self._draining.discard)
+
+
+def _children(pid: int) -> list[int]:
+    """The host pids of ``pid``'s children (of each of its threads)."""
+    found = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as children:
+            found += [int(child) for child in children.read().split()]
+    return found
 
 
 def _result(answer: dict[str, Any], out: bytes, err: bytes) -> ExecResult:

@@ -4,57 +4,29 @@ A :class:`~sandboxkit.pool.SandboxPool` leases a sandbox per call, to whoever is
 rollout needs the same sandbox for all its calls (its files, its interpreter's state) and no
 one else in it. The lender hands each holder a sandbox of its own, created only when none is
 idle, and takes it back when the rollout ends: made as new and kept for the next holder where
-the backend can (the local backend's ``renew``: its storage, template and processes made
-again), so that no leftover can reach the next rollout; otherwise stopped, and a replacement
-created in the background. (A backend without ``renew`` is wiped instead, where the caller
-asks for reuse: what a wipe cannot reach is then the caller's risk.) Either way a training
-step reuses what the step before made, rather than creating one sandbox per rollout per step.
+the backend can, so that no leftover can reach the next rollout; otherwise stopped, and a
+replacement created in the background (:mod:`sandboxkit.renewal`, which a pool's judging
+sandboxes follow too). Either way a training step reuses what the step before made, rather
+than creating one sandbox per rollout per step.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from collections.abc import Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..client import Sandbox
 from ..keywords import suggest_keywords
 from ..registry import BackendLike
+from ..renewal import Renewal, prime
 from ..retry import retried
 from ..session import Session
 
 logger = logging.getLogger("sandboxkit.tools")
-
-SCRATCH = "/tmp/.sandboxkit"
-"""Where remote backends' exec wrappers keep their files while an exec runs (Daytona's, one
-directory per exec: the wipe's own too)."""
-
-WIPE = (
-    'w=$(pwd) && t=${TMPDIR:-/tmp} && [ "$w" != / ] && [ "$t" != / ] || exit 1; '
-    'chmod -R u+rwX -- "$w" "$t" 2>/dev/null; '
-    f'find "$w" "$t" -mindepth 1 -maxdepth 1 ! -path {SCRATCH} -exec rm -rf -- {{}} + 2>/dev/null; '
-    f'[ -z "$(find "$w" "$t" -mindepth 1 -maxdepth 1 ! -path {SCRATCH} -print -quit 2>/dev/null)" ]'
-)
-"""For a backend that cannot renew a sandbox: empty the workdir and the sandbox's temporary
-directory (``$TMPDIR`` where the backend sets one), giving back the permissions a program took
-away first, but :data:`SCRATCH` (wiping it took the wipe's own exec wrapper's files on
-Daytona, which failed every wipe); fails unless both are empty after. Processes may outlive
-an exec there, so reuse is the caller's choice, and what the wipe cannot reach (metadata,
-inode numbers, anything outside the two directories) its risk."""
-
-
-_WIPE_TIMEOUT = 30.0
-
-
-async def _prime(sandbox: Sandbox) -> None:
-    """A first exec starts what execs need (the local backend's warm template), so that the
-    next holder does not wait for it."""
-    with contextlib.suppress(Exception):
-        await sandbox.aexec(["true"], timeout=_WIPE_TIMEOUT)
 
 
 @dataclass
@@ -70,24 +42,12 @@ class LenderStats:
     """Idle sandboxes of one image stopped to make room for a holder of another."""
 
 
-def leaves_no_processes(sandbox_backend: object) -> bool:
-    """Whether the backend says nothing an exec starts outlives it (then a renewed sandbox is
-    as good as new)."""
-    return bool(getattr(sandbox_backend, "execs_leave_no_processes", False))
-
-
-def renewer(sandbox_backend: object) -> Callable[[str], Awaitable[None]] | None:
-    """The backend's ``renew(sandbox_id)``, which makes a sandbox as new in place, if it has
-    one (the local backend)."""
-    renew: Callable[[str], Awaitable[None]] | None = getattr(sandbox_backend, "renew", None)
-    return renew
-
-
 @suggest_keywords
 class SandboxLender:
     """Lends whole sandboxes, one holder each; see the module's docstring.
 
-    ``reuse``: wipe and reuse returned sandboxes (None: where the backend allows it);
+    ``reuse``: renew (or wipe) and reuse returned sandboxes (None: where the backend can
+    renew them, see :class:`~sandboxkit.renewal.Renewal`);
     ``max_uses``: holders a sandbox serves before it is replaced; ``session``: whose
     sandboxes these are (default: one of its own, closed with the lender); other keywords
     (``tags``, ``env``, ...) go to every sandbox created; ``image`` is the default of
@@ -119,9 +79,8 @@ class SandboxLender:
             raise ValueError("max_uses must be >= 1")
         self.session = session or Session(client)
         self._owns_session = session is None
-        backend = self.session.client.backend
-        self.reuse = leaves_no_processes(backend) if reuse is None else reuse
-        self._renew = renewer(backend)
+        self._renewal = Renewal(self.session.client.backend, reuse)
+        self.reuse = self._renewal.reuse
         self.max_uses = max_uses
         self.retries = retries
         self.backoff = backoff
@@ -197,7 +156,12 @@ class SandboxLender:
         with self._lock:
             uses = self._uses[sandbox.id] = self._uses.get(sandbox.id, 0) + 1
         image = self._images.get(sandbox.id, self.image)
-        if self.reuse and uses < self.max_uses and not self.closed and await self._wiped(sandbox):
+        if (
+            self.reuse
+            and uses < self.max_uses
+            and not self.closed
+            and await self._renewal.renewed(sandbox)
+        ):
             with self._lock:
                 if not self.closed:
                     self._idle.append((image, sandbox))
@@ -241,7 +205,7 @@ class SandboxLender:
             except Exception as exc:  # the next lease creates one itself
                 logger.info("could not create a spare sandbox: %r", exc)
                 return
-            await _prime(sandbox)
+            await prime(sandbox)
             with self._lock:
                 closed = self.closed
                 if not closed:
@@ -250,22 +214,6 @@ class SandboxLender:
                 await self._stop(sandbox)
 
         self._spawn(make())
-
-    async def _wiped(self, sandbox: Sandbox) -> bool:
-        """Renew the sandbox (then start what its execs need) or, where the backend cannot,
-        wipe it; False if that failed."""
-        try:
-            if self._renew is not None:
-                await self._renew(sandbox.id)
-                await _prime(sandbox)
-                return True
-            result = await sandbox.aexec(["sh", "-c", WIPE], timeout=_WIPE_TIMEOUT)
-        except Exception as exc:
-            logger.info("could not wipe %s (%r); replacing it", sandbox.id, exc)
-            return False
-        if not result.ok:
-            logger.info("%s was not left empty by its wipe; replacing it", sandbox.id)
-        return result.ok
 
     async def _stop(self, sandbox: Sandbox | str) -> None:
         try:
