@@ -6,6 +6,7 @@ get the verdict its name promises and no more reward than it earns."""
 from __future__ import annotations
 
 import shutil
+import time
 from collections import Counter
 from collections.abc import Iterator
 from types import ModuleType
@@ -13,7 +14,10 @@ from typing import Any
 
 import pytest
 
+from sandboxkit import get_backend
+from sandboxkit.backends.subprocess import SubprocessBackend
 from sandboxkit.contest.languages import language_for
+from sandboxkit.local.isolation import Tier
 from sandboxkit.rewards import RewardFunction, stdio_tests_reward
 
 pytestmark = pytest.mark.slow
@@ -37,6 +41,42 @@ def reward() -> Iterator[RewardFunction]:
     function = stdio_tests_reward("subprocess", pool_size=1)
     yield function
     function.close()
+
+
+def test_a_pooled_sandbox_precompiles_the_cpp_header_once(problemset: ModuleType) -> None:
+    """The judge's precompiled header (seconds of CPU to build) outlives each completion's
+    renewal of the pooled sandbox, warm and cold: the completions after the first compile
+    with it, several times as fast."""
+    needs_toolchain("cpp17")
+    (problem,) = [p for p in problemset.load_problems() if p.name == "aplusb"]
+    row = problemset.as_row(problem, problemset.LANGUAGES[".cpp"])
+    source = problemset.solutions(problem)["accepted.cpp"][1]
+    for warm in (True, False):
+        with get_backend("subprocess", warm=warm) as client:
+            function = stdio_tests_reward(client, pool_size=1)
+            try:
+                if not _has_judge_cache(client):
+                    pytest.skip("no judge's uid here: no header is kept between completions")
+                walls = []
+                for _ in range(3):
+                    start = time.perf_counter()
+                    scores = function(
+                        [row["prompt"]],
+                        [f"```cpp\n{source}```"],
+                        verification_info=[row["verification_info"]],
+                    )
+                    walls.append(time.perf_counter() - start)
+                    assert scores == [1.0], function.last_batch
+                assert function.pool.stats.renewed >= 2
+            finally:
+                function.close()
+        assert max(walls[1:]) < walls[0] / 2, (warm, walls)
+
+
+def _has_judge_cache(client: Any) -> bool:
+    """Whether the client's sandboxes have a judge's uid (a namespaced root host's)."""
+    isolation = client.backend_as(SubprocessBackend).isolation
+    return isolation.tier is Tier.NAMESPACES and isolation.uids is not None
 
 
 def batch(problemset: ModuleType, rows: list[tuple[Any, str, str]]) -> dict[str, Any]:

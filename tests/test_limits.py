@@ -278,6 +278,8 @@ def test_a_sandbox_has_its_own_storage_memory_and_cpu_groups_until_stopped(
     storage = [str(path)]
     if backend.isolation.tier is Tier.NAMESPACES:  # and its view of the host's devices, proc
         storage += [str(path / "view"), str(path / "view" / "proc")]
+        if backend.isolation.uids is not None:  # and the judge's cache
+            storage.append(str(path / "view" / "cache"))
     assert mounts_under(local_root) == storage
     assert shutil.disk_usage(path).total == backend.limits.disk_mb << 20
     seen = [host_groups(sb) for _ in range(2)]

@@ -15,8 +15,7 @@ import pytest
 from sandboxkit import CircuitOpenError, SandboxClient, get_backend
 from sandboxkit.contest import languages
 from sandboxkit.contest.languages import Language, register_language
-from sandboxkit.harness import FunctionTask, StdioTests
-from sandboxkit.harness.stdio import RUNS_DIR
+from sandboxkit.harness import FunctionTask
 from sandboxkit.portal import run_sync
 from sandboxkit.rewards import (
     RewardFunction,
@@ -250,29 +249,6 @@ def test_contest_rewards_and_verdicts_are_the_local_ones(
     with client_for(remote_provider, wrapped_emulator.url) as client:
         assert contest.judge(client) == local_contest
     assert wrapped_emulator.live_sandboxes() == 0
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("remote_provider", WRAPPING)
-def test_a_remote_sandbox_precompiles_the_cpp_header_once(
-    remote_provider: str, remote_emulator: Emulator, problemset: ModuleType
-) -> None:
-    """The header is built on a sandbox's first C++ compile and kept, sealed, for the next
-    completions there: the remote working directory holds between execs."""
-    (problem,) = [p for p in problemset.load_problems() if p.name == "aplusb"]
-    harness = StdioTests([(t["input"], t["output"]) for t in problem.tests], language="cpp17")
-    source = problemset.solutions(problem)["accepted.cpp"][1]
-    stat = f"stat -c '%i %Z' {RUNS_DIR}/cache/pch-*/bits/stdc++.h.gch*"
-    seen = []
-    with client_for(remote_provider, remote_emulator.url) as client, client.sandbox() as sb:
-        for _ in range(2):
-            request = harness.request(source)
-            result = sb.exec(request.argv, stdin=request.stdin, timeout=request.timeout)
-            assert harness.judge(result, request).verdict == "accepted"
-            seen.append(sb.exec(["sh", "-c", stat], timeout=60).stdout.split("\n"))
-    header, seal, end = seen[0]
-    assert header and seal and not end
-    assert seen[1] == seen[0]  # the same files, not rebuilt
 
 
 @pytest.fixture

@@ -368,7 +368,8 @@ class SubprocessBackend:
             disk.mount(path, size_mb=self.limits.disk_mb, inodes=self.limits.disk_inodes)
             _write_meta(path, meta)
         if self.isolation.tier is Tier.NAMESPACES:
-            view.make(path / _VIEW, devices=self.disk_limit == "tmpfs")
+            judge = uids.judge_uid(meta["uid"]) if "uid" in meta else None
+            view.make(path / _VIEW, devices=self.disk_limit == "tmpfs", judge=judge)
         (path / "workspace").mkdir(mode=0o700)
         (path / "tmp").mkdir(mode=0o700)
         path.joinpath(*sandbox_parts(meta["workdir"], DEFAULT_WORKDIR)[1:]).mkdir(
@@ -431,6 +432,9 @@ class SubprocessBackend:
         staging.mkdir(mode=0o711)
         try:
             self._lay_out(staging, meta)
+            # The judge's cache stays (only the judge writes it: nothing of a holder's).
+            with contextlib.suppress(OSError):
+                disk.move(path / _VIEW / view.CACHE, staging / _VIEW / view.CACHE)
             disk.unmount(path)
             try:
                 disk.move(staging, path)

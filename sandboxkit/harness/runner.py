@@ -85,7 +85,6 @@ import os
 import select
 import signal
 import socket
-import stat
 import struct
 import sys
 import time
@@ -1744,20 +1743,15 @@ def prepare(native: Record, code: str, program: Record) -> tuple[list[str], Env]
 
 
 def compile_native(native: Record, code: str, program: Record, env: Env) -> None:
-    """Z: compile the program T wrote, once (its failure is the code's: a compile error)."""
-    import re
-
+    """Z: compile the program T wrote, once (its failure is the code's: a compile error),
+    with the header T precompiled in front of the include path where there is one
+    (:func:`precompiled`)."""
     os.chdir(program["dir"])
     argv = list(native["compile"])
     if argv:
         limits = program["compile_limits"]
-        header = native.get("pch")
-        # Only a program that includes the header first-hand can use it: others (and
-        # garbage) do not pay for building it.
-        if header and re.search(r"#\s*include\s*<" + re.escape(header) + ">", code):
-            include = precompiled(native, program, env)
-            if include:
-                argv[1:1] = ["-I", include]
+        if program.get("pch_dir"):
+            argv[1:1] = ["-I", program["pch_dir"]]
         status, said = run_tool(argv, env, limits)
         if status != 0:
             raise BuildError("compile", compile_message(status, said, limits))
@@ -1783,9 +1777,11 @@ def disk_full(said: str) -> str:
     return f"the sandbox's disk is full ({said}): files earlier programs there left?"
 
 
-def run_tool(argv: list[str], env: Env, limits: Record) -> tuple[int | None, str]:
-    """Run a compiler under the compile limits: (exit status, None past its wall-clock
-    backstop; the tail of what it said).
+def run_tool(
+    argv: list[str], env: Env, limits: Record, cwd: str | None = None
+) -> tuple[int | None, str]:
+    """Run a compiler under the compile limits (in ``cwd``, else here): (exit status, None
+    past its wall-clock backstop; the tail of what it said).
 
     Its time limit is CPU time, the whole process tree's (a compiler runs others), so a
     loaded machine does not fail a correct program's compile; the wall-clock backstop ends
@@ -1810,6 +1806,7 @@ def run_tool(argv: list[str], env: Env, limits: Record) -> tuple[int | None, str
         stderr=subprocess.PIPE,
         start_new_session=True,  # a group of its own, all of it ended at the backstop
         preexec_fn=limit,
+        cwd=cwd,
     )
     try:
         out, err = tool.communicate(timeout=limits["wall"])
@@ -1835,74 +1832,60 @@ def compile_message(status: int | None, said: str, limits: Record) -> str:
     return f"compile error: {first.strip()}"
 
 
-def precompiled(native: Record, program: Record, env: Env) -> str:
-    """The directory holding ``native['pch']`` precompiled with the compile's own flags, for
-    the front of the include path; "" where it cannot be had (then compiles go without).
+JUDGE_CACHE = "/opt/sandboxkit/cache"
+"""Where a sandbox with a judge's uid keeps the judge's own cache (``local.view``): its files
+outlive a run, and a renewal of the sandbox under a warm template, and no command can write
+them."""
 
-    Built once per sandbox in a cache next to the runs. Files there are the candidates' to
-    write too, so a cached header counts only while its seal holds: a MAC, under a key only
-    the runner holds, of its inode, size and change time (which no one can set back), so one
-    completion cannot plant a header that changes how another one compiles."""
-    header = native["pch"]
+
+def precompiled(native: Record, code: str, env: Env, limits: Record) -> str:
+    """T, as the judge, before its zygote: the directory holding ``native['pch']`` precompiled
+    with the compile's own flags, for the front of the include path, built once in the judge's
+    cache (:data:`JUDGE_CACHE`); "" where the program does not include the header first-hand
+    (garbage does not pay for building it), or where the sandbox has no such cache: no
+    command may write what a later completion's compile would read, so a header is kept only
+    where the judge alone can write it (elsewhere each compile reads the header's text)."""
+    import re
+
+    header = native.get("pch")
+    if not header or not re.search(r"#\s*include\s*<" + re.escape(header) + ">", code):
+        return ""
+    try:
+        info = os.stat(JUDGE_CACHE)
+    except OSError:
+        return ""
+    if info.st_uid != os.getuid() or info.st_mode & 0o022:
+        return ""  # not the judge's alone
     argv = list(native["compile"])
     flags = [a for i, a in enumerate(argv[1:], 1) if a != "-o" and argv[i - 1] != "-o"]
     flags = [a for a in flags if a != native["source"]]
     name = blake2b(json.dumps([argv[0], flags, header]).encode(), digest_size=8).hexdigest()
-    cache = os.path.join(program["cache"], f"pch-{name}")
-    target = os.path.join(cache, header + ".gch")
-    key = bytes.fromhex(program["cache_key"])
+    own = os.path.join(JUDGE_CACHE, f"pch-{name}")
+    if os.path.isfile(os.path.join(own, header + ".gch")):
+        return own
+    import shutil
+    import tempfile
 
-    def mark(path: str) -> str:
-        info = os.stat(path, follow_symlinks=False)
-        if not stat.S_ISREG(info.st_mode):  # a link or anything else planted there
+    fresh = tempfile.mkdtemp(dir=JUDGE_CACHE)
+    try:
+        with open(os.path.join(fresh, "header.h"), "w") as wrapper:
+            wrapper.write(f"#include <{header}>\n")
+        built = os.path.join(fresh, header + ".gch")
+        os.makedirs(os.path.dirname(built), exist_ok=True)
+        limits = dict(limits, cpu=PCH_CPU, wall=PCH_CPU * WALL_FACTOR)
+        compile_header = [argv[0], *flags, "-x", "c++-header", "header.h", "-o", built]
+        status, _ = run_tool(compile_header, env, limits, cwd=fresh)
+        if status != 0:
             return ""
-        stamp = f"{info.st_dev}:{info.st_ino}:{info.st_mode}:{info.st_size}:{info.st_ctime_ns}"
-        return blake2b(stamp.encode(), key=key, digest_size=16).hexdigest()
-
-    def sealed() -> bool:
-        try:
-            with open(target + ".seal") as seal_file:
-                found = mark(target)
-                return bool(found) and hmac_equal(seal_file.read(), found)
-        except OSError:
-            return False
-
-    if not sealed():
-        import shutil
-        import tempfile
-
-        fresh = ""
-        try:
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            # Built in a directory no one could have prepared, then moved into place.
-            fresh = tempfile.mkdtemp(dir=cache)
-            wrapper = os.path.join(fresh, "header.h")
-            with open(wrapper, "w") as wrapper_file:
-                wrapper_file.write(f"#include <{header}>\n")
-            built = os.path.join(fresh, "header.gch")
-            limits = dict(program["compile_limits"], cpu=PCH_CPU, wall=PCH_CPU * WALL_FACTOR)
-            status, _ = run_tool(
-                [argv[0], *flags, "-x", "c++-header", wrapper, "-o", built], env, limits
-            )
-            if status != 0:
-                return ""
-            os.replace(built, target)
-            seal = mark(target)
-            if not seal:
-                return ""
-            with open(os.path.join(fresh, "seal"), "w") as seal_file:
-                seal_file.write(seal)
-            os.replace(os.path.join(fresh, "seal"), target + ".seal")
-        except OSError:
-            return ""
-        finally:
-            if fresh:
-                shutil.rmtree(fresh, ignore_errors=True)
-    # The compile takes it through a directory of this run's own, which holds nothing else.
-    own = os.path.join(program["dir"], ".pch")
-    os.makedirs(os.path.join(own, os.path.dirname(header)), exist_ok=True)
-    os.symlink(os.path.abspath(target), os.path.join(own, header + ".gch"))
-    return own
+        os.remove(os.path.join(fresh, "header.h"))
+        for path in (fresh, os.path.dirname(built), built):  # the compiles' to read
+            os.chmod(path, 0o644 if path == built else 0o755)
+        os.rename(fresh, own)  # in place whole, or not at all
+        return own
+    except OSError:
+        return ""
+    finally:
+        shutil.rmtree(fresh, ignore_errors=True)
 
 
 PCH_CPU = 60.0
@@ -2910,8 +2893,7 @@ def main() -> None:
     program = first.get("program") if first.get("kind") == "stdio" else None
     run = None
     if program is not None and program.get("dir"):
-        for place in ("dir", "cache"):  # absolute: the zygote works in the run's directory
-            program[place] = os.path.abspath(program[place])
+        program["dir"] = os.path.abspath(program["dir"])  # the zygote works there
         try:
             try:
                 os.makedirs(program["dir"], exist_ok=True)
@@ -2926,6 +2908,9 @@ def main() -> None:
             return
     make_undumpable()
     candidate = become_judge()
+    if program is not None and run is not None and candidate is not None:  # the judge's alone
+        limits = program["compile_limits"]
+        program["pch_dir"] = precompiled(program["native"], code, run[1], limits)
     workdir = os.getcwd()
     zygote_pid, t_end = start_zygote(code, setup, program, run, first.get("bans"), candidate)
     # The working directory is the candidate's (it writes there): T leaves it as soon as its

@@ -27,11 +27,8 @@ from .records import RunRequest, Unjudgeable, read_records, runner_request, test
 if TYPE_CHECKING:
     from ..contest.checkers import Checker
 
-CACHE_KEY = secrets.token_bytes(16)
-"""Seals what the runner caches in a sandbox (a precompiled header) for this process's
-runs: a cache entry a candidate rewrote no longer matches its seal, and is rebuilt."""
 RUNS_DIR = ".sandboxkit"
-"""In the sandbox's working directory: each run's directory, and the cache."""
+"""In the sandbox's working directory: each run's directory."""
 OUT_OF_MEMORY = (
     "bad_alloc",
     "MemoryError",
@@ -133,8 +130,6 @@ class StdioTests:
             program["native"] = self.lang.spec(code, memory_mb=self.memory_mb, stack_mb=stack_mb)
             program.update(
                 dir=run_dir,
-                cache=f"{RUNS_DIR}/cache",
-                cache_key=CACHE_KEY.hex(),
                 compile_limits={
                     "wall": self.compile_timeout * runner.WALL_FACTOR,
                     "cpu": self.compile_timeout,

@@ -38,7 +38,7 @@ from ..config import ISOLATION_VAR, setting
 from ..errors import BackendMisconfiguredError, IsolationUnavailableError
 from ..hostdirs import private_directory, state_path
 from .uids import sandbox_uids
-from .view import device_args, proc_sys_source, system_args
+from .view import cache_args, device_args, proc_sys_source, system_args
 from .view import make as make_view
 
 
@@ -244,6 +244,7 @@ def bwrap_argv(
         args += ["--info-fd", str(info_fd)]
     if block_fd is not None:
         args += ["--block-fd", str(block_fd)]
+    args += cache_args(view)
     args += system_args(python, _prefix(python), read_only, view, overlays)
     args += [
         "--proc", "/proc",

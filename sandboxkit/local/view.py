@@ -12,7 +12,10 @@ them, a bit per file. So each sandbox gets them as inodes of its own, from its d
 - the files of ``/etc`` it needs, as copies in ``view/etc``;
 - where the host can mount (a root host), device nodes of its own in ``view/dev`` and a proc
   of its own in ``view/proc``, whose ``sys`` it sees (what ``/proc/sys`` shows depends on the
-  reader's namespaces, not on the mount), on a small read-only tmpfs.
+  reader's namespaces, not on the mount), on a small read-only tmpfs;
+- where the sandbox has a judge's uid, its judge's cache in ``view/cache`` (a tmpfs of its
+  own at :data:`JUDGE_CACHE`, which only the judge writes: a compiler's precompiled header),
+  which a renewal under a warm template keeps (the template's mounts hold it).
 
 Elsewhere a sandbox's devices and ``/proc/sys`` are the host's; where overlays cannot be
 mounted in a user namespace (bwrap before 0.9, Linux before 5.11), so are its directories; and
@@ -28,12 +31,17 @@ import functools
 import os
 import shutil
 import stat
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
+from ..harness.runner import JUDGE_CACHE
 from . import disk
 
 SANDBOX_BIN = "/opt/sandboxkit/bin"
 """Where ``python`` and ``python3`` are found inside a namespaced sandbox."""
+CACHE = "cache"
+"""The judge's cache, in a view (at :data:`JUDGE_CACHE` in the sandbox)."""
+CACHE_MB = 512
+"""The judge's cache's size at most (a precompiled ``bits/stdc++.h`` takes about 100 MiB)."""
 ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "alternatives")
 """What a sandbox sees of ``/etc``: the dynamic loader's files, the toolchains' links (and the
 JDK's configuration, ``java-*``: without it no JVM starts), nothing of the host's own."""
@@ -47,11 +55,12 @@ def etc_names() -> list[str]:
     return [name for name in names if os.path.exists(f"/etc/{name}")]
 
 
-def make(view: Path, *, devices: bool) -> None:
+def make(view: Path, *, devices: bool, judge: int | None = None) -> None:
     """Lay out a new sandbox's ``view`` (a directory that must not exist yet): its empty layer
     and its copies of ``/etc``'s files and, with ``devices`` (the host can mount), its own
     device nodes and proc on a tmpfs of their own, read-only once made (a node or a proc the
-    kernel refuses leaves the sandbox the host's)."""
+    kernel refuses leaves the sandbox the host's), and with a ``judge`` uid too, the judge's
+    cache, a tmpfs of that uid's."""
     copied = [name for name in etc_names() if not os.path.isdir(f"/etc/{name}")]
     view.mkdir(mode=0o755)
     if devices:
@@ -77,6 +86,10 @@ def make(view: Path, *, devices: bool) -> None:
         disk.mount_filesystem(
             "proc", view / "proc", "proc", disk.MS_NOSUID | disk.MS_NODEV | disk.MS_NOEXEC
         )
+    if judge is not None:
+        (view / CACHE).mkdir(mode=0o755)
+        options = f"size={CACHE_MB}m,nr_inodes=64,mode=0755,uid={judge},gid={judge}"
+        disk.mount_filesystem("sandboxkit", view / CACHE, "tmpfs", disk.MS_NOSUID, options)
     flags = disk.MS_REMOUNT | disk.MS_RDONLY | disk.MS_NOSUID
     disk.mount_filesystem("sandboxkit", view, "tmpfs", flags)
 
@@ -103,6 +116,18 @@ def _read_only(source: str, dest: str, view: Path | None, overlays: bool) -> lis
     ):
         return ["--overlay-src", str(view / "empty"), "--overlay-src", source, "--ro-overlay", dest]
     return ["--ro-bind", source, dest]
+
+
+def cache_args(view: Path | None) -> list[str]:
+    """bwrap arguments for the judge's cache, where the sandbox's view holds one: ahead of
+    anything else under ``/opt``, whose directories the judge must be able to pass (bwrap
+    makes them under the sandbox's umask, and the judge has no capability over its files)."""
+    cache = view / CACHE if view is not None else None
+    if cache is None or not cache.is_dir():
+        return []
+    parents = [str(p) for p in reversed(PurePosixPath(JUDGE_CACHE).parents) if str(p) != "/"]
+    made = [arg for parent in parents for arg in ("--perms", "0755", "--dir", parent)]
+    return [*made, "--bind", str(cache), JUDGE_CACHE]
 
 
 def system_args(
