@@ -463,13 +463,13 @@ def test_cli_serves_until_sigterm(local_root: Path, monkeypatch: pytest.MonkeyPa
         with get_backend("daytona", api_key="cli-key", api_url=url, target="local") as client:
             sb = client.sandbox(tags=["cli"])
             assert sb.exec(["echo", "served"], timeout=60).stdout == "served\n"
-            assert len(list(local_root.glob("*/sandbox.json"))) == 1
+            assert len(list(local_root.glob("*/*/sandbox.json"))) == 1
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=120) == 0
     finally:
         watchdog.cancel()
         proc.kill()
-    assert list(local_root.glob("*/sandbox.json")) == []
+    assert list(local_root.glob("*/*/sandbox.json")) == []
 
 
 def test_a_program_that_takes_away_the_workdir_does_not_break_the_next_exec(
