@@ -134,6 +134,25 @@ def test_a_sandbox_ends_by_itself_at_its_lifetime(docker: SandboxClient) -> None
         sb.exec(["python3", "-c", "pass"], timeout=60)
 
 
+def test_every_exec_gets_the_limits_whichever_way_it_runs(exec_server: bool) -> None:
+    """An exec the container's server cannot take (stdin past a request's size) runs as an
+    Engine exec, in a container with no limits of its own: it gets the same limits as the
+    others, and its stdin whole."""
+    limits = (
+        "import resource, sys\n"
+        "names = ('NOFILE', 'FSIZE', 'CPU', 'CORE')\n"
+        "print([resource.getrlimit(getattr(resource, 'RLIMIT_' + n)) for n in names],"
+        " len(sys.stdin.buffer.read()))\n"
+    )
+    options = {"exec_server": exec_server, "open_files": 100, "file_size_mb": 3}
+    with get_backend("docker", cpu_seconds=7, **options) as docker, docker.sandbox() as sb:
+        small = sb.exec(["python3", "-c", limits], stdin=b"x", timeout=60)
+        large = sb.exec(["python3", "-c", limits], stdin=b"x" * (3 << 20), timeout=60)
+    expected = f"[(100, 100), ({3 << 20}, {3 << 20}), (7, 8), (0, 0)]"
+    assert (small.returncode, small.stdout) == (0, f"{expected} 1\n"), small
+    assert (large.returncode, large.stdout) == (0, f"{expected} {3 << 20}\n"), large
+
+
 @pytest.fixture(scope="module")
 def image_with_a_volume(docker_engine: None) -> Iterator[str]:
     """The test image, declaring ``VOLUME /data`` (a writable volume of every container)."""
