@@ -238,6 +238,41 @@ def test_the_container_server_outlives_its_commands_cpu_seconds() -> None:
         assert (after.returncode, after.stdout) == (0, "served\n")
 
 
+DEEP = r"""
+import os
+for _ in range(3000):  # far past PATH_MAX, each level unreadable to its owner
+    os.mkdir('d')
+    os.chdir('d')
+    for i in range(3):
+        os.symlink('/etc', f'link{i}')
+for _ in range(3000):
+    os.chdir('..')
+    os.chmod('d', 0)
+print('planted')
+"""
+
+
+def test_a_renewal_empties_any_tree_and_refuses_a_used_network(exec_server: bool) -> None:
+    """What a renewal cannot undo (a network namespace that carried traffic: sockets in
+    TIME_WAIT hold ports for a minute) makes it fail, so that the pool replaces the sandbox;
+    a tree however deep and unreadable is emptied, links never followed."""
+    from sandboxkit.portal import run_sync
+
+    with get_backend("docker", exec_server=exec_server) as docker, docker.sandbox() as sb:
+        assert sb.exec(["python3", "-c", DEEP], timeout=120).stdout == "planted\n"
+        run_sync(docker.backend.renew(sb.id))  # type: ignore[attr-defined]
+        look = "import os; print(os.listdir('.'), os.listdir('/etc') != [])"
+        assert sb.exec(["python3", "-c", look], timeout=60).stdout == "[] True\n"
+        talk = (
+            "import socket\n"
+            "server = socket.create_server(('127.0.0.1', 0))\n"
+            "socket.create_connection(server.getsockname()).close()\n"
+        )
+        assert sb.exec(["python3", "-c", talk], timeout=60).returncode == 0
+        with pytest.raises(BackendError, match="network"):
+            run_sync(docker.backend.renew(sb.id))  # type: ignore[attr-defined]
+
+
 @pytest.mark.parametrize("image", ["sandboxkit-no-such-image:1", "localhost:1/nowhere/x:2"])
 def test_an_image_the_engine_lacks_is_an_error_naming_it_and_never_pulled(
     docker: SandboxClient, image: str
