@@ -461,6 +461,7 @@ class SandboxPool:
 
     async def _add_sandbox(self, image: str | None) -> None:
         seat = None
+        made = False
         try:
             seat = await self._cap.acquire() if self._cap else None
             sandbox = await retried(
@@ -479,10 +480,15 @@ class SandboxPool:
             now = time.monotonic()
             self._slots.append(_Slot(sandbox, now, image, released=now, seat=seat))
             self._stats.created += 1
+            made = True
             logger.debug("created %s", sandbox.id)
         finally:
             self._creating[image] -= 1
-            self._wake(image)
+            if made:
+                self._wake(image)
+            else:  # its image's waiters get the error; its place is any image's to take
+                for queue in self._waiters.values():
+                    queue.wake()
 
     def _retire(
         self,

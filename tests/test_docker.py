@@ -273,6 +273,36 @@ def test_a_renewal_empties_any_tree_and_refuses_a_used_network(exec_server: bool
             run_sync(docker.backend.renew(sb.id))  # type: ignore[attr-defined]
 
 
+def test_rows_naming_images_the_engine_lacks_never_hold_up_their_batch(
+    docker: SandboxClient,
+) -> None:
+    """Rows of several images no sandbox can be made from, waiting behind a full pool: each
+    failed create wakes the waiters of every image (not its own only), so the reward call
+    returns, with an infrastructure outcome (no reward) for those rows."""
+    import threading
+
+    from sandboxkit.rewards import exec_reward
+
+    images = [None, "sandboxkit-no-such-a:1", "sandboxkit-no-such-b:1", "sandboxkit-no-such-c:1"]
+    images += [None, "sandboxkit-no-such-b:1"]
+    programs = ["import time; time.sleep(1)"] + ["print(1)"] * (len(images) - 1)
+    reward = exec_reward(docker, image_column="image", pool_size=1, timeout=30, max_infra_share=1.0)
+    scores: list[list[float | None]] = []
+    call = threading.Thread(
+        target=lambda: scores.append(reward(["p"] * len(images), programs, image=images)),
+        daemon=True,
+    )
+    try:
+        call.start()
+        call.join(120)
+        assert not call.is_alive(), "the reward call hangs"
+        assert scores == [[1.0, None, None, None, 1.0, None]]
+        assert reward.last_batch is not None and reward.last_batch.outcomes["infra"] == 4
+    finally:
+        if not call.is_alive():
+            reward.close()
+
+
 @pytest.mark.parametrize("image", ["sandboxkit-no-such-image:1", "localhost:1/nowhere/x:2"])
 def test_an_image_the_engine_lacks_is_an_error_naming_it_and_never_pulled(
     docker: SandboxClient, image: str
