@@ -238,6 +238,66 @@ def test_the_container_server_outlives_its_commands_cpu_seconds() -> None:
         assert (after.returncode, after.stdout) == (0, "served\n")
 
 
+LEAVE = r"""
+import ctypes, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+segment = libc.shmget(0, 160 << 20, 0o1600)  # IPC_PRIVATE, IPC_CREAT: never removed
+ctypes.memset(libc.shmat(segment, None, 0), 1, 160 << 20)  # 160 of the sandbox's 256 MB
+libc.semget(0, 1, 0o1600)
+libc.msgget(0, 0o1600)
+for where in ('/dev/shm', '/tmp', '.'):
+    with open(f'{where}/left-MARK', 'wb') as f:
+        f.write(b'x' * (16 << 20))
+os.makedirs('deep-MARK/er')
+os.chmod('deep-MARK', 0)
+if os.fork() == 0:  # a daemon, writing on
+    os.setsid()
+    while True:
+        with open('/tmp/beat-MARK', 'a') as f:
+            f.write('.')
+        time.sleep(0.05)
+os.setxattr('.', 'user.mark', b'MARK')
+os.chmod('.', 0)  # the next completion could not even start here
+"""
+"""A completion that leaves all it can for the next in its sandbox: SysV IPC objects (a
+shared memory segment holding most of the memory limit), files in /dev/shm, /tmp and the
+workdir, an unreadable directory, a running daemon, the workdir's extended attributes and
+mode 000."""
+
+FINDS_NOTHING = r"""
+import os, sys, time
+time.sleep(0.3)  # for the daemon's next beat, if it were alive
+found = [n for where in ('/dev/shm', '/tmp', '.') for n in os.listdir(where) if 'MARK' in n]
+found += [line for k in ('shm', 'sem', 'msg') for line in list(open(f'/proc/sysvipc/{k}'))[1:]]
+found += [n for n in os.listxattr('.')]
+block = bytearray(160 << 20)  # the memory the segment took
+sys.exit(f'found {found}' if found else 0)
+"""
+"""A completion that fails where it finds anything the last one left, or lacks the memory."""
+
+
+def test_nothing_of_one_completion_reaches_the_next_through_a_rewards_pool(
+    exec_server: bool,
+) -> None:
+    """A reward function's pool reuses its sandboxes between completions: each next one finds
+    its sandbox as new (renewed in place), never what the last left (which would take its
+    memory, or keep it from starting: 1.0 -> 0.0 for every later completion there)."""
+    from sandboxkit.rewards import exec_reward
+
+    mark = uuid.uuid4().hex
+    options = {"exec_server": exec_server, "memory_mb": 256}
+    with get_backend("docker", **options) as docker:
+        reward = exec_reward(docker, pool_size=1, timeout=30)
+        try:
+            assert reward(["p"], [LEAVE.replace("MARK", mark)]) == [1.0]
+            for _ in range(2):
+                assert reward(["p"], [FINDS_NOTHING.replace("MARK", mark)]) == [1.0]
+            assert reward.pool.stats.created == 1  # renewed, not replaced
+        finally:
+            reward.close()
+
+
 DEEP = r"""
 import os
 for _ in range(3000):  # far past PATH_MAX, each level unreadable to its owner

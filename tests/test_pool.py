@@ -439,10 +439,10 @@ def test_a_sandbox_that_cannot_be_renewed_is_replaced_charging_no_one(
 def test_each_backend_renews_wipes_or_replaces_a_sandbox_between_leases(
     backend_client: SandboxClient, reuse: bool | None
 ) -> None:
-    """What each backend gets (docs/isolation.md): the local backend's and Ray's sandboxes
-    are renewed in place; the others' replaced by fresh ones, or, with ``reuse=True``, wiped
-    (their workdir and ``$TMPDIR`` emptied, the caller's risk)."""
-    renews = backend_client.name in ("subprocess", "ray")
+    """What each backend gets (docs/isolation.md): the local backend's, Ray's and Docker's
+    sandboxes are renewed in place; the others' replaced by fresh ones, or, with
+    ``reuse=True``, wiped (their workdir and ``$TMPDIR`` emptied, the caller's risk)."""
+    renews = backend_client.name in ("subprocess", "ray", "docker")
     with SandboxPool(backend_client, size=1, reuse=reuse, progress=False) as pool:
         first = pool.run(leave)
         second, left = pool.run(look)

@@ -184,6 +184,9 @@ their roots' mode, ACLs and extended attributes as made. Refused where the netwo
 since the container was made: its namespace keeps sockets in TIME_WAIT (ports taken for a
 minute) and counters that nothing in the container can reset."""
 RENEW_TIMEOUT = 30.0
+SERVED_PROGRAMS = json.dumps([*json.loads(PUBLIC_PROGRAMS), RENEW])
+"""The ``-c`` programs a container's server compiles at its start: the test runner, and
+``RENEW`` (which runs between every two completions of a pooled sandbox)."""
 REAP_PATH = "/.sandboxkit-reap"
 ENGINE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 """The ``PATH`` the Engine gives an exec whose container's environment has none."""
@@ -538,7 +541,7 @@ class DockerBackend:
             label = _label(sandbox_id, spec.tags, started, workdir)
             until = str(lifetime) if lifetime is not None else ""
             ids = [str(PID1_UID), str(COMMANDS_UID)]
-            served = [*SERVER, "container", until, PUBLIC_PROGRAMS, *ids]
+            served = [*SERVER, "container", until, SERVED_PROGRAMS, *ids]
             # The server is made for runc's kernel: under another runtime (gVisor's runsc, whose
             # Debian build of 2022 lacks calls it makes) every exec is an Engine exec.
             serving = self.exec_server and runtime in (None, "runc")
@@ -878,12 +881,14 @@ class DockerBackend:
         tmpfs inode numbers, IPC ids and pids, and its volumes' change times. Raises where it
         cannot (no python3 in the image, the network used, anything left): the sandbox is
         then replaced."""
-        mounts = await self._run(
-            lambda: self._container(sandbox_id)["Mounts"], f"renewing sandbox {sandbox_id}"
-        )
-        roots = [m["Destination"] for m in mounts if m.get("Type") == "volume"]
-        argv = ["python3", "-I", "-S", "-c", RENEW, *roots]
-        result = await self.exec(sandbox_id, argv, timeout=RENEW_TIMEOUT, cwd="/")
+
+        def work() -> ExecResult:
+            mounts = self._container(sandbox_id)["Mounts"]
+            roots = [m["Destination"] for m in mounts if m.get("Type") == "volume"]
+            argv = ["python3", "-I", "-S", "-c", RENEW, *roots]
+            return self._exec(sandbox_id, argv, RENEW_TIMEOUT, None, "/", None)
+
+        result = await self._run(work, f"renewing sandbox {sandbox_id}")
         if (result.returncode, result.stdout) != (0, "renewed\n"):
             raise BackendError(
                 f"sandbox {sandbox_id} could not be renewed (exit {result.returncode}): "
