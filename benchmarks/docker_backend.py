@@ -3,10 +3,14 @@
 Side by side in one run, on the test image (``scripts/docker-setup``):
 
 - per call: ``docker run --rm --network none IMAGE python3 -c pass`` (the CLI), a sandbox's
-  create (to running) and its stop, and ``python3 -c pass`` in a warm sandbox;
+  create (to running) and its stop, and ``python3 -c pass`` in a warm sandbox; then the two
+  ways to give the next completion a sandbox as new: a used one's renewal (reset in place,
+  after a completion that wrote a file) and a new one instead (create, first exec, stop);
 - per batch: trivial completions judged by ``exec_reward`` through a pool of 2 warm
-  sandboxes (``--rounds`` batches: one lasts a fraction of a second), against the naive
-  pattern of one ``docker run --rm`` per completion (one batch: it lasts many seconds).
+  sandboxes, renewed between completions (``--rounds`` batches: one lasts a fraction of a
+  second), the same pool given a fresh sandbox per completion (``reuse=False``, one batch),
+  and the naive pattern of one ``docker run --rm`` per completion (one batch: it lasts many
+  seconds).
 
     PYTHONPATH=. python benchmarks/docker_backend.py [--rounds 10] [--batch 32]
         [--json PATH | --record]
@@ -28,6 +32,7 @@ from typing import Any
 from run import add_output_options, machine_info, output_path
 
 from sandboxkit import get_backend
+from sandboxkit.portal import run_sync
 from sandboxkit.rewards import exec_reward
 
 DEFAULT_IMAGE = "sandboxkit-python:bookworm-2"
@@ -73,6 +78,33 @@ def docker_run(program: str) -> float:
     return 1.0 if done.returncode == 0 else 0.0
 
 
+def _renew(client: Any, sandbox: Any) -> None:
+    """The renewal a pool runs between two completions of a sandbox."""
+    run_sync(client.backend.renew(sandbox.id))
+
+
+def _fresh(client: Any) -> None:
+    """What a pool that does not renew runs instead: a new sandbox, ready, and the old stopped."""
+    made = client.sandbox()
+    made.exec(["true"], timeout=60)
+    made.stop()
+
+
+def _pooled(
+    client: Any, program: str, rounds: int, batch: int, *, reuse: bool | None
+) -> tuple[float, list[float | None]]:
+    """``rounds`` batches of ``program`` through ``exec_reward``'s pool (made first); the wall
+    time and the rewards."""
+    reward = exec_reward(backend=client, pool_size=POOL, timeout=10, reuse=reuse)
+    try:
+        reward(["p"] * POOL, [program] * POOL)  # the pool's sandboxes, made once
+        started = time.perf_counter()
+        rewards = [r for _ in range(rounds) for r in reward(["p"] * batch, [program] * batch)]
+        return time.perf_counter() - started, rewards
+    finally:
+        reward.close()
+
+
 def measure(rounds: int, batch: int, log: Callable[[str], None]) -> dict[str, Any]:
     results: dict[str, Any] = {"calls": [], "batches": [], "targets": []}
     program = "print(sum(range(10)))"
@@ -82,12 +114,17 @@ def measure(rounds: int, batch: int, log: Callable[[str], None]) -> dict[str, An
         create_s = _timed(lambda: made.append(client.sandbox()), rounds)
         sb = made[0]
         exec_s = _timed(lambda: sb.exec(["python3", "-c", "pass"], timeout=60), rounds)
+        write = ["python3", "-c", "open('left.txt', 'w').write('x')"]
+        renew_s = _timed(lambda: (sb.exec(write, timeout=60), _renew(client, sb))[1], rounds)
         stop_s = _timed(lambda: made.pop().stop(), rounds)
+        fresh_s = _timed(lambda: _fresh(client), rounds)
         for call, times in (
             ("docker run --rm ... python3 -c pass (CLI)", run_s),
             ("sandbox create (to running)", create_s),
             ("python3 -c pass in a warm sandbox", exec_s),
             ("sandbox stop (container removed)", stop_s),
+            ("a used sandbox renewed (reset in place; its exec's write included)", renew_s),
+            ("a new sandbox instead (create, first exec, stop)", fresh_s),
         ):
             results["calls"].append({"call": call, "calls": rounds, "p50_ms": _p50_ms(times)})
             log(f"docker: {call}: {_p50_ms(times):.0f} ms")
@@ -95,17 +132,12 @@ def measure(rounds: int, batch: int, log: Callable[[str], None]) -> dict[str, An
         started = time.perf_counter()
         naive = [docker_run(program) for _ in range(batch)]
         naive_wall = time.perf_counter() - started
-        reward = exec_reward(backend=client, pool_size=POOL, timeout=10)
-        try:
-            reward(["p"] * POOL, [program] * POOL)  # the pool's sandboxes, made once
-            started = time.perf_counter()
-            pooled = [r for _ in range(rounds) for r in reward(["p"] * batch, [program] * batch)]
-            pooled_wall = time.perf_counter() - started
-        finally:
-            reward.close()
+        pooled_wall, pooled = _pooled(client, program, rounds, batch, reuse=None)
+        fresh_wall, fresh = _pooled(client, program, 1, batch, reuse=False)
     for method, wall, rewards in (
         ("naive: docker run --rm per completion, sequential", naive_wall, naive),
         (f"exec_reward, pool of {POOL} warm sandboxes, {rounds} batches", pooled_wall, pooled),
+        (f"exec_reward, pool of {POOL}, a fresh sandbox per completion", fresh_wall, fresh),
     ):
         mean = statistics.fmean(r or 0.0 for r in rewards)
         done = len(rewards)

@@ -205,11 +205,11 @@ class SandboxPool:
       loss of its sandbox (on a replacement), waiting ``backoff`` seconds, doubling, jittered;
     - ``reuse``: whether a sandbox whose leases have ended serves later leases, made as new
       first (:class:`~sandboxkit.renewal.Renewal`); None (default): where the backend can renew
-      it (the local backend, Ray), else it is replaced by a fresh one; True: wiped where it cannot
-      be renewed (what the wipe cannot reach is the caller's risk); False: always replaced. A
-      renewal or wipe that fails replaces it too. With ``per_sandbox`` > 1 the leases of one
-      sandbox share it while they run, and it takes no new lease once one has ended, until
-      it is renewed;
+      it (the local backend, Ray, Docker), else it is replaced by a fresh one; True: wiped
+      where it cannot be renewed (what the wipe cannot reach is the caller's risk); False:
+      always replaced. A renewal or wipe that fails replaces it too. With ``per_sandbox`` > 1
+      the leases of one sandbox share it while they run, and it takes no new lease once one
+      has ended, until it is renewed;
     - ``max_uses``: leases after which a sandbox is replaced rather than renewed;
     - ``health_check_after``: a sandbox idle for longer is checked (a cheap ``get``) before
       its next lease, since providers stop idle sandboxes on their own;
@@ -461,6 +461,7 @@ class SandboxPool:
 
     async def _add_sandbox(self, image: str | None) -> None:
         seat = None
+        made = False
         try:
             seat = await self._cap.acquire() if self._cap else None
             sandbox = await retried(
@@ -479,10 +480,15 @@ class SandboxPool:
             now = time.monotonic()
             self._slots.append(_Slot(sandbox, now, image, released=now, seat=seat))
             self._stats.created += 1
+            made = True
             logger.debug("created %s", sandbox.id)
         finally:
             self._creating[image] -= 1
-            self._wake(image)
+            if made:
+                self._wake(image)
+            else:  # its image's waiters get the error; its place is any image's to take
+                for queue in self._waiters.values():
+                    queue.wake()
 
     def _retire(
         self,

@@ -279,7 +279,10 @@ def test_docker_smoke_run_sets_the_backend_beside_docker_run(tmp_path: Path) -> 
         "sandbox create (to running)",
         "python3 -c pass in a warm sandbox",
         "sandbox stop (container removed)",
+        "a used sandbox renewed (reset in place; its exec's write included)",
+        "a new sandbox instead (create, first exec, stop)",
     ]
     assert all(r["p50_ms"] > 0 for r in docker["calls"])
-    # The naive batch once; the pooled one --rounds (2 in a smoke run) times.
-    assert [(r["batch"], r["mean"]) for r in docker["batches"]] == [(4, 1.0), (8, 1.0)]
+    # The naive batch once; the pooled one --rounds (2 in a smoke run) times; with a fresh
+    # sandbox per completion, once.
+    assert [(r["batch"], r["mean"]) for r in docker["batches"]] == [(4, 1.0), (8, 1.0), (4, 1.0)]

@@ -16,7 +16,7 @@ from sandboxkit import (
     SandboxPool,
     TransientBackendError,
 )
-from sandboxkit.errors import INFRASTRUCTURE_ERRORS
+from sandboxkit.errors import INFRASTRUCTURE_ERRORS, BackendMisconfiguredError
 from sandboxkit.testing.faults import Faults, FaultyBackend
 
 
@@ -209,6 +209,35 @@ def test_evaluations_fail_rather_than_wait_when_every_create_fails(
     outcomes = asyncio.run(batch())
     assert all(isinstance(o, TransientBackendError) for o in outcomes), outcomes
     assert pool.stats.failures == 5
+
+
+def test_a_failed_create_wakes_the_waiters_of_every_image(
+    pool_factory: type[SandboxPool], faulty: FaultyBackend
+) -> None:
+    """Leases of several images the provider lacks, waiting behind a full pool busy with
+    another's: each create that fails must wake the waiters of every image, not its own only
+    (each then makes room for its own, or fails), so that every lease ends, with its image's
+    error or its result, and none waits for ever (a dataset row must not hang a batch)."""
+    faulty.faults = Faults(missing_images=frozenset({"img-a", "img-b", "img-c"}), seed=5)
+    pool = pool_factory(size=1, retries=0)
+
+    async def slow(sandbox: Sandbox) -> str:
+        await sandbox.aexec(["sleep", "1"], timeout=60)
+        return "ran"
+
+    async def quick(sandbox: Sandbox) -> str:
+        return "ran"
+
+    images = [None, "img-a", "img-b", "img-c", None, "img-b"]
+
+    async def batch() -> list[object]:
+        runs = [pool.arun(slow)] + [pool.arun(quick, image=image) for image in images[1:]]
+        return await asyncio.wait_for(asyncio.gather(*runs, return_exceptions=True), 120)
+
+    outcomes = asyncio.run(batch())
+    assert [o if o == "ran" else type(o) for o in outcomes] == [
+        "ran" if image is None else BackendMisconfiguredError for image in images
+    ]
 
 
 def test_transient_errors_are_retried_with_backoff(
@@ -410,10 +439,10 @@ def test_a_sandbox_that_cannot_be_renewed_is_replaced_charging_no_one(
 def test_each_backend_renews_wipes_or_replaces_a_sandbox_between_leases(
     backend_client: SandboxClient, reuse: bool | None
 ) -> None:
-    """What each backend gets (docs/isolation.md): the local backend's and Ray's sandboxes
-    are renewed in place; the others' replaced by fresh ones, or, with ``reuse=True``, wiped
-    (their workdir and ``$TMPDIR`` emptied, the caller's risk)."""
-    renews = backend_client.name in ("subprocess", "ray")
+    """What each backend gets (docs/isolation.md): the local backend's, Ray's and Docker's
+    sandboxes are renewed in place; the others' replaced by fresh ones, or, with
+    ``reuse=True``, wiped (their workdir and ``$TMPDIR`` emptied, the caller's risk)."""
+    renews = backend_client.name in ("subprocess", "ray", "docker")
     with SandboxPool(backend_client, size=1, reuse=reuse, progress=False) as pool:
         first = pool.run(leave)
         second, left = pool.run(look)

@@ -2,22 +2,26 @@
 
 One container per sandbox, from the spec's ``image`` (default :data:`DEFAULT_IMAGE`, which
 ``scripts/docker-setup`` builds offline), hardened as careful Docker users run untrusted code:
-no network, every capability dropped, ``no-new-privileges``, the Engine's default seccomp
-profile, a read-only root filesystem, uid 65534, limits on memory (no swap), CPUs, processes,
-open files, file size and CPU seconds. The workdir and ``/tmp`` are tmpfs volumes of
-``disk_mb`` each (the local volume driver's, so files move through the Engine's archive API
-on every storage driver); ``runtime=`` passes an OCI runtime through (``runsc``: gVisor).
+no network, every capability dropped, ``no-new-privileges``, the local backend's syscall
+allowlist as the seccomp profile, a read-only root filesystem, commands as uid 65534, limits
+on memory (socket buffers included, no swap), CPUs and processes, and per command on open
+files, file size and CPU seconds. Every place a command can write (the workdir, ``/tmp``,
+``/dev/shm``, the image's volumes) is a tmpfs volume of ``disk_mb`` (the local volume
+driver's, so files move through the Engine's archive API on every storage driver);
+``runtime=`` passes an OCI runtime through (``runsc``: gVisor).
 
-Its pid 1 is a tiny static program (``forkserver.INIT_X86_64``'s kind) bind-mounted from this
-machine: it holds nothing, reaps orphans, cannot be signalled or traced from the container
-(an init gets only the signals it handles: none), and exits at ``lifetime_seconds``, which
-stops the container (``stop`` or ``reap`` removes it). So the Engine must run on this
-machine (a unix socket), which the bind mount and the host-side kill of an exec both need.
+Its pid 1 runs as a uid of its own (:data:`PID1_UID`), out of every command's reach: the
+container server where the image has python3, else a tiny static program
+(``forkserver.INIT_X86_64``'s kind) bind-mounted from this machine, which holds nothing and
+reaps orphans. Either exits at ``lifetime_seconds``, which stops the container (``stop`` or
+``reap`` removes it). So the Engine must run on this machine (a unix socket), which the bind
+mount, the host-side kill of an exec and the TCP limit of a container's memory group need.
 
 Every container carries sandboxkit's labels (its id, tags, start time, workdir), so ``list``
-and ``reap`` in any process find what a killed run left. Images are never pulled implicitly:
-:meth:`DockerBackend.pull` (or ``docker pull``) does it, with progress; an image the
-Engine lacks is a :class:`~sandboxkit.errors.BackendMisconfiguredError` naming it.
+and ``reap`` in any process find what a killed run left; a label counts only where it names
+its own container. Images are never pulled implicitly: :meth:`DockerBackend.pull` (or
+``docker pull``) does it, with progress; an image the Engine lacks is a
+:class:`~sandboxkit.errors.BackendMisconfiguredError` naming it.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import contextlib
 import functools
 import io
 import json
+import logging
 import os
 import posixpath
 import select
@@ -57,7 +62,8 @@ from ..errors import (
     installed_for,
 )
 from ..hostdirs import private_directory
-from ..local import forkserver
+from ..local import forkserver, seccomp
+from ..local.cgroup import count_socket_memory
 from ..local.forkserver import init_executable
 from ..local.limits import Limits, MiB
 from ..local.warm import _STUCK_AFTER, PUBLIC_PROGRAMS, _result
@@ -79,11 +85,22 @@ DEFAULT_IMAGE = "sandboxkit-python:bookworm-2"
 """Debian bookworm's minbase with python3 and patch (SWE-style tasks apply the model's diff),
 which ``scripts/docker-setup`` builds offline (``mmdebstrap --variant=minbase
 --include=python3,patch bookworm`` + ``docker import``); its tag changes with its packages."""
-USER = "65534:65534"
+COMMANDS_UID = 65534
+USER = f"{COMMANDS_UID}:{COMMANDS_UID}"
 """Who runs every command: ``nobody``, whatever the image names (a numeric uid needs no
 passwd entry)."""
+PID1_UID = 65533
+"""Pid 1's uid (and gid), which no command has: a process may lower the limits and priority
+of, signal or trace, the processes of its own uid, and later commands are forked from pid 1
+(the server) or it holds the container's life (the tiny init)."""
+SERVER_CAPABILITIES = ["SETUID", "SETGID", "SETPCAP", "KILL"]
+"""All the container server keeps (it starts as root with these, then takes ``PID1_UID``):
+to make each command's identity, empty its bounding set, and kill what an exec leaves."""
 LABEL = "sandboxkit.sandbox"
-"""Every sandbox's container carries it: ``{"id", "tags", "started_at", "workdir"}`` as JSON."""
+"""Every sandbox's container carries it: ``{"id", "tags", "started_at", "workdir"}`` as JSON,
+``id`` its container's name."""
+MAX_LABEL = 64 * 1024
+"""The longest ``LABEL`` read (one this backend writes is a few hundred bytes)."""
 CREATOR_LABEL = "sandboxkit.creator"
 """``host:pid`` of the process that made the container (what a test session cleans up)."""
 INIT_PATH = "/.sandboxkit-init"
@@ -94,6 +111,82 @@ SERVER += ["", ""]  # no compile of the host's: the image's interpreter compiles
 the container's attached stdio, instead of an Engine exec per command. Started through the
 launcher, as a template is, so that no parse of the module stays in the heap every exec's
 fork copies."""
+LIMITED = ["python3", "-I", "-S", "-c"]
+LIMITED += [
+    "import json, os, resource, sys\n"
+    "for which, (soft, hard) in json.loads(sys.argv[1]):\n"
+    "    resource.setrlimit(which, (soft, hard))\n"
+    "try:\n"
+    "    os.execvp(sys.argv[2], sys.argv[2:])\n"
+    "except OSError as e:\n"
+    "    sys.stderr.write(f'{sys.argv[2]}: {e.strerror}\\n')\n"
+    "    sys.exit(127 if isinstance(e, FileNotFoundError) else 126)\n"
+]
+"""An Engine exec in a container whose server could not run it (its stdin past the server's
+request size, its server gone): the exec's limits, then its program. A server's container
+has no limits of its own, which would bound the server: it sets each command's."""
+RENEW = r"""
+import os, signal, sys, ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+for _ in range(100_000):  # what an abandoned exec still runs
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except ProcessLookupError:
+        break
+with open('/proc/net/dev') as f:
+    lo = [line.partition(':')[2].split() for line in f if line.strip().startswith('lo:')]
+if any(int(count) for counters in lo for count in counters):
+    sys.exit('the network was used: its namespace keeps what a reset cannot undo')
+for kind, remove in (('shm', libc.shmctl), ('sem', libc.semctl), ('msg', libc.msgctl)):
+    with open(f'/proc/sysvipc/{kind}') as f:
+        ids = [int(line.split()[1]) for line in list(f)[1:]]
+    for number in ids:  # IPC_RMID: its creator may, whoever it now names its owner
+        remove(number, 0, *([0, None] if kind == 'sem' else [None]))
+for name in os.listdir('/dev/mqueue'):
+    os.unlink(os.path.join('/dev/mqueue', name))
+for root in sys.argv[1:]:
+    os.chmod(root, 0o700)
+    os.chdir(root)
+    down = []  # the directories entered: names, not descriptors, however deep
+    while True:
+        with os.scandir('.') as entries:
+            found = [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in entries]
+        for name, directory in found:
+            if not directory:
+                os.unlink(name)
+        entered = next((name for name, directory in found if directory), None)
+        if entered is not None:
+            os.chmod(entered, 0o700)
+            os.chdir(entered)
+            down.append(entered)
+        elif found:
+            continue  # its files are gone: once more, to see it empty
+        elif down:
+            os.chdir('..')
+            os.rmdir(down.pop())
+        else:
+            break
+    os.chdir('/')
+    for name in os.listxattr(root):  # default ACLs would shape the next user's files
+        os.removexattr(root, name)
+    os.chmod(root, 0o755)
+    os.utime(root)
+left = [k for k in ('shm', 'sem', 'msg') if len(open(f'/proc/sysvipc/{k}').readlines()) > 1]
+left += os.listdir('/dev/mqueue') + [root for root in sys.argv[1:] if os.listdir(root)]
+if left:
+    sys.exit(f'left: {left}')
+print('renewed')
+"""
+"""A used sandbox made as new for its next user, in its container as the commands' uid
+(:meth:`DockerBackend.renew`): every process of theirs killed, SysV IPC objects and POSIX
+message queues removed, the tmpfs volumes (``argv``) emptied however deep and unreadable,
+their roots' mode, ACLs and extended attributes as made. Refused where the network was used
+since the container was made: its namespace keeps sockets in TIME_WAIT (ports taken for a
+minute) and counters that nothing in the container can reset."""
+RENEW_TIMEOUT = 30.0
+SERVED_PROGRAMS = json.dumps([*json.loads(PUBLIC_PROGRAMS), RENEW])
+"""The ``-c`` programs a container's server compiles at its start: the test runner, and
+``RENEW`` (which runs between every two completions of a pooled sandbox)."""
 REAP_PATH = "/.sandboxkit-reap"
 ENGINE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 """The ``PATH`` the Engine gives an exec whose container's environment has none."""
@@ -117,6 +210,7 @@ REAP_CODE = bytes.fromhex(
 and itself, until none is left (what a fork bomb forks meanwhile dies in the next round), so
 nothing of an exec (a double-forked daemon) outlives it to tamper with the next one."""
 _T = TypeVar("_T")
+logger = logging.getLogger("sandboxkit.docker")
 _STOP_SIGNALS = (signal.SIGKILL,)
 
 
@@ -187,15 +281,59 @@ _STATES = {
 }
 
 
-def _info(container: Mapping[str, Any]) -> SandboxInfo | None:
-    """A container's sandbox, from its labels (None: not one of sandboxkit's, or mangled)."""
-    try:
-        data = json.loads(container["Labels"][LABEL])
-        status = _STATES.get(container.get("State", ""), SandboxStatus.STOPPED)
-        started = datetime.fromisoformat(data["started_at"])
-        return SandboxInfo(str(data["id"]), status, tuple(data["tags"]), started)
-    except (KeyError, TypeError, ValueError):
+def _sandbox_label(labels: Mapping[str, Any] | None, names: Sequence[str]) -> dict[str, Any] | None:
+    """The ``LABEL`` of a container with ``names`` (as the Engine reports them: ``/name``) as
+    this backend writes it, or None: not one of its sandboxes. Anyone with the Engine's
+    socket writes labels: one of another shape (too long, nested too deep to parse, other
+    types) is no sandbox's, and one whose ``id`` is not the container's own name (the name
+    the backend made it under) names no sandbox, whatever it claims."""
+    text = (labels or {}).get(LABEL)
+    if not isinstance(text, str) or len(text) > MAX_LABEL:
         return None
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict) or f"/{data.get('id')}" not in names:
+        return None
+    tags, started, workdir = data.get("tags"), data.get("started_at"), data.get("workdir")
+    if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
+        return None
+    if not isinstance(started, str) or not isinstance(workdir, str):
+        return None
+    try:
+        data["started_at"] = datetime.fromisoformat(started)
+    except ValueError:
+        return None
+    return data
+
+
+def _info(labels: Mapping[str, Any] | None, names: Sequence[str], state: str) -> SandboxInfo | None:
+    """A container's sandbox, from its labels (None: not one of sandboxkit's)."""
+    data = _sandbox_label(labels, names)
+    if data is None:
+        return None
+    status = _STATES.get(state, SandboxStatus.STOPPED)
+    return SandboxInfo(data["id"], status, tuple(data["tags"]), data["started_at"])
+
+
+def _inspected_label(found: Mapping[str, Any], sandbox_id: str) -> dict[str, Any] | None:
+    """The label of an inspected container if it is the sandbox ``sandbox_id`` (the Engine
+    also finds containers by id prefix)."""
+    if found.get("Name") != f"/{sandbox_id}":
+        return None
+    return _sandbox_label(found["Config"].get("Labels"), [found["Name"]])
+
+
+@functools.cache
+def _security_options() -> tuple[str, ...]:
+    """``no-new-privileges`` and, where the syscall filter covers this machine, the local
+    backend's (``seccomp.WHOLE``) as the Engine's profile (else the Engine's default)."""
+    arch = seccomp.native_arch()
+    if arch is None:
+        return ("no-new-privileges",)
+    profile = json.dumps(seccomp.docker_profile(seccomp.WHOLE, arch), separators=(",", ":"))
+    return ("no-new-privileges", f"seccomp={profile}")
 
 
 def _tmpfs_volume(target: str, limits: Limits) -> Mount:
@@ -227,6 +365,9 @@ class DockerBackend:
     sandbox_options: frozenset[str] = frozenset({"runtime"})
     """``runtime``: the OCI runtime of the sandbox's container (``runsc``), else the Engine's
     default."""
+    execs_leave_no_processes = True
+    """Each exec ends by killing every other process of the commands' uid in its container
+    (the server's, or the tiny program after an Engine exec): a renewed sandbox is as new."""
 
     def __init__(
         self,
@@ -250,12 +391,19 @@ class DockerBackend:
         self.timeout = timeout
         self.exec_server = exec_server
         self.limits = Limits.from_env(**limits)
+        self._rlimits = [
+            [which, list(value)]
+            for which, value in self.limits.rlimits(with_nproc=False, with_as=False).items()
+        ]
+        """Each command's, set by the container's server (or ``LIMITED``): the container
+        holds them only where pid 1 is the tiny init."""
         self._client: docker.DockerClient | None = None
         self._threads = ThreadPoolExecutor(64, thread_name_prefix="sandboxkit-docker")
         self._inflight: dict[str, int] = {}
         """Execs running per sandbox (from this backend): a reap waits for the last."""
         self._counting = threading.Lock()
         self._servers: dict[str, _Server] = {}
+        self._told_sockets = False
         self._inspected: dict[str, dict[str, Any]] = {}
 
     # -- the Engine ----------------------------------------------------------------------------
@@ -300,9 +448,7 @@ class DockerBackend:
             found: dict[str, Any] = self.api.inspect_container(sandbox_id)
         except NotFound:
             raise _not_found(sandbox_id) from None
-        if LABEL not in (found["Config"].get("Labels") or {}):
-            raise _not_found(sandbox_id)
-        if not found["State"].get("Running"):
+        if _inspected_label(found, sandbox_id) is None or not found["State"].get("Running"):
             raise _not_found(sandbox_id)
         self._inspected[sandbox_id] = found
         return found
@@ -347,7 +493,7 @@ class DockerBackend:
 
         def work() -> None:
             try:
-                self.api.inspect_image(image)
+                found = self.api.inspect_image(image)
             except ImageNotFound:
                 raise BackendMisconfiguredError(
                     f"image {image!r} is not on the Docker Engine and sandboxes never pull: "
@@ -355,35 +501,47 @@ class DockerBackend:
                     + (", or build it with scripts/docker-setup" if image == DEFAULT_IMAGE else "")
                 ) from None
             runtime = spec.options.get("runtime", self.runtime)
-            host_config = self.api.create_host_config(
-                network_mode="none",
-                log_config=LogConfig(type="none"),  # the server's answers stay unlogged
-                cap_drop=["ALL"],
-                security_opt=["no-new-privileges"],
-                read_only=True,
-                mounts=[
-                    Mount(INIT_PATH, init, type="bind", read_only=True),
-                    Mount(REAP_PATH, reap, type="bind", read_only=True),
-                    _tmpfs_volume(workdir, limits),
-                    _tmpfs_volume("/tmp", limits),
-                ],
-                mem_limit=memory_mb * MiB,
-                memswap_limit=memory_mb * MiB,
-                nano_cpus=int(cpus * 1e9),
-                pids_limit=limits.processes,
-                ulimits=[
-                    Ulimit(name="nofile", soft=limits.open_files, hard=limits.open_files),
-                    Ulimit(
-                        name="fsize", soft=limits.file_size_mb * MiB, hard=limits.file_size_mb * MiB
-                    ),
-                    Ulimit(name="cpu", soft=limits.cpu_seconds, hard=limits.cpu_seconds + 1),
-                    Ulimit(name="core", soft=0, hard=0),
-                ],
-                runtime=runtime,
-            )
+            # Every place a command can write is a tmpfs of disk_mb: /dev/shm too (not the
+            # Engine's, of 64 MB), and each VOLUME the image declares (else a volume on the
+            # Engine's disk, bounded by nothing).
+            declared = (found.get("Config") or {}).get("Volumes") or {}
+            writable = list(dict.fromkeys([workdir, "/tmp", "/dev/shm", *sorted(declared)]))
+
+            def host_config(served: bool) -> dict[str, Any]:
+                """The server sets each command's limits, which would bound it too (its CPU
+                seconds grow with every exec it serves); the tiny init uses none of them."""
+                ulimits = [Ulimit(name="core", soft=0, hard=0)]
+                if not served:
+                    ulimits += [Ulimit(name=name, soft=soft, hard=hard) for name, soft, hard in (
+                        ("nofile", limits.open_files, limits.open_files),
+                        ("fsize", limits.file_size_mb * MiB, limits.file_size_mb * MiB),
+                        ("cpu", limits.cpu_seconds, limits.cpu_seconds + 1),
+                    )]  # fmt: skip
+                made: dict[str, Any] = self.api.create_host_config(
+                    network_mode="none",
+                    log_config=LogConfig(type="none"),  # the server's answers stay unlogged
+                    cap_drop=["ALL"],
+                    cap_add=SERVER_CAPABILITIES if served else None,
+                    security_opt=list(_security_options()),
+                    read_only=True,
+                    mounts=[
+                        Mount(INIT_PATH, init, type="bind", read_only=True),
+                        Mount(REAP_PATH, reap, type="bind", read_only=True),
+                        *(_tmpfs_volume(path, limits) for path in writable),
+                    ],
+                    mem_limit=memory_mb * MiB,
+                    memswap_limit=memory_mb * MiB,
+                    nano_cpus=int(cpus * 1e9),
+                    pids_limit=limits.processes,
+                    ulimits=ulimits,
+                    runtime=runtime,
+                )
+                return made
+
             label = _label(sandbox_id, spec.tags, started, workdir)
             until = str(lifetime) if lifetime is not None else ""
-            served = [*SERVER, "container", until, PUBLIC_PROGRAMS]
+            ids = [str(PID1_UID), str(COMMANDS_UID)]
+            served = [*SERVER, "container", until, SERVED_PROGRAMS, *ids]
             # The server is made for runc's kernel: under another runtime (gVisor's runsc, whose
             # Debian build of 2022 lacks calls it makes) every exec is an Engine exec.
             serving = self.exec_server and runtime in (None, "runc")
@@ -394,16 +552,19 @@ class DockerBackend:
                     command=command,
                     entrypoint=[],
                     name=sandbox_id,
-                    user=USER,
+                    user="0:0" if command is served else f"{PID1_UID}:{PID1_UID}",
                     environment=env,
                     working_dir=workdir,
                     labels={LABEL: label, CREATOR_LABEL: creator()},
-                    host_config=host_config,
+                    healthcheck={"Test": ["NONE"]},  # no exec of the image's own in it
+                    host_config=host_config(command is served),
                     network_disabled=True,
                     stdin_open=command is served,
                 )
                 try:
                     self.api.start(sandbox_id)
+                    pid = int(self.api.inspect_container(sandbox_id)["State"]["Pid"] or 0)
+                    self._count_sockets(pid, memory_mb * MiB)
                     return
                 except APIError as exc:
                     with contextlib.suppress(DockerException):
@@ -418,8 +579,22 @@ class DockerBackend:
         await self._run(work, f"creating a sandbox from {image}")
         return SandboxInfo(sandbox_id, SandboxStatus.RUNNING, tuple(spec.tags), started)
 
+    def _count_sockets(self, pid: int, limit: int) -> None:
+        """Before any command runs: socket buffers count toward the sandbox's memory, as a
+        local sandbox's (on cgroup v1 only with a TCP limit, which runc leaves unset
+        whatever the Engine asks: set here, as much again, on the container's group)."""
+        if not count_socket_memory(pid, limit) and not self._told_sockets:
+            self._told_sockets = True
+            logger.warning(
+                "sandboxkit: docker sandboxes' socket buffers are not counted toward their "
+                "memory here (cgroup v1, and this process cannot set the TCP limit of their "
+                "memory groups: run as root); docs/isolation.md"
+            )
+
     def _workdir(self, container: Mapping[str, Any]) -> str:
-        return str(json.loads(container["Config"]["Labels"][LABEL])["workdir"])
+        data = _sandbox_label(container["Config"].get("Labels"), [container["Name"]])
+        assert data is not None  # a container found by _container
+        return str(data["workdir"])
 
     async def exec(
         self,
@@ -459,6 +634,7 @@ class DockerBackend:
                 result = server.run(self, sandbox_id, argv, workdir, full_env, timeout, stdin)
             if result is not None:
                 return result
+            argv = [*LIMITED, json.dumps(self._rlimits), *argv]
         started = time.monotonic()
         self._count(sandbox_id)  # before the exec exists: no reap may kill it
         try:
@@ -507,9 +683,9 @@ class DockerBackend:
             time.sleep(0.02)
             state = self.api.exec_inspect(exec_id)
         code = state.get("ExitCode")
-        if code is None or timed_out:
+        if code in (None, KILLED_RETURNCODE) or timed_out:  # killed: by its sandbox's end too
             self._check_alive(sandbox_id)
-            code = KILLED_RETURNCODE
+            code = KILLED_RETURNCODE if code is None else code
         return ExecResult(
             int(code),
             out,
@@ -519,14 +695,19 @@ class DockerBackend:
             truncated=truncated,
         )
 
-    def _check_alive(self, sandbox_id: str) -> bool:
-        """After an exec killed or with no status: whether the container still runs. One
+    def _check_alive(self, sandbox_id: str, *, settle: float = 0.0) -> bool:
+        """After an exec killed or with no status: whether the container still runs (waiting
+        up to ``settle`` seconds for it to stop, where its pid 1 is known to be ending). One
         stopped under the exec is a lost sandbox, on the Engine's word (a program cannot stop
         pid 1), unless the Engine says its memory group ran out: the sandbox's own memory,
         which only its programs fill (False: a failure of the program, as a memory bomb's
         exit 137 is)."""
+        until = time.monotonic() + settle
         try:
             state = self.api.inspect_container(sandbox_id)["State"]
+            while state.get("Running") and time.monotonic() < until:
+                time.sleep(0.05)
+                state = self.api.inspect_container(sandbox_id)["State"]
         except NotFound:
             raise SandboxLostError(
                 f"sandbox {sandbox_id} was removed while a program ran"
@@ -656,9 +837,9 @@ class DockerBackend:
         def work() -> None:
             try:
                 found = self.api.inspect_container(sandbox_id)
-                if LABEL not in (found["Config"].get("Labels") or {}):
+                if _inspected_label(found, sandbox_id) is None:
                     raise NotFound(sandbox_id)
-                self.api.remove_container(sandbox_id, force=True, v=True)
+                self.api.remove_container(found["Id"], force=True, v=True)
             except NotFound:
                 if not missing_ok:
                     raise _not_found(sandbox_id) from None
@@ -675,7 +856,12 @@ class DockerBackend:
 
         def work() -> builtins.list[SandboxInfo]:
             found = self.api.containers(all=True, filters={"label": LABEL})
-            infos = [info for c in found if (info := _info(c)) is not None]
+            infos = [
+                info
+                for c in found
+                if (info := _info(c.get("Labels"), c.get("Names") or [], c.get("State", "")))
+                is not None
+            ]
             return sorted(
                 (
                     i
@@ -687,15 +873,36 @@ class DockerBackend:
 
         return await self._run(work, "listing sandboxes")
 
+    async def renew(self, sandbox_id: str) -> None:
+        """Make a used sandbox as new for its next user (:mod:`sandboxkit.renewal`), in place:
+        ``RENEW`` in an exec of its own, which the exec's end follows by killing whatever is
+        left. Much cheaper than a new container (benchmarks/README.md), and as good for what
+        an outcome depends on; what it cannot undo is information only: the counters of its
+        tmpfs inode numbers, IPC ids and pids, and its volumes' change times. Raises where it
+        cannot (no python3 in the image, the network used, anything left): the sandbox is
+        then replaced."""
+
+        def work() -> ExecResult:
+            mounts = self._container(sandbox_id)["Mounts"]
+            roots = [m["Destination"] for m in mounts if m.get("Type") == "volume"]
+            argv = ["python3", "-I", "-S", "-c", RENEW, *roots]
+            return self._exec(sandbox_id, argv, RENEW_TIMEOUT, None, "/", None)
+
+        result = await self._run(work, f"renewing sandbox {sandbox_id}")
+        if (result.returncode, result.stdout) != (0, "renewed\n"):
+            raise BackendError(
+                f"sandbox {sandbox_id} could not be renewed (exit {result.returncode}): "
+                f"{result.stderr.strip()[-500:]}"
+            )
+
     async def get(self, sandbox_id: str) -> SandboxInfo:
         def work() -> SandboxInfo:
             try:
                 found = self.api.inspect_container(sandbox_id)
             except NotFound:
                 raise _not_found(sandbox_id) from None
-            info = _info(
-                {"Labels": found["Config"].get("Labels") or {}, "State": found["State"]["Status"]}
-            )
+            labels = found["Config"].get("Labels") if found.get("Name") == f"/{sandbox_id}" else {}
+            info = _info(labels, [found.get("Name", "")], found["State"]["Status"])
             if info is None or info.status is SandboxStatus.STOPPED:
                 raise _not_found(sandbox_id)
             return info
@@ -750,7 +957,11 @@ class _Server:
             return None
         job = json.dumps({"argv": argv, "cwd": cwd, "env": env}).encode()
         body = b"".join((struct.pack("<I", len(job)), job, stdin or b""))
-        header = {"limits": [], "cap": backend.limits.output_bytes, "timeout": timeout}
+        header = {
+            "limits": backend._rlimits,
+            "cap": backend.limits.output_bytes,
+            "timeout": timeout,
+        }
         request = b"r" + json.dumps({**header, "size": len(body)}).encode() + b"\n" + body
         if len(request) > forkserver.MAX_REQUEST:
             return None
@@ -779,13 +990,18 @@ class _Server:
             self.close()
             backend._check_alive(sandbox_id)
             return ExecResult(KILLED_RETURNCODE, timed_out=True, duration=timeout or 0.0)
-        except (OSError, ValueError, EOFError, DockerException):
+        except (OSError, ValueError, EOFError, DockerException) as exc:
             self.close()
-            if backend._check_alive(sandbox_id):
+            ending = 5.0 if isinstance(exc, EOFError) else 0.0  # the server's end: it stops
+            if backend._check_alive(sandbox_id, settle=ending):
                 return None
             return ExecResult(KILLED_RETURNCODE)  # its memory group ran out: the program's
         finally:
             backend._uncount(sandbox_id)
+        if answer.get("ended"):  # the sandbox's lifetime: its server ends, and the container
+            self.close()
+            backend._check_alive(sandbox_id, settle=10.0)
+            raise _not_found(sandbox_id)
         if "error" in answer:
             return None
         return _result(answer, b"".join(out), b"".join(err))

@@ -229,6 +229,29 @@ def _version(parent: Path | None) -> int | None:
     return 2 if (parent / "cgroup.controllers").exists() else 1
 
 
+def count_socket_memory(pid: int, limit: int) -> bool:
+    """Make the socket buffers of the memory group of process ``pid`` (of this machine: a
+    container's pid 1) count, as a sandbox's do: on v1 a TCP limit of ``limit`` bytes, which
+    holds for the sockets its processes make from now on; on v2 they count already. False
+    where this process may not set it (the group is root's)."""
+    try:
+        with open(f"/proc/{pid}/cgroup") as f:
+            lines = [line.rstrip("\n").split(":", 2) for line in f]
+    except OSError:
+        return False
+    path = next((p for _, names, p in lines if "memory" in names.split(",")), None)
+    if path is None:
+        return any(names == "" for _, names, _ in lines)  # v2: counted in memory.max
+    for mount, fstype, opts in _mounts():
+        if fstype == "cgroup" and "memory" in opts.split(","):
+            try:
+                (Path(mount) / path.lstrip("/") / _V1_TCP).write_text(str(limit))
+            except OSError:
+                return False
+            return True
+    return False
+
+
 def _memory_options() -> set[str]:
     """The kernel's ``cgroup.memory=`` options (``nokmem``, ``nosocket``): what it never
     counts, whatever a group's limits say."""

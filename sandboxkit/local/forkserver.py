@@ -135,6 +135,7 @@ BASE_MOUNT_NS: list[int] = []
 of which each exec's is a fresh copy."""
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
+PR_SET_KEEPCAPS = 8
 PR_SET_SECCOMP = 22
 PR_CAPBSET_DROP = 24
 PR_CAP_AMBIENT = 47
@@ -645,11 +646,8 @@ def enter_exec_namespaces(keep: list[int]) -> None:
             raise OSError(errno, f"unshare: {os.strerror(errno)}")
     else:
         new_user_namespace(EXEC_NAMESPACES)
-    # A new user namespace also fills the bounding set, which bwrap empties for a cold exec:
-    # emptied here, while CAP_SETPCAP is held, up to the kernel's last capability.
-    capability = 0
-    while capability in keep or libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) == 0:
-        capability += 1
+    # A new user namespace also fills the bounding set, which bwrap empties for a cold exec.
+    drop_bounding_set(keep)
     header, sets = NO_CAPABILITIES
     if keep:
         header, sets = CapHeader(CAPABILITY_VERSION_3, 0), CapSets()
@@ -663,6 +661,14 @@ def enter_exec_namespaces(keep: list[int]) -> None:
         if libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, capability, 0, 0) != 0:
             errno = ctypes.get_errno()
             raise OSError(errno, f"ambient capabilities: {os.strerror(errno)}")
+
+
+def drop_bounding_set(keep: list[int]) -> None:
+    """Empty the bounding set but ``keep``, while CAP_SETPCAP is held, up to the kernel's last
+    capability."""
+    capability = 0
+    while capability in keep or libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) == 0:
+        capability += 1
 
 
 def fresh_namespaces() -> None:
@@ -1435,9 +1441,49 @@ def write_packet(tag: bytes, data: bytes | memoryview) -> None:
                 left = left[os.write(1, left) :]
 
 
-def container_serve(header: dict[str, Any], stdin_r: int) -> None:
-    """One exec in a container: fork the command, read its output (capped), end it at its
-    timeout, then kill everything else it started; answer with ``o``/``e``/``x`` packets."""
+def take_server_identity(uid: int) -> None:
+    """Pid 1 of a container, started as root with only the capabilities it needs: become
+    ``uid`` (and the gid of that number, no groups), which no command has, keeping those
+    capabilities (to make each command's identity and to kill what it leaves). No process of
+    the commands' uid can then lower its limits or priority, move it to other CPUs, signal it
+    or trace it."""
+    libc.prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0)
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    libc.prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0)
+    header, sets = CapHeader(CAPABILITY_VERSION_3, 0), CapSets()
+    if libc.capget(ctypes.byref(header), sets) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"capget: {os.strerror(errno)}")
+    for word in sets:  # the permitted set the change of uid kept, effective again
+        word.effective = word.permitted
+    if libc.capset(ctypes.byref(header), sets) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"capset: {os.strerror(errno)}")
+    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
+def become_commands_user(uid: int) -> None:
+    """A fork of a container's server: become the commands' ``uid`` (and gid), with no
+    capability left, in any set."""
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    drop_bounding_set([])
+    header, sets = NO_CAPABILITIES
+    if libc.capset(ctypes.byref(header), sets) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"capset: {os.strerror(errno)}")
+
+
+def container_serve(
+    header: dict[str, Any], stdin_r: int, commands_uid: int, end: float | None
+) -> bool:
+    """One exec in a container: fork the command as ``commands_uid``, read its output
+    (capped), end it at its timeout, then kill everything else it started; answer with
+    ``o``/``e``/``x`` packets. At ``end`` (the sandbox's lifetime) the command is killed and
+    the answer says the sandbox ``ended``: returns False, and the server ends."""
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     started = time.monotonic()
@@ -1447,10 +1493,14 @@ def container_serve(header: dict[str, Any], stdin_r: int) -> None:
         for fd in (stdin_r, out_r, out_w, err_r, err_w):
             os.close(fd)
         write_packet(b"x", json.dumps({"error": str(exc)}).encode())
-        return
+        return True
     if pid == 0:
         for fd in (out_r, err_r):
             os.close(fd)
+        try:
+            become_commands_user(commands_uid)
+        except BaseException as exc:
+            setup_failed(err_w, exc)
         command(header["limits"], (stdin_r, out_w, err_w))
     for fd in (stdin_r, out_w, err_w):
         os.close(fd)
@@ -1458,6 +1508,9 @@ def container_serve(header: dict[str, Any], stdin_r: int) -> None:
     outputs = [Output(out_r, header["cap"]), Output(err_r, header["cap"])]
     timeout = header["timeout"]
     deadline = started + timeout if timeout is not None else None
+    ended = end is not None and (deadline is None or end < deadline)
+    if ended:
+        deadline = end
     status: int | None = None
     timed_out = False
     drain_until = 0.0
@@ -1475,6 +1528,12 @@ def container_serve(header: dict[str, Any], stdin_r: int) -> None:
                 output.read()
         late = deadline is not None and time.monotonic() >= deadline
         if status is None and pidfd not in readable and late:
+            if ended:  # the sandbox's life is over: nothing of the exec is answered
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                kill_the_rest()
+                write_packet(b"x", json.dumps({"ended": True}).encode())
+                return False
             timed_out = True
             os.kill(pid, signal.SIGKILL)
             readable.append(pidfd)
@@ -1492,23 +1551,27 @@ def container_serve(header: dict[str, Any], stdin_r: int) -> None:
         output.close()
     result = {"exit": status, "timed_out": timed_out, "truncated": truncated}
     write_packet(b"x", json.dumps({**result, "duration": time.monotonic() - started}).encode())
+    return True
 
 
 def container_main() -> None:
     """Pid 1 of a docker sandbox whose image has Python: requests on stdin (4 bytes of
     length, then ``r`` + header + newline + body as on the socket above), answers on stdout
     (each ``o``/``e``/``x`` packet after 4 bytes of its length), until ``argv[2]`` seconds
-    (the sandbox's lifetime) pass or stdin ends; ``argv[3]``, if given: the public programs
-    (as ``main`` takes them) to compile now (requests carry them whole: no handles). Only
-    the Engine's attach reaches its stdio; as pid 1 it gets no signal it does not handle
-    (none: SIGINT is reset), and it is not dumpable, so nothing in the container can stop,
-    trace or read it."""
-    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    (the sandbox's lifetime) pass or stdin ends; ``argv[3]``: the public programs (as
+    ``main`` takes them) to compile now (requests carry them whole: no handles); ``argv[4]``
+    and ``argv[5]``: its own uid (``take_server_identity``) and the commands'. Only the
+    Engine's attach reaches its stdio; as pid 1 it gets no signal it does not handle (none:
+    SIGINT is reset), and no command can act on it (another uid, not dumpable): nothing in
+    the container can stop, trace, read or slow it, and each command starts from limits and
+    a priority that no earlier one touched."""
+    take_server_identity(int(sys.argv[4]))
+    commands_uid = int(sys.argv[5])
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     end = time.monotonic() + float(sys.argv[2]) if sys.argv[2] else None
     learn_site(None)
     warm_up()
-    for source in json.loads(sys.argv[3]) if len(sys.argv) > 3 else []:
+    for source in json.loads(sys.argv[3]):
         prepare_public(source)
     settle_heap()
     received = mmap.mmap(-1, MAX_REQUEST + 4, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
@@ -1535,8 +1598,8 @@ def container_main() -> None:
                 stdin_r = -1
                 write_packet(b"x", json.dumps({"error": f"stdin: {exc}"}).encode())
             received.madvise(mmap.MADV_DONTNEED)
-            if stdin_r >= 0:
-                container_serve(header, stdin_r)
+            if stdin_r >= 0 and not container_serve(header, stdin_r, commands_uid, end):
+                return
 
 
 if __name__ == "__main__":

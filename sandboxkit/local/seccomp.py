@@ -38,6 +38,7 @@ import os
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .cgroup import kernel_before
 from .syscalls import SYSCALLS
@@ -429,6 +430,61 @@ def program(rules: Sequence[Rule], arch: str, default: int = UNLISTED) -> bytes:
         asm.ret(RET_KILL_PROCESS)
     _search(asm, runs(rules, arch, default))
     return asm.bytes()
+
+
+DOCKER_ARCH = {"x86_64": "SCMP_ARCH_X86_64", "aarch64": "SCMP_ARCH_AARCH64"}
+LOW_HALF = 0xFFFFFFFF
+
+
+def docker_profile(rules: Sequence[Rule], arch: str) -> dict[str, Any]:
+    """``rules`` as a Docker (OCI) seccomp profile, for the docker backend's containers: the
+    same verdicts as :func:`program`'s, as an Engine's libseccomp can say them, arguments
+    compared on their low 32 bits (masked) as the program reads them.
+
+    A profile cannot name the complement of a set of values, and runc drops a rule whose
+    verdict is the profile's default (``ENOSYS``; ``EPERM`` on Engines before 23, which ignore
+    ``defaultErrnoRet``). So a call allowed by argument is allowed for the values that pass,
+    and refused by rules of its own (libseccomp lets a refusal win where both match) for the
+    values that fail, where a mask can say them (``arg_without``: one rule per bit); a value
+    that passes no rule gets the default (``arg_in``'s others). A call allowed unless its
+    argument is one of some values (``arg_not_in``) is allowed outright, its refusal winning
+    for those values, which therefore must not be the default's. A call the Engine's libseccomp
+    does not know by name is left out by runc: it fails with the default."""
+
+    def masked(index: int, mask: int, value: int) -> dict[str, Any]:
+        return {"index": index, "value": mask, "valueTwo": value, "op": "SCMP_CMP_MASKED_EQ"}
+
+    syscalls: list[dict[str, Any]] = []
+    for rule in rules:
+        names = [name for name in rule.names.split() if syscall_number(name, arch) is not None]
+        if not names:
+            continue
+        refused = {"names": names, "action": "SCMP_ACT_ERRNO", "errnoRet": rule.errno}
+        allowed = {"names": names, "action": "SCMP_ACT_ALLOW"}
+        if rule.notify:
+            raise ValueError(f"{names}: a profile cannot notify a supervisor")
+        if not rule.allowed:
+            syscalls.append(refused)
+        elif rule.arg_in:  # runc makes each condition on one argument a rule: any of them
+            args = [masked(rule.arg, LOW_HALF, value) for value in rule.arg_in]
+            syscalls.append({**allowed, "args": args})
+        elif rule.arg_without:
+            bits = [1 << bit for bit in range(32) if rule.arg_without >> bit & 1]
+            syscalls.append({**allowed, "args": [masked(rule.arg, rule.arg_without, 0)]})
+            syscalls.append({**refused, "args": [masked(rule.arg, bit, bit) for bit in bits]})
+        elif rule.arg_not_in:
+            if rule.errno in (errno.ENOSYS, errno.EPERM):
+                raise ValueError(f"{names}: a refusal by argument must not be the default's")
+            args = [masked(rule.arg, LOW_HALF, value) for value in rule.arg_not_in]
+            syscalls.extend((allowed, {**refused, "args": args}))
+        else:
+            syscalls.append(allowed)
+    return {
+        "defaultAction": "SCMP_ACT_ERRNO",
+        "defaultErrnoRet": errno.ENOSYS,
+        "architectures": [DOCKER_ARCH[arch]],
+        "syscalls": syscalls,
+    }
 
 
 def syscall_number(name: str, arch: str) -> int | None:

@@ -23,7 +23,12 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from ..errors import RateLimitedError, SandboxLostError, TransientBackendError
+from ..errors import (
+    BackendMisconfiguredError,
+    RateLimitedError,
+    SandboxLostError,
+    TransientBackendError,
+)
 from ..protocol import Backend, ExecResult, SandboxInfo, SandboxSpec, SandboxStatus
 
 T = TypeVar("T")
@@ -50,6 +55,9 @@ class Faults:
     retry_after: float | None = None
     """Seconds that rate-limit answers ask the client to wait (Daytona: a ``Retry-After``
     header; Aviato: a ``RetryInfo`` detail); None: they do not say."""
+    missing_images: frozenset[str] = frozenset()
+    """Images the provider lacks: a create naming one is refused as misconfigured, as a real
+    provider's answer for an image it cannot pull (or, on Docker, does not hold)."""
     seed: int | None = None
     operations: frozenset[str] | None = None
     """Operations (``create``, ``exec``, ...) that errors and drops hit; None: all of them."""
@@ -104,7 +112,9 @@ class FaultyBackend:
       with ``RateLimitedError``;
     - ``max_concurrent_execs``: an exec that finds that many execs of this wrapper in flight
       is refused with ``RateLimitedError`` (after the call's latency: a 429 is a round trip);
-    - ``retry_after``: what every injected ``RateLimitedError`` carries.
+    - ``retry_after``: what every injected ``RateLimitedError`` carries;
+    - ``missing_images``: a create naming one raises ``BackendMisconfiguredError`` (after the
+      call's latency).
 
     ``calls`` counts calls per method, ``injected`` the faults injected per kind (such as
     ``"server_error after create"``, ``"died"``), and
@@ -164,6 +174,11 @@ class FaultyBackend:
         if self.faults.at_capacity(len(self._live)):
             self.calls["create"] += 1
             raise self._fail("at capacity", "create", rate_limited=True)
+        if spec.image in self.faults.missing_images:
+            self.calls["create"] += 1
+            self.injected["missing image"] += 1
+            await self.faults.delay(create=True)
+            raise BackendMisconfiguredError(f"injected fault: no image {spec.image!r} here")
 
         async def create() -> SandboxInfo:
             info = await self.inner.create(spec)
